@@ -1,0 +1,70 @@
+# ZTBP workbench — `just --list` shows every recipe with its comment.
+set shell := ["bash", "-euo", "pipefail", "-c"]
+set positional-arguments := false
+
+VENV := justfile_directory() / ".venv"
+PY := VENV / "bin" / "python"
+ZTBP := VENV / "bin" / "ztbp"
+
+# list the recipes
+default:
+    @just --list --unsorted
+
+# create or update .venv (idempotent) and install the package editable with its dev tools
+[group('setup')]
+setup:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    stamp="{{VENV}}/.ztbp-setup-stamp"
+    want="$(sha256sum pyproject.toml | cut -c1-16)"
+    if [ ! -x "{{PY}}" ]; then python3 -m venv "{{VENV}}"; fi
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! "{{PY}}" -c 'import ztbp' 2>/dev/null; then
+        "{{PY}}" -m pip install -q --upgrade pip
+        "{{PY}}" -m pip install -q -e '.[dev]'
+        echo "$want" > "$stamp"
+    fi
+    echo "setup: .venv ready ($("{{PY}}" --version))"
+
+# install the system packages the VM path needs (qemu, mmdebstrap, ...; apt, as root)
+[group('setup')]
+deps:
+    bash vm/install-deps.sh
+
+# run the whole test suite (unit, property, real VM capture) — the README's test line runs this
+[group('test')]
+test: setup deps lint
+    {{PY}} -m pytest -q
+
+# run only the fast tests (no VM)
+[group('test')]
+test-fast: setup
+    {{PY}} -m pytest -q -m 'not vm'
+
+# ruff over the package and tests
+[group('test')]
+lint: setup
+    {{VENV}}/bin/ruff check pipelines tests
+
+# speed and memory benchmarks (ingest rate, analysis time and peak RSS on 10 M events); N = events
+[group('test')]
+bench N="10000000": setup
+    {{PY}} -m ztbp.bench --events {{N}}
+
+# everything CI runs
+[group('test')]
+ci: test
+
+# write a synthetic run: just synth runs/synth-paper80 paper80 1000000
+[group('analyse')]
+synth RUN="runs/synth-paper80" PATTERN="paper80" READS="1000000" SEED="1": setup
+    {{ZTBP}} synth {{RUN}} --pattern {{PATTERN}} --reads {{READS}} --seed {{SEED}}
+
+# every analysis of one run, as JSON files in RUN/derived/ and a summary on the terminal
+[group('analyse')]
+analyse RUN: setup
+    {{ZTBP}} ingest {{RUN}}
+    {{ZTBP}} zones {{RUN}} --top 8
+    {{ZTBP}} chains {{RUN}}
+    {{ZTBP}} cluster {{RUN}}
+    {{ZTBP}} cachesim {{RUN}}
+    {{ZTBP}} config {{RUN}} -o {{RUN}}/derived/cache-config.json

@@ -1,0 +1,116 @@
+"""The run-directory contract of probes/FORMAT.md as code: constants, meta.json reading and writing."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .errors import FormatError, MissingRunError
+from .paths import RunPaths
+
+RUN_FORMAT = "ztbp-run/1"
+CONFIG_FORMAT = "ztbp-cache-config/1"
+NVME_VERSION_LINE = "# ztbp nvme v1"
+NVME_COLUMNS: tuple[str, ...] = (
+    "ts_ns", "lat_ns", "ctrl", "qid", "cid", "nsid", "opcode", "op", "slba", "nlb", "zone_action", "status",
+)
+OPS: tuple[str, ...] = (
+    "read", "write", "zone_append", "zone_mgmt_send", "zone_mgmt_recv", "flush", "dsm", "write_zeroes", "other",
+)
+ZONE_ACTIONS: tuple[str, ...] = ("", "close", "finish", "open", "reset", "offline")
+#: NVMe I/O opcode -> op name (FORMAT.md).
+OPCODE_OP: dict[int, str] = {
+    0x00: "flush", 0x01: "write", 0x02: "read", 0x08: "write_zeroes", 0x09: "dsm",
+    0x79: "zone_mgmt_send", 0x7A: "zone_mgmt_recv", 0x7D: "zone_append",
+}
+META_REQUIRED: dict[str, type] = {
+    "format": str, "lba_bytes": int, "zone_size_lba": int, "zone_cap_lba": int, "nr_zones": int,
+}
+_VERSION_RE = re.compile(r"^# ztbp (?P<probe>[a-z0-9_]+) v(?P<major>\d+)(?:\.(?P<minor>\d+))?\s*$")
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_version_line(line: str, probe: str, supported_major: int, path: Path) -> int:
+    """Check a probe file's first line; return its major version or raise FormatError."""
+    m = _VERSION_RE.match(line.rstrip("\r\n"))
+    if m is None:
+        shown = line.strip()[:60] or "(empty)"
+        raise FormatError(
+            f"{path}: first line is {shown!r}, expected '# ztbp {probe} v{supported_major}'. "
+            "Is this a ztbp probe file? See probes/FORMAT.md."
+        )
+    if m["probe"] != probe:
+        raise FormatError(f"{path}: this is a '{m['probe']}' probe file, expected '{probe}'.")
+    major = int(m["major"])
+    if major != supported_major:
+        raise FormatError(
+            f"{path}: format '{probe} v{major}' is not supported; this version of ztbp reads "
+            f"'{probe} v{supported_major}'. Upgrade ztbp or re-capture the run."
+        )
+    return major
+
+
+def read_meta(run: RunPaths) -> dict[str, Any]:
+    """Load and validate meta.json of a run."""
+    if not run.root.is_dir():
+        raise MissingRunError(f"run directory {run.root} does not exist. Capture one with `just capture` "
+                              "or make a synthetic one with `ztbp synth RUN --pattern paper80`.")
+    if not run.meta.is_file():
+        raise MissingRunError(f"{run.meta} is missing: every run needs meta.json (see probes/FORMAT.md). "
+                              "Was the capture interrupted before it started?")
+    try:
+        meta = json.loads(run.meta.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise FormatError(f"{run.meta} is not valid JSON ({e}). Fix or re-capture the run.") from None
+    if not isinstance(meta, dict):
+        raise FormatError(f"{run.meta} must hold a JSON object.")
+    fmt = meta.get("format")
+    if not isinstance(fmt, str) or not fmt.startswith("ztbp-run/"):
+        raise FormatError(f"{run.meta}: 'format' is {fmt!r}, expected '{RUN_FORMAT}'.")
+    if fmt.split("/", 1)[1].split(".")[0] != RUN_FORMAT.split("/")[1]:
+        raise FormatError(f"{run.meta}: run format {fmt!r} is not supported; this ztbp reads '{RUN_FORMAT}'.")
+    for key, typ in META_REQUIRED.items():
+        val = meta.get(key)
+        if not isinstance(val, typ) or isinstance(val, bool):
+            raise FormatError(f"{run.meta}: '{key}' must be {typ.__name__}, found {val!r}.")
+    for key in ("lba_bytes", "zone_size_lba", "zone_cap_lba", "nr_zones"):
+        if meta[key] <= 0:
+            raise FormatError(f"{run.meta}: '{key}' must be positive, found {meta[key]}.")
+    meta.setdefault("lost_events", {})
+    meta.setdefault("synthetic", False)
+    meta.setdefault("workload", {})
+    meta.setdefault("complete", True)
+    return meta
+
+
+def write_meta(run: RunPaths, meta: dict[str, Any]) -> None:
+    run.root.mkdir(parents=True, exist_ok=True)
+    tmp = run.meta.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(meta, indent=2, sort_keys=False) + "\n")
+    tmp.replace(run.meta)
+
+
+def new_meta(*, device: str, lba_bytes: int, zone_size_lba: int, zone_cap_lba: int, nr_zones: int,
+             synthetic: bool, workload: dict[str, Any], backend: str, **extra: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "format": RUN_FORMAT,
+        "device": device,
+        "lba_bytes": lba_bytes,
+        "zone_size_lba": zone_size_lba,
+        "zone_cap_lba": zone_cap_lba,
+        "nr_zones": nr_zones,
+        "synthetic": synthetic,
+        "workload": workload,
+        "lost_events": {},
+        "backend": backend,
+        "complete": True,
+        "created": utc_now(),
+    }
+    meta.update(extra)
+    return meta
