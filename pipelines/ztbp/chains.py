@@ -1,0 +1,202 @@
+"""`ztbp chains`: sequential chains and the Natural Transfer Size (NTS) test.
+
+A chain is a run of requests of one op in one namespace, in submission order, where each request starts exactly
+at the LBA where the previous request of the chain ended (slba == previous slba + nlb). Streams may interleave:
+a request continues the most recent earlier chain of its op and namespace that ends at its start LBA and has not
+been continued yet; otherwise it starts a new chain. A chain can only be continued while its last request is
+among the --window (default 256) most recent requests of its op, so that random traffic does not join chains by
+chance across the whole trace. A chain's length is the bytes it moved. NTS is the chain length at which a device
+reaches full bandwidth (4 MiB for HDDs and SSDs in the object-storage study); the share of chains, and of bytes,
+in chains of at least NTS tells whether the I/O reaching the device is sequential enough. Requests that move no
+data (nlb = 0) and zone appends (whose LBA the device chooses) are not chained. See docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import numba
+import numpy as np
+import polars as pl
+
+from .cli import emit
+from .contract import read_meta
+from .errors import ZtbpError
+from .ingest import load_events
+from .paths import run_paths
+
+CHAIN_OPS = ("read", "write", "write_zeroes")
+MIB = 1 << 20
+#: A chain stays open for continuation while its last request is among this many most recent requests of its
+#: op (enough for 36 jobs x queue depth 4 of interleaved streams; random traffic rarely hits by chance).
+DEFAULT_WINDOW = 256
+
+
+@numba.njit(cache=True)
+def _chain_ids(group: np.ndarray, slba: np.ndarray, nlb: np.ndarray, n_groups: int, window: int) -> np.ndarray:
+    """Chain id of every request (requests in submission order). Open addressing on the end LBA.
+
+    A chain can be continued only while its last request is among the `window` most recent requests
+    (0 = no limit).
+    """
+    n = slba.size
+    cap = 1
+    while cap < 2 * n + 2:
+        cap *= 2
+    mask = cap - 1
+    keys = np.full(cap, -1, dtype=np.int64)
+    heads = np.full(cap, -1, dtype=np.int64)  # most recent unextended request whose chain ends at key
+    below = np.full(n, -1, dtype=np.int64)    # next older unextended request ending at the same key
+    chain = np.empty(n, dtype=np.int64)
+    next_chain = 0
+    for i in range(n):
+        # look up a chain ending at this request's start
+        k = slba[i] * n_groups + group[i]
+        h = (k * 0x9E3779B97F4A7C15) & mask
+        while keys[h] != -1 and keys[h] != k:
+            h = (h + 1) & mask
+        j = heads[h] if keys[h] == k else -1
+        if j >= 0 and window > 0 and i - j > window:
+            heads[h] = -1  # everything stacked below j is older still
+            j = -1
+        if j >= 0:
+            chain[i] = chain[j]
+            heads[h] = below[j]
+        else:
+            chain[i] = next_chain
+            next_chain += 1
+        # this request's chain now ends at slba + nlb
+        k = (slba[i] + nlb[i]) * n_groups + group[i]
+        h = (k * 0x9E3779B97F4A7C15) & mask
+        while keys[h] != -1 and keys[h] != k:
+            h = (h + 1) & mask
+        if keys[h] == -1:
+            keys[h] = k
+        below[i] = heads[h]
+        heads[h] = i
+    return chain
+
+
+def chainable(events: pl.DataFrame, op: str) -> pl.DataFrame:
+    if op not in CHAIN_OPS:
+        raise ZtbpError(f"--op {op!r}: chains are defined for {', '.join(CHAIN_OPS)}")
+    return events.filter((pl.col("op") == op) & (pl.col("nlb") > 0))
+
+
+def chain_table(events: pl.DataFrame, op: str, lba_bytes: int, window: int = DEFAULT_WINDOW) -> pl.DataFrame:
+    """One row per chain: chain id, requests, bytes, start LBA, first submission time."""
+    ev = chainable(events, op)
+    if ev.height == 0:
+        return pl.DataFrame(schema={"chain": pl.Int64, "requests": pl.UInt32, "bytes": pl.UInt64,
+                                    "slba": pl.UInt64, "ts_ns": pl.UInt64})
+    group = ev["nsid"].rank("dense").cast(pl.Int64).to_numpy() - 1
+    n_groups = int(group.max()) + 1
+    ids = _chain_ids(group, ev["slba"].cast(pl.Int64).to_numpy(), ev["nlb"].cast(pl.Int64).to_numpy(), n_groups,
+                     window)
+    return (
+        ev.select("slba", "nlb", "ts_ns").with_columns(pl.Series("chain", ids))
+        .group_by("chain", maintain_order=True)
+        .agg(pl.len().cast(pl.UInt32).alias("requests"),
+             (pl.col("nlb").cast(pl.UInt64).sum() * lba_bytes).alias("bytes"),
+             pl.col("slba").first(), pl.col("ts_ns").first())
+    )
+
+
+def _pct(s: pl.Series, q: float) -> int:
+    return int(s.quantile(q, "nearest")) if s.len() else 0
+
+
+def chain_summary(chains: pl.DataFrame, op: str, nts_bytes: int) -> dict[str, Any]:
+    n = chains.height
+    total = int(chains["bytes"].sum()) if n else 0
+    big = chains.filter(pl.col("bytes") >= nts_bytes)
+    return {
+        "op": op,
+        "nts_bytes": nts_bytes,
+        "chains": n,
+        "requests": int(chains["requests"].sum()) if n else 0,
+        "bytes": total,
+        "frac_chains_ge_nts": big.height / n if n else 0.0,
+        "frac_bytes_ge_nts": int(big["bytes"].sum()) / total if total else 0.0,
+        "chain_bytes_p50": _pct(chains["bytes"], 0.5),
+        "chain_bytes_p90": _pct(chains["bytes"], 0.9),
+        "chain_requests_max": int(chains["requests"].max()) if n else 0,
+    }
+
+
+def size_cdf(events: pl.DataFrame, op: str, lba_bytes: int) -> pl.DataFrame:
+    """I/O size CDF of one op: bytes, requests of that size, cumulative fraction of requests."""
+    ev = chainable(events, op)
+    t = (ev.group_by((pl.col("nlb").cast(pl.UInt64) * lba_bytes).alias("bytes")).agg(pl.len().alias("requests"))
+         .sort("bytes"))
+    total = max(1, int(t["requests"].sum())) if t.height else 1
+    return t.with_columns((pl.col("requests").cum_sum() / total).alias("cum_frac"))
+
+
+def chain_cdf(chains: pl.DataFrame) -> pl.DataFrame:
+    """Chain-length CDF in power-of-two buckets: chains ≤ bytes, cumulative fraction of chains and of bytes."""
+    if chains.height == 0:
+        return pl.DataFrame(schema={"bytes_le": pl.UInt64, "chains": pl.UInt32, "cum_frac_chains": pl.Float64,
+                                    "cum_frac_bytes": pl.Float64})
+    bucket = (2 ** pl.col("bytes").cast(pl.Float64).log(2).ceil()).cast(pl.UInt64)
+    t = (chains.group_by(bucket.alias("bytes_le"))
+         .agg(pl.len().cast(pl.UInt32).alias("chains"), pl.col("bytes").sum().alias("_b")).sort("bytes_le"))
+    return t.with_columns(
+        (pl.col("chains").cum_sum() / chains.height).alias("cum_frac_chains"),
+        (pl.col("_b").cum_sum() / int(chains["bytes"].sum())).alias("cum_frac_bytes"),
+    ).drop("_b")
+
+
+def chains_report(events: pl.DataFrame, op: str, nts_bytes: int, lba_bytes: int,
+                  window: int = DEFAULT_WINDOW) -> dict[str, Any]:
+    chains = chain_table(events, op, lba_bytes, window)
+    out = chain_summary(chains, op, nts_bytes)
+    out["window"] = window
+    out["size_cdf"] = size_cdf(events, op, lba_bytes).to_dicts()
+    out["chain_cdf"] = chain_cdf(chains).to_dicts()
+    return out
+
+
+def chains_text(r: dict[str, Any]) -> str:
+    def fmt(b: int) -> str:
+        return f"{b / MIB:.2f} MiB" if b >= MIB else f"{b / 1024:.0f} KiB"
+
+    lines = [
+        f"chains ({r['op']}): {r['chains']} chains from {r['requests']} requests, {fmt(r['bytes'])} in all",
+        f"  NTS {fmt(r['nts_bytes'])}: {r['frac_chains_ge_nts']:.1%} of chains and "
+        f"{r['frac_bytes_ge_nts']:.1%} of bytes are in chains ≥ NTS",
+        f"  chain length p50 {fmt(r['chain_bytes_p50'])}, p90 {fmt(r['chain_bytes_p90'])}",
+        "  chain-length CDF:  ≤ bytes        chains  cum%chains  cum%bytes",
+    ]
+    for row in r["chain_cdf"]:
+        lines.append(f"  {fmt(row['bytes_le']):>18} {row['chains']:>12} {row['cum_frac_chains']:>10.1%} "
+                     f"{row['cum_frac_bytes']:>10.1%}")
+    lines.append("  I/O size CDF:        bytes      requests  cum%")
+    for row in r["size_cdf"]:
+        lines.append(f"  {fmt(row['bytes']):>18} {row['requests']:>13} {row['cum_frac']:>6.1%}")
+    return "\n".join(lines)
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    rp = run_paths(args.run)
+    meta = read_meta(rp)
+    if args.nts_mib <= 0:
+        raise ZtbpError("--nts-mib must be positive (the object-storage study uses 4)")
+    if args.window < 0:
+        raise ZtbpError("--window must be ≥ 0 (0 = unlimited)")
+    r = chains_report(load_events(rp), args.op, int(args.nts_mib * MIB), meta["lba_bytes"], args.window)
+    emit(r, args.json, chains_text(r))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("chains", help="sequential chains, share ≥ NTS, I/O size and chain-length CDFs")
+    p.add_argument("run", help="run directory")
+    p.add_argument("--op", default="read", choices=CHAIN_OPS, help="which op's chains (default read)")
+    p.add_argument("--nts-mib", type=float, default=4.0, help="Natural Transfer Size in MiB (default 4)")
+    p.add_argument("--window", type=int, default=DEFAULT_WINDOW,
+                   help=f"a chain stays open while its last request is among the N most recent (default "
+                        f"{DEFAULT_WINDOW}; 0 = unlimited)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd)

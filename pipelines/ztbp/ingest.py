@@ -1,0 +1,223 @@
+"""`ztbp ingest`: raw/nvme.csv -> derived/events.parquet (typed, sorted by submission time).
+
+Two paths, one result. The fast path lets polars parse the whole file with the contract's schema; when the file
+has anything it cannot take as it is (a truncated last line, a garbage row, an unknown op), the careful path reads
+it line by line, keeps every row that parses, and reports each skipped line's number and reason. Nothing is
+dropped silently: `derived/ingest.json` and the command's output count every skipped line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from .cli import emit
+from .contract import NVME_COLUMNS, NVME_VERSION_LINE, OPS, ZONE_ACTIONS, parse_version_line, read_meta
+from .errors import FormatError, MissingRunError
+from .paths import RunPaths, run_paths
+
+OP_DTYPE = pl.Enum(list(OPS))
+ACTION_DTYPE = pl.Enum([a + s for a in ZONE_ACTIONS if a for s in ("", "_all")] + [""])
+#: Column -> polars type in events.parquet (the op / zone_action enums are applied after validation).
+INT_TYPES: dict[str, pl.DataType] = {
+    "ts_ns": pl.UInt64, "lat_ns": pl.UInt64, "ctrl": pl.UInt32, "qid": pl.UInt32, "cid": pl.UInt32,
+    "nsid": pl.UInt32, "opcode": pl.UInt8, "slba": pl.UInt64, "nlb": pl.UInt32, "status": pl.UInt16,
+}
+SHOW_SKIPPED = 5
+
+
+@dataclass
+class IngestReport:
+    source: str
+    rows: int = 0
+    skipped: int = 0
+    blank_lines: int = 0
+    skipped_examples: list[dict[str, Any]] = field(default_factory=list)
+    skip_reasons: dict[str, int] = field(default_factory=dict)
+    out_of_range_zones: int = 0
+    lost_events: dict[str, int] = field(default_factory=dict)
+    source_size: int = 0
+    source_mtime_ns: int = 0
+    path: str = "fast"
+
+    def skip(self, line_no: int, reason: str, count_only: bool = False) -> None:
+        self.skipped += 1
+        key = reason.split(":")[0]
+        self.skip_reasons[key] = self.skip_reasons.get(key, 0) + 1
+        if not count_only and len(self.skipped_examples) < SHOW_SKIPPED:
+            self.skipped_examples.append({"line": line_no, "reason": reason})
+
+
+def _check_header(path: Path) -> list[str]:
+    """Validate the version line and header; return the header's column names."""
+    try:
+        with path.open("rb") as f:
+            first = f.readline().decode("utf-8", "replace")
+            second = f.readline().decode("utf-8", "replace")
+    except OSError as e:
+        raise MissingRunError(f"cannot read {path}: {e.strerror}") from None
+    if not first:
+        raise FormatError(f"{path} is empty: expected '{NVME_VERSION_LINE}' and a header. "
+                          "The probe wrote nothing — was it attached? Check console.log of the run.")
+    parse_version_line(first, "nvme", 1, path)
+    cols = [c.strip() for c in second.strip().split(",")]
+    if tuple(cols[: len(NVME_COLUMNS)]) != NVME_COLUMNS:
+        raise FormatError(f"{path}: line 2 must be the header '{','.join(NVME_COLUMNS)}' "
+                          f"(extra columns may follow), found {second.strip()[:120]!r}.")
+    return cols
+
+
+def _validate(df: pl.DataFrame) -> pl.DataFrame:
+    """Apply the enum types; raises if an op / zone_action is not in the contract."""
+    return df.with_columns(
+        pl.col("op").cast(OP_DTYPE),
+        pl.col("zone_action").fill_null("").cast(ACTION_DTYPE),
+    )
+
+
+def _fast_path(path: Path, header: list[str]) -> pl.DataFrame | None:
+    """Parse the whole file with the schema; None when anything needs the careful path."""
+    schema = {c: INT_TYPES.get(c, pl.String) for c in header}
+    try:
+        df = pl.read_csv(path, skip_rows=1, has_header=True, schema=schema,
+                         columns=list(NVME_COLUMNS))
+    except Exception:  # noqa: BLE001 - any parse failure means: take the careful path
+        return None
+    required = [c for c in NVME_COLUMNS if c != "zone_action"]
+    if df.select(pl.any_horizontal(pl.col(required).is_null()).any()).item():
+        return None
+    try:
+        return _validate(df)
+    except Exception:  # noqa: BLE001 - unknown op / action: careful path reports the lines
+        return None
+
+
+def _careful_path(path: Path, report: IngestReport) -> pl.DataFrame:
+    """Line-by-line: keep what parses, count and explain the rest."""
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    truncated_last = not raw.endswith(b"\n") and len(lines) > 2
+    if lines and lines[-1] == b"":
+        lines.pop()
+    body = [ln.decode("utf-8", "replace").rstrip("\r") for ln in lines[2:]]
+    first_line_no = 3
+    s = pl.DataFrame({"line": body}).with_row_index("line_no", offset=first_line_no)
+    blank = s.filter(pl.col("line").str.strip_chars() == "")
+    report.blank_lines = blank.height
+    s = s.filter(pl.col("line").str.strip_chars() != "")
+    parts = pl.col("line").str.split(",")
+    s = s.with_columns(parts.list.len().alias("_n"), parts.alias("_p"))
+    n = len(NVME_COLUMNS)
+    exprs = []
+    for i, c in enumerate(NVME_COLUMNS):
+        e = pl.col("_p").list.get(i, null_on_oob=True).str.strip_chars(" \"")
+        if c in INT_TYPES:
+            e = e.cast(INT_TYPES[c], strict=False)
+        exprs.append(e.alias(c))
+    s = s.with_columns(exprs)
+    last_no = first_line_no + len(body) - 1
+    reason = (
+        pl.when(pl.col("_n") < n)
+        .then(pl.when(pl.lit(truncated_last) & (pl.col("line_no") == last_no))
+              .then(pl.format("truncated last line: {} of {} fields", pl.col("_n"), pl.lit(n)))
+              .otherwise(pl.format("wrong field count: {} of {}", pl.col("_n"), pl.lit(n))))
+    )
+    for c in INT_TYPES:
+        reason = reason.when(pl.col(c).is_null()).then(pl.lit(f"bad value: {c} is not a valid {INT_TYPES[c]}"))
+    reason = (reason.when(~pl.col("op").is_in(list(OPS)))
+              .then(pl.format("unknown op: {}", pl.col("op")))
+              .when(~pl.col("zone_action").is_in(list(ACTION_DTYPE.categories)))
+              .then(pl.format("unknown zone_action: {}", pl.col("zone_action")))
+              .otherwise(None))
+    s = s.with_columns(reason.alias("_why"))
+    bad = s.filter(pl.col("_why").is_not_null()).select("line_no", "_why")
+    for line_no, why in bad.head(SHOW_SKIPPED).iter_rows():
+        report.skip(int(line_no), str(why))
+    for why in bad["_why"].slice(SHOW_SKIPPED):
+        report.skip(0, str(why), count_only=True)
+    report.path = "careful"
+    good = s.filter(pl.col("_why").is_null()).select(NVME_COLUMNS)
+    return _validate(good)
+
+
+def ingest(run: RunPaths, quiet: bool = True) -> IngestReport:
+    """Read raw/nvme.csv of a run and write derived/events.parquet and derived/ingest.json."""
+    meta = read_meta(run)
+    src = run.nvme_csv
+    if not src.is_file():
+        raise MissingRunError(f"{src} is missing: this run has no NVMe trace. Was the nvme probe attached? "
+                              "See console.log of the run.")
+    header = _check_header(src)
+    st = src.stat()
+    report = IngestReport(source=str(src), source_size=st.st_size, source_mtime_ns=st.st_mtime_ns,
+                          lost_events={k: int(v) for k, v in meta.get("lost_events", {}).items()})
+    df = _fast_path(src, header)
+    if df is None:
+        df = _careful_path(src, report)
+    zone = (pl.col("slba") // meta["zone_size_lba"]).cast(pl.UInt32)
+    df = df.with_columns(zone.alias("zone"))
+    # Probes print in completion order; the contract of events.parquet is submission order.
+    df = df.set_sorted("ts_ns") if df["ts_ns"].is_sorted() else df.sort("ts_ns", maintain_order=True)
+    report.rows = df.height
+    report.out_of_range_zones = int(df.select((pl.col("zone") >= meta["nr_zones"]).sum()).item())
+    run.derived.mkdir(parents=True, exist_ok=True)
+    tmp = run.events.with_suffix(".parquet.tmp")
+    df.write_parquet(tmp, compression="lz4", statistics=False)
+    tmp.replace(run.events)
+    run.ingest_report.write_text(json.dumps(asdict(report), indent=2) + "\n")
+    return report
+
+
+def _is_fresh(run: RunPaths) -> bool:
+    if not run.events.is_file() or not run.ingest_report.is_file():
+        return False
+    try:
+        rep = json.loads(run.ingest_report.read_text())
+        st = run.nvme_csv.stat()
+    except (OSError, json.JSONDecodeError):
+        return False
+    return rep.get("source_size") == st.st_size and rep.get("source_mtime_ns") == st.st_mtime_ns
+
+
+def load_events(run: RunPaths | str | Path) -> pl.DataFrame:
+    """events.parquet of a run, ingesting first when it is missing or older than raw/nvme.csv."""
+    rp = run if isinstance(run, RunPaths) else run_paths(run)
+    if not _is_fresh(rp):
+        ingest(rp)
+    return pl.read_parquet(rp.events)
+
+
+def summary_text(rep: IngestReport) -> str:
+    out = [f"ingest: {rep.rows} rows read from {rep.source} ({rep.path} path)"]
+    if rep.skipped:
+        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(rep.skip_reasons.items()))
+        out.append(f"ingest: skipped {rep.skipped} lines ({reasons})")
+        for ex in rep.skipped_examples:
+            out.append(f"  line {ex['line']}: {ex['reason']}")
+    else:
+        out.append("ingest: skipped 0 lines")
+    if rep.blank_lines:
+        out.append(f"ingest: ignored {rep.blank_lines} blank lines")
+    if rep.out_of_range_zones:
+        out.append(f"ingest: warning: {rep.out_of_range_zones} rows address a zone ≥ nr_zones of meta.json")
+    lost = ", ".join(f"{k}={v}" for k, v in rep.lost_events.items()) or "not recorded"
+    out.append(f"ingest: lost events (from meta.json): {lost}")
+    return "\n".join(out)
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    rep = ingest(run_paths(args.run))
+    emit(asdict(rep), args.json, summary_text(rep))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ingest", help="raw/nvme.csv -> derived/events.parquet, reporting skipped lines")
+    p.add_argument("run", help="run directory")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd)
