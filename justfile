@@ -68,3 +68,19 @@ analyse RUN: setup
     {{ZTBP}} cluster {{RUN}}
     {{ZTBP}} cachesim {{RUN}}
     {{ZTBP}} config {{RUN}} -o {{RUN}}/derived/cache-config.json
+
+# build the ioctl helper tools/ztbp-ctl/build/ztbp-ctl (C11, warnings as errors)
+[group('device')]
+build:
+    make -s -C tools/ztbp-ctl
+
+# fuzz ztbp-ctl's config parser and command line with libFuzzer (clang, ASan+UBSan) for SECONDS, one process
+[group('device')]
+fuzz SECONDS="600":
+    make -s -C tools/ztbp-ctl fuzz-run FUZZ_SECONDS={{SECONDS}}
+
+# write RUN's cache config and send its five best zones to DEV with ztbp-ctl set (dry run when DEV is empty)
+[group('device')]
+apply RUN="runs/synth-paper80" DEV="": setup build
+    {{ZTBP}} config {{quote(RUN)}} -o {{quote(RUN / "derived" / "cache-config.json")}}
+    tools/ztbp-ctl/build/ztbp-ctl set {{ if DEV == "" { "--dry-run" } else { quote(DEV) } }} --top5 --config {{quote(RUN / "derived" / "cache-config.json")}}
