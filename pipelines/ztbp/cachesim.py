@@ -1,0 +1,341 @@
+"""`ztbp cachesim`: hit ratios of a device read cache under four policies, over the run's reads.
+
+The device cache holds `cache_mib / page_kib` pages. Every read command touches the pages its LBA range covers;
+each page touch is one request. All policies start with an empty cache and count the first touch of a page as a
+miss (compulsory misses), so the figures are comparable:
+
+- lru: plain LRU.
+- zone_lru: the zone-recognition LRU of ZTBP Algorithm 4. One list; pages of hot (recognised) zones are inserted at
+  the head, other pages at `l_head`, the first position after the hot segment; a hit moves a hot page to the head
+  and a normal page to `l_head`; eviction takes the tail. Normal pages therefore always leave before hot ones.
+  Implemented as two LRU segments (hot, normal) evicting from the normal segment first — the same list order.
+- static_best: hindsight — the cache is reserved for the `cache_pages` most-read pages of the whole trace; each is
+  loaded on its first touch and never evicted; other pages are not cached.
+- belady: Belady's MIN with bypass — on a miss, evict the cached page whose next use is furthest in the future, or
+  do not cache the new page if its own next use is further still. Optimal for any cache of this size, so it bounds
+  every other figure from above.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import numba
+import numpy as np
+import polars as pl
+
+from .cli import emit
+from .contract import CONFIG_FORMAT, read_meta
+from .errors import FormatError, ZtbpError
+from .ingest import load_events
+from .paths import RunPaths, run_paths
+
+POLICIES = ("lru", "zone_lru", "static_best", "belady")
+SWEEP_MIB = (4, 8, 16, 32, 64, 128, 256, 512)
+NEVER = np.iinfo(np.int64).max
+
+
+def page_requests(events: pl.DataFrame, lba_bytes: int, page_bytes: int, zone_bytes: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Page number of every page touch of the run's reads, in submission order, and the zone of each."""
+    reads = events.filter((pl.col("op") == "read") & (pl.col("nlb") > 0))
+    start = reads["slba"].to_numpy().astype(np.int64) * lba_bytes
+    end = start + reads["nlb"].to_numpy().astype(np.int64) * lba_bytes
+    first = start // page_bytes
+    n = (end - 1) // page_bytes - first + 1
+    if n.size and n.max() == 1:
+        pages = first
+    else:
+        pages = np.repeat(first, n) + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
+    return pages, pages * page_bytes // zone_bytes
+
+
+def lru_hits(pages: list[int], capacity: int) -> int:
+    cache: OrderedDict[int, None] = OrderedDict()
+    hits = 0
+    move, pop = cache.move_to_end, cache.popitem
+    for p in pages:
+        if p in cache:
+            move(p)
+            hits += 1
+        else:
+            cache[p] = None
+            if len(cache) > capacity:
+                pop(last=False)
+    return hits
+
+
+def zone_lru_hits(pages: list[int], hot: list[bool], capacity: int) -> int:
+    """Algorithm 4: hot segment before l_head, normal segment after; evict the list's tail."""
+    hot_seg: OrderedDict[int, None] = OrderedDict()  # last item = list head
+    normal: OrderedDict[int, None] = OrderedDict()   # last item = l_head
+    hits = 0
+    for p, h in zip(pages, hot, strict=True):
+        seg = hot_seg if h else normal
+        if p in seg:
+            seg.move_to_end(p)
+            hits += 1
+            continue
+        seg[p] = None
+        if len(hot_seg) + len(normal) > capacity:
+            (normal if normal else hot_seg).popitem(last=False)
+    return hits
+
+
+def static_best_hits(ids: np.ndarray, capacity: int) -> int:
+    counts = np.bincount(ids)
+    cut = max(0, counts.size - capacity)
+    top = np.partition(counts, cut)[cut:] if cut else counts
+    return int((top[top > 0] - 1).sum())
+
+
+def next_use(ids: np.ndarray) -> np.ndarray:
+    """Index of the next request for the same page (NEVER if none)."""
+    order = np.argsort(ids, kind="stable")
+    nxt = np.full(ids.size, NEVER, dtype=np.int64)
+    same = ids[order[1:]] == ids[order[:-1]]
+    nxt[order[:-1][same]] = order[1:][same]
+    return nxt
+
+
+@numba.njit(cache=True)
+def _belady_hits(ids: np.ndarray, nxt: np.ndarray, n_pages: int, capacity: int) -> int:
+    never = np.iinfo(np.int64).max
+    cur = np.full(n_pages, -1, dtype=np.int64)  # next use of each cached page; -1 = not cached
+    heap = [(np.int64(0), np.int64(0))]  # (-next use, page); lazy deletion
+    heap.pop()
+    size = 0
+    hits = 0
+    for i in range(ids.size):
+        p = ids[i]
+        nx = nxt[i]
+        if cur[p] >= 0:
+            hits += 1
+            cur[p] = nx
+            heapq.heappush(heap, (-nx, p))
+            continue
+        if nx == never:
+            continue  # never used again: bypass
+        if size < capacity:
+            cur[p] = nx
+            heapq.heappush(heap, (-nx, p))
+            size += 1
+            continue
+        while True:  # furthest valid entry
+            negn, q = heap[0]
+            if cur[q] == -negn:
+                break
+            heapq.heappop(heap)
+        if -negn > nx:
+            heapq.heappop(heap)
+            cur[q] = -1
+            cur[p] = nx
+            heapq.heappush(heap, (-nx, p))
+        # else: bypass, the incoming page is needed later than everything cached
+    return hits
+
+
+def belady_hits(ids: np.ndarray, capacity: int, nxt: np.ndarray | None = None) -> int:
+    if ids.size == 0 or capacity <= 0:
+        return 0
+    nxt = next_use(ids) if nxt is None else nxt
+    return int(_belady_hits(ids.astype(np.int64), nxt, int(ids.max()) + 1, capacity))
+
+
+@numba.njit(cache=True)
+def _stack_distances(ids: np.ndarray, n_pages: int) -> np.ndarray:
+    """LRU stack distance of every request (distinct pages since its last use; -1 = first use). Fenwick tree."""
+    n = ids.size
+    tree = np.zeros(n + 1, dtype=np.int64)
+    last = np.full(n_pages, -1, dtype=np.int64)
+    out = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        p = ids[i]
+        j = last[p]
+        if j < 0:
+            out[i] = -1
+        else:
+            # number of marked positions in (j, i): distinct pages touched since j
+            s = 0
+            k = i
+            while k > 0:
+                s += tree[k]
+                k -= k & (-k)
+            k = j + 1
+            while k > 0:
+                s -= tree[k]
+                k -= k & (-k)
+            out[i] = s
+            k = j + 1
+            while k <= n:
+                tree[k] -= 1
+                k += k & (-k)
+        k = i + 1
+        while k <= n:
+            tree[k] += 1
+            k += k & (-k)
+        last[p] = i
+    return out
+
+
+def lru_sweep(ids: np.ndarray, capacities: list[int]) -> list[float]:
+    """LRU hit ratios for many cache sizes in one pass (Mattson stack distances)."""
+    if ids.size == 0:
+        return [0.0 for _ in capacities]
+    d = _stack_distances(ids.astype(np.int64), int(ids.max()) + 1)
+    d = np.sort(d[d >= 0])
+    return [float(np.searchsorted(d, c, side="left")) / ids.size for c in capacities]
+
+
+class Trace:
+    """The page requests of one run, prepared once for every policy and cache size."""
+
+    def __init__(self, events: pl.DataFrame, meta: dict[str, Any], page_kib: int) -> None:
+        if page_kib <= 0:
+            raise ZtbpError("--page-kib must be positive")
+        self.page_bytes = page_kib * 1024
+        self.zone_bytes = meta["zone_size_lba"] * meta["lba_bytes"]
+        self.pages, self.zones = page_requests(events, meta["lba_bytes"], self.page_bytes, self.zone_bytes)
+        self.read_commands = int(((events["op"] == "read") & (events["nlb"] > 0)).sum())
+        _, self.ids = np.unique(self.pages, return_inverse=True)
+        self._pages_list: list[int] | None = None
+        self._nxt: np.ndarray | None = None
+
+    @property
+    def requests(self) -> int:
+        return int(self.pages.size)
+
+    def pages_list(self) -> list[int]:
+        if self._pages_list is None:
+            self._pages_list = self.ids.tolist()
+        return self._pages_list
+
+    def nxt(self) -> np.ndarray:
+        if self._nxt is None:
+            self._nxt = next_use(self.ids)
+        return self._nxt
+
+    def capacity(self, cache_mib: float) -> int:
+        return int(cache_mib * (1 << 20) // self.page_bytes)
+
+    def hit_ratios(self, cache_mib: float, hot_zones: list[int], policies: tuple[str, ...] = POLICIES
+                   ) -> dict[str, float]:
+        cap = self.capacity(cache_mib)
+        n = max(1, self.requests)
+        out: dict[str, float] = {}
+        if "lru" in policies:
+            out["lru"] = lru_hits(self.pages_list(), cap) / n
+        if "zone_lru" in policies:
+            hot = np.isin(self.zones, np.asarray(hot_zones, dtype=np.int64)).tolist()
+            out["zone_lru"] = zone_lru_hits(self.pages_list(), hot, cap) / n
+        if "static_best" in policies:
+            out["static_best"] = static_best_hits(self.ids, cap) / n
+        if "belady" in policies:
+            out["belady"] = belady_hits(self.ids, cap, self.nxt()) / n
+        return out
+
+    def sweep(self, sizes_mib: tuple[float, ...], hot_zones: list[int]) -> list[dict[str, float]]:
+        caps = [self.capacity(m) for m in sizes_mib]
+        lru = lru_sweep(self.ids, caps)
+        rows = []
+        for m, lr in zip(sizes_mib, lru, strict=True):
+            r = self.hit_ratios(m, hot_zones, ("zone_lru", "static_best", "belady"))
+            rows.append({"cache_mib": m, "lru": lr, **r})
+        return rows
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    """Read a cache-config.json (probes/FORMAT.md)."""
+    try:
+        cfg = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ZtbpError(f"config {path} does not exist; make one with `ztbp config RUN -o {path}`") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise FormatError(f"config {path} is not valid JSON ({e})") from None
+    if not isinstance(cfg, dict) or cfg.get("format") != CONFIG_FORMAT:
+        raise FormatError(f"config {path}: 'format' must be '{CONFIG_FORMAT}'")
+    zones = cfg.get("hot_zones")
+    if not isinstance(zones, list) or not all(isinstance(z, int) and not isinstance(z, bool) and z >= 0
+                                              for z in zones):
+        raise FormatError(f"config {path}: 'hot_zones' must be a list of zone ids (non-negative integers)")
+    return cfg
+
+
+def parse_zone_list(s: str) -> list[int]:
+    try:
+        zones = [int(z) for z in s.split(",") if z.strip() != ""]
+    except ValueError:
+        raise ZtbpError(f"--hot-zones {s!r}: expected zone ids separated by commas, e.g. 1,7,11") from None
+    if any(z < 0 for z in zones):
+        raise ZtbpError("--hot-zones: zone ids are non-negative")
+    return zones
+
+
+def resolve_hot_zones(run: RunPaths, hot_zones: str | None, config: str | None) -> tuple[list[int], str]:
+    """Hot zones from --hot-zones, else --config, else `ztbp cluster` of the run."""
+    if hot_zones is not None and config is not None:
+        raise ZtbpError("give --hot-zones or --config, not both")
+    if hot_zones is not None:
+        return parse_zone_list(hot_zones), "--hot-zones"
+    if config is not None:
+        return load_config(Path(config))["hot_zones"], f"config {config}"
+    from .cluster import cached_cluster
+
+    return cached_cluster(run)["hot_zones"], "cluster"
+
+
+def simulate(run: RunPaths, cache_mib: float, page_kib: int, hot_zones: list[int], with_sweep: bool = False
+             ) -> dict[str, Any]:
+    meta = read_meta(run)
+    if cache_mib <= 0:
+        raise ZtbpError("--cache-mib must be positive")
+    bad = [z for z in hot_zones if z >= meta["nr_zones"]]
+    if bad:
+        raise ZtbpError(f"hot zones {bad} are beyond the device's {meta['nr_zones']} zones")
+    tr = Trace(load_events(run), meta, page_kib)
+    out: dict[str, Any] = {"requests": tr.requests, "read_commands": tr.read_commands, "cache_mib": cache_mib,
+                           "page_kib": page_kib, "cache_pages": tr.capacity(cache_mib), "hot_zones": hot_zones}
+    out.update(tr.hit_ratios(cache_mib, hot_zones))
+    if with_sweep:
+        out["sweep"] = tr.sweep(SWEEP_MIB, hot_zones)
+    return out
+
+
+def cachesim_text(r: dict[str, Any]) -> str:
+    lines = [f"cachesim: {r['requests']} page requests from {r['read_commands']} reads; cache {r['cache_mib']} MiB "
+             f"= {r['cache_pages']} pages of {r['page_kib']} KiB; hot zones {r['hot_zones']} "
+             f"(from {r.get('hot_zones_source', '?')})"]
+    for p in POLICIES:
+        lines.append(f"  {p:<12} {r[p]:.4f}")
+    if "sweep" in r:
+        lines.append("  cache MiB      lru  zone_lru  static_best  belady")
+        for s in r["sweep"]:
+            lines.append(f"  {s['cache_mib']:>9} {s['lru']:>8.4f} {s['zone_lru']:>9.4f} {s['static_best']:>12.4f} "
+                         f"{s['belady']:>7.4f}")
+    return "\n".join(lines)
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    rp = run_paths(args.run)
+    hot, source = resolve_hot_zones(rp, args.hot_zones, args.config)
+    r = simulate(rp, args.cache_mib, args.page_kib, hot, args.sweep)
+    r["hot_zones_source"] = source
+    emit(r, args.json, cachesim_text(r))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("cachesim", help="hit ratios of LRU, zone-recognition LRU, static best and Belady")
+    p.add_argument("run", help="run directory")
+    p.add_argument("--cache-mib", type=float, default=64, help="device cache size in MiB (default 64, the paper's)")
+    p.add_argument("--page-kib", type=int, default=4, help="cache page size in KiB (default 4)")
+    p.add_argument("--hot-zones", help="hot zone ids, e.g. 1,7,11,15,19 (default: from `ztbp cluster`)")
+    p.add_argument("--config", help="take the hot zones from a cache-config.json")
+    p.add_argument("--sweep", action="store_true", help=f"also every policy at {', '.join(map(str, SWEEP_MIB))} MiB")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd)
