@@ -131,31 +131,10 @@ static int hex4(struct parser *p, unsigned long *out)
 static int utf8_seq(struct parser *p)
 {
 	const unsigned char *u = (const unsigned char *)p->s + p->pos;
-	size_t avail = p->len - p->pos, n, i;
-	unsigned long cp;
+	size_t n = utf8_valid_len(u, p->len - p->pos), i;
 
-	if (u[0] >= 0xC2 && u[0] <= 0xDF) {
-		n = 2;
-		cp = u[0] & 0x1F;
-	} else if (u[0] >= 0xE0 && u[0] <= 0xEF) {
-		n = 3;
-		cp = u[0] & 0x0F;
-	} else if (u[0] >= 0xF0 && u[0] <= 0xF4) {
-		n = 4;
-		cp = u[0] & 0x07;
-	} else {
+	if (n < 2)
 		return fail(p, "invalid UTF-8 in string");
-	}
-	if (avail < n)
-		return fail(p, "truncated UTF-8 sequence in string");
-	for (i = 1; i < n; i++) {
-		if ((u[i] & 0xC0) != 0x80)
-			return fail(p, "invalid UTF-8 in string");
-		cp = (cp << 6) | (u[i] & 0x3F);
-	}
-	if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-	    (cp >= 0xD800 && cp <= 0xDFFF))
-		return fail(p, "invalid UTF-8 in string (overlong, surrogate or out of range)");
 	for (i = 0; i < n; i++)
 		if (put_byte(p, u[i]))
 			return -1;

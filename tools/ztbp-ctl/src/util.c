@@ -95,16 +95,59 @@ void sb_printf(struct sbuf *b, const char *fmt, ...)
 	b->len += (size_t)n;
 }
 
+size_t utf8_valid_len(const unsigned char *u, size_t avail)
+{
+	size_t n, i;
+	unsigned long cp;
+
+	if (avail == 0)
+		return 0;
+	if (u[0] < 0x80)
+		return 1;
+	if (u[0] >= 0xC2 && u[0] <= 0xDF) {
+		n = 2;
+		cp = u[0] & 0x1Fu;
+	} else if (u[0] >= 0xE0 && u[0] <= 0xEF) {
+		n = 3;
+		cp = u[0] & 0x0Fu;
+	} else if (u[0] >= 0xF0 && u[0] <= 0xF4) {
+		n = 4;
+		cp = u[0] & 0x07u;
+	} else {
+		return 0;
+	}
+	if (avail < n)
+		return 0;
+	for (i = 1; i < n; i++) {
+		if ((u[i] & 0xC0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (u[i] & 0x3Fu);
+	}
+	/* no overlong forms, no surrogates, nothing above U+10FFFF */
+	if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
+		return 0;
+	return n;
+}
+
 void sb_json_string(struct sbuf *b, const char *s)
 {
 	const unsigned char *u = (const unsigned char *)s;
+	size_t left, n;
 
 	if (!s) {
 		sb_printf(b, "null");
 		return;
 	}
 	sb_printf(b, "\"");
-	for (; *u; u++) {
+	left = strlen(s);
+	for (; *u; u++, left--) {
+		if (*u >= 0x80 && (n = utf8_valid_len(u, left)) > 1) {
+			/* well-formed UTF-8 is copied as it is */
+			sb_printf(b, "%.*s", (int)n, (const char *)u);
+			u += n - 1;
+			left -= n - 1;
+			continue;
+		}
 		switch (*u) {
 		case '"': sb_printf(b, "\\\""); break;
 		case '\\': sb_printf(b, "\\\\"); break;
@@ -112,8 +155,8 @@ void sb_json_string(struct sbuf *b, const char *s)
 		case '\r': sb_printf(b, "\\r"); break;
 		case '\t': sb_printf(b, "\\t"); break;
 		default:
-			/* control characters and bytes that are not ASCII are escaped, so the output is always
-			 * valid JSON whatever bytes a path or message holds (non-ASCII as U+0080..U+00FF) */
+			/* control characters and bytes that are not well-formed UTF-8 are escaped (as
+			 * U+0080..U+00FF), so the output is always valid JSON whatever bytes a path holds */
 			if (*u < 0x20 || *u >= 0x7f)
 				sb_printf(b, "\\u%04x", (unsigned)*u);
 			else

@@ -72,6 +72,8 @@ void sb_printf(struct sbuf *b, const char *fmt, ...)
 #endif
 	;
 void sb_json_string(struct sbuf *b, const char *s); /* quoted, escaped; NULL -> null */
+/* Length of the well-formed UTF-8 sequence at s (at most avail bytes), 0 when it is not one. */
+size_t utf8_valid_len(const unsigned char *s, size_t avail);
 void sb_free(struct sbuf *b);
 
 /* ---- strict JSON (RFC 8259) ------------------------------------------------------------------------ */
