@@ -7,7 +7,9 @@ miss (compulsory misses), so the figures are comparable:
 - lru: plain LRU.
 - zone_lru: the zone-recognition LRU of ZTBP Algorithm 4. One list; pages of hot (recognised) zones are inserted at
   the head, other pages at `l_head`, the first position after the hot segment; a hit moves a hot page to the head
-  and a normal page to `l_head`; eviction takes the tail. Normal pages therefore always leave before hot ones.
+  and a normal page to `l_head`; when the cache is full, the tail is evicted before the new page is inserted. Normal
+  pages therefore always leave before hot ones; a normal page arriving at a cache full of hot pages evicts the
+  least recently used hot page.
   Implemented as two LRU segments (hot, normal) evicting from the normal segment first — the same list order.
 - static_best: hindsight — the cache is reserved for the `cache_pages` most-read pages of the whole trace; each is
   loaded on its first touch and never evicted; other pages are not cached.
@@ -81,9 +83,9 @@ def zone_lru_hits(pages: list[int], hot: list[bool], capacity: int) -> int:
             seg.move_to_end(p)
             hits += 1
             continue
-        seg[p] = None
-        if len(hot_seg) + len(normal) > capacity:
+        if len(hot_seg) + len(normal) >= capacity:  # full: the list's tail goes before the new page enters
             (normal if normal else hot_seg).popitem(last=False)
+        seg[p] = None
     return hits
 
 

@@ -1,0 +1,193 @@
+"""Cache policies: known answers, properties (hypothesis), and the paper's figures on synthetic paper80/60."""
+
+from __future__ import annotations
+
+import functools
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ztbp.cachesim import (
+    belady_hits,
+    lru_hits,
+    lru_sweep,
+    simulate,
+    static_best_hits,
+    zone_lru_hits,
+)
+from ztbp.cli import main
+from ztbp.paths import RunPaths
+from ztbp.synth import write_run
+
+traces = st.lists(st.integers(0, 30), min_size=1, max_size=300)
+
+
+def test_lru_known_answer() -> None:
+    # capacity 2: a b a c b a -> hits: a(3rd)
+    assert lru_hits([0, 1, 0, 2, 1, 0], 2) == 1
+
+
+def test_belady_known_answer() -> None:
+    # capacity 2: a b c a b: MIN keeps a,b (bypasses c) -> 2 hits; LRU gets 0
+    ids = np.array([0, 1, 2, 0, 1])
+    assert belady_hits(ids, 2) == 2 and lru_hits(ids.tolist(), 2) == 0
+
+
+def test_zone_lru_keeps_hot_pages_over_normal_ones() -> None:
+    pages = [0, 1, 10, 11, 12, 0, 1]          # 0, 1 hot; 10.. normal; capacity 3
+    hot = [True, True, False, False, False, True, True]
+    assert zone_lru_hits(pages, hot, 3) == 2  # normal pages evict each other, hot survive
+    assert lru_hits(pages, 3) == 0
+
+
+def test_zone_lru_follows_algorithm_4_list_order() -> None:
+    # full of hot pages: a new normal page evicts the tail (the LRU hot page), then sits at l_head
+    pages = [0, 1, 2, 10, 0, 1, 2]
+    hot = [True, True, True, False, True, True, True]
+    assert zone_lru_hits(pages, hot, 3) == 2  # page 0 was the tail and got evicted; 1 and 2 hit
+
+
+@settings(max_examples=80, deadline=None)
+@given(traces, st.integers(1, 40))
+def test_lru_with_room_for_everything_misses_only_cold(pages, cap) -> None:
+    distinct = len(set(pages))
+    if cap >= distinct:
+        assert lru_hits(pages, cap) == len(pages) - distinct
+        assert belady_hits(np.array(pages), cap) == len(pages) - distinct
+
+
+@settings(max_examples=80, deadline=None)
+@given(traces, st.integers(1, 12), st.sets(st.integers(0, 30), max_size=10))
+def test_belady_bounds_every_policy(pages, cap, hot_pages) -> None:
+    ids = np.array(pages)
+    b = belady_hits(ids, cap)
+    hot = [p in hot_pages for p in pages]
+    assert b >= lru_hits(pages, cap)
+    assert b >= zone_lru_hits(pages, hot, cap)
+    assert b >= static_best_hits(ids, cap)
+
+
+@settings(max_examples=60, deadline=None)
+@given(traces, st.integers(1, 12))
+def test_zone_lru_without_hot_zones_is_lru(pages, cap) -> None:
+    assert zone_lru_hits(pages, [False] * len(pages), cap) == lru_hits(pages, cap)
+    assert zone_lru_hits(pages, [True] * len(pages), cap) == lru_hits(pages, cap)
+
+
+@settings(max_examples=60, deadline=None)
+@given(traces)
+def test_stack_distance_sweep_equals_simulated_lru(pages) -> None:
+    caps = [1, 2, 3, 5, 8, 13, 40]
+    ratios = lru_sweep(np.array(pages), caps)
+    assert ratios == [lru_hits(pages, c) / len(pages) for c in caps]
+
+
+def _brute_force_belady(pages: list[int], cap: int) -> int:
+    """MIN by exhaustive search over every evict/bypass choice (tiny traces only)."""
+
+    @functools.cache
+    def best(i: int, cache: frozenset) -> int:
+        if i == len(pages):
+            return 0
+        p = pages[i]
+        if p in cache:
+            return 1 + best(i + 1, cache)
+        options = [best(i + 1, cache)]  # bypass
+        if len(cache) < cap:
+            options.append(best(i + 1, cache | {p}))
+        else:
+            options += [best(i + 1, (cache - {q}) | {p}) for q in cache]
+        return max(options)
+
+    return best(0, frozenset())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=12), st.integers(1, 3))
+def test_belady_is_optimal(pages, cap) -> None:
+    assert belady_hits(np.array(pages), cap) == _brute_force_belady(pages, cap)
+
+
+def test_static_best_counts_first_touch_as_miss() -> None:
+    ids = np.array([5, 5, 5, 1, 1, 2])
+    assert static_best_hits(ids, 1) == 2 and static_best_hits(ids, 2) == 3
+
+
+def _lru_reference(pages: list[int], cap: int) -> int:
+    od: OrderedDict[int, None] = OrderedDict()
+    hits = 0
+    for p in pages:
+        if p in od:
+            hits += 1
+            od.move_to_end(p)
+        else:
+            od[p] = None
+            if len(od) > cap:
+                od.popitem(last=False)
+    return hits
+
+
+def test_multi_page_reads_touch_every_page(run_factory) -> None:
+    # a 16 KiB read = 4 pages; reading it twice: 4 cold misses then 4 hits
+    run = run_factory([("read", 100, 4), ("read", 100, 4)])
+    r = simulate(RunPaths(run), cache_mib=1, page_kib=4, hot_zones=[])
+    assert (r["requests"], r["read_commands"]) == (8, 2)
+    assert r["lru"] == r["belady"] == 0.5
+
+
+@pytest.fixture(scope="module")
+def paper_runs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("paper")
+    runs = {}
+    for pattern in ("paper80", "paper60"):
+        runs[pattern] = root / pattern
+        write_run(runs[pattern], pattern, 1_000_000, seed=7)
+    return runs
+
+
+@pytest.mark.parametrize(("pattern", "lru_range", "min_gain"), [
+    ("paper80", (0.24, 0.28), 0.04),
+    ("paper60", (0.15, 0.19), 0.06),
+])
+def test_paper_hit_ratios_at_64_mib(paper_runs, pattern, lru_range, min_gain) -> None:
+    r = simulate(RunPaths(paper_runs[pattern]), 64, 4, [1, 7, 11, 15, 19])
+    assert r["requests"] == 1_000_000 and r["cache_pages"] == 16384
+    assert lru_range[0] <= r["lru"] <= lru_range[1]
+    assert r["zone_lru"] - r["lru"] >= min_gain
+    assert r["belady"] >= max(r["lru"], r["zone_lru"], r["static_best"])
+
+
+def test_cachesim_cli_takes_hot_zones_from_cluster_and_config(paper_runs, tmp_path, capsys) -> None:
+    import json
+
+    run = str(paper_runs["paper80"])
+    assert main(["cachesim", run, "--json"]) == 0
+    from_cluster = json.loads(capsys.readouterr().out)
+    assert sorted(from_cluster["hot_zones"]) == [1, 7, 11, 15, 19]
+    cfg = tmp_path / "cfg.json"
+    assert main(["config", run, "-o", str(cfg)]) == 0
+    capsys.readouterr()
+    assert main(["cachesim", run, "--config", str(cfg), "--json"]) == 0
+    from_config = json.loads(capsys.readouterr().out)
+    assert from_config["zone_lru"] == from_cluster["zone_lru"]
+    saved = json.loads(cfg.read_text())
+    assert saved["format"] == "ztbp-cache-config/1" and sorted(saved["hot_zones"]) == [1, 7, 11, 15, 19]
+    assert saved["predicted"]["zone_lru"] == from_cluster["zone_lru"]
+    assert [z["zone"] for z in saved["zone_scores"]] == saved["hot_zones"]
+
+
+def test_cachesim_rejects_bad_options(run_factory, tmp_path, capsys) -> None:
+    run = str(run_factory([("read", 1, 1)]))
+    assert main(["cachesim", run, "--hot-zones", "1,x"]) == 2
+    assert "expected zone ids" in capsys.readouterr().err
+    assert main(["cachesim", run, "--hot-zones", "99"]) == 2
+    assert "beyond the device's 64 zones" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "other"}')
+    assert main(["cachesim", run, "--config", str(bad)]) == 3
+    assert "'format' must be 'ztbp-cache-config/1'" in capsys.readouterr().err
+    assert main(["cachesim", run, "--cache-mib", "0", "--hot-zones", "1"]) == 2

@@ -1,0 +1,136 @@
+"""Ingest: the contract's reader, and every kind of bad input (clear error or counted skip, never a traceback)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from conftest import make_run, row, write_meta
+from ztbp.cli import main
+from ztbp.ingest import ingest, load_events
+from ztbp.paths import RunPaths
+
+
+def good_rows(n: int = 5) -> list[str]:
+    return [row("read", 8192 * (i % 3) + i, 1, ts=1000 + i) for i in range(n)]
+
+
+def test_reads_typed_events_sorted_by_submission(run_factory) -> None:
+    lines = [row("read", 100, 8, ts=3000), row("write", 8192, 32, ts=1000),
+             row("zone_mgmt_send", 16384, 0, ts=2000, action="reset")]
+    run = run_factory(lines=lines)
+    rep = ingest(RunPaths(run))
+    assert (rep.rows, rep.skipped, rep.path) == (3, 0, "fast")
+    ev = pl.read_parquet(run / "derived" / "events.parquet")
+    assert ev["ts_ns"].to_list() == [1000, 2000, 3000]
+    assert ev["zone"].to_list() == [1, 2, 0]
+    assert ev["op"].cast(pl.String).to_list() == ["write", "zone_mgmt_send", "read"]
+    assert ev["zone_action"].cast(pl.String).to_list() == ["", "reset", ""]
+    assert ev.schema["slba"] == pl.UInt64 and ev.schema["opcode"] == pl.UInt8
+
+
+def test_truncated_last_line_is_skipped_and_reported(run_factory, capsys) -> None:
+    run = run_factory(lines=good_rows())
+    with (run / "raw" / "nvme.csv").open("a") as f:
+        f.write("123456,789,0,1")  # the probe died mid-line: no newline, 4 fields
+    assert main(["ingest", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "5 rows read" in out and "skipped 1 lines" in out
+    assert "line 8: truncated last line: 4 of 12 fields" in out
+
+
+def test_garbage_rows_are_counted_with_line_numbers(run_factory) -> None:
+    lines = good_rows(3) + ["garbage,row", row("read", 5, 1, ts=9).replace(",read,", ",reed,"),
+                            row("read", 6, 1, ts=10).replace(",0,1,", ",x,1,", 1), ""] + good_rows(2)
+    run = run_factory(lines=lines)
+    rep = ingest(RunPaths(run))
+    assert rep.rows == 5 and rep.skipped == 3 and rep.blank_lines == 1 and rep.path == "careful"
+    assert [e["line"] for e in rep.skipped_examples] == [6, 7, 8]
+    reasons = [e["reason"] for e in rep.skipped_examples]
+    assert reasons[0] == "wrong field count: 2 of 12"
+    assert reasons[1] == "unknown op: reed"
+    assert reasons[2].startswith("bad value: ")
+    saved = json.loads((run / "derived" / "ingest.json").read_text())
+    assert saved["skipped"] == 3
+
+
+def test_extra_columns_of_a_later_minor_version_are_ignored(run_factory) -> None:
+    run = run_factory(lines=[r + ",extra" for r in good_rows(4)])
+    text = (run / "raw" / "nvme.csv").read_text().splitlines()
+    text[1] += ",comm"
+    (run / "raw" / "nvme.csv").write_text("\n".join(text) + "\n")
+    assert ingest(RunPaths(run)).rows == 4
+
+
+@pytest.mark.parametrize(("content", "message", "code"), [
+    ("", "is empty", 3),
+    ("# ztbp nvme v2\nts_ns\n", "'nvme v2' is not supported", 3),
+    ("# ztbp layers v1\nts_ns\n", "'layers' probe file", 3),
+    ("ts_ns,lat_ns\n1,2\n", "expected '# ztbp nvme v1'", 3),
+    ("# ztbp nvme v1\nts,lat\n", "line 2 must be the header", 3),
+])
+def test_bad_version_or_header_is_a_clear_error(tmp_path: Path, capsys, content: str, message: str,
+                                                code: int) -> None:
+    run = tmp_path / "r"
+    write_meta(run)
+    (run / "raw").mkdir()
+    (run / "raw" / "nvme.csv").write_text(content)
+    assert main(["ingest", str(run)]) == code
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_missing_meta_and_missing_trace(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "r"
+    (run / "raw").mkdir(parents=True)
+    assert main(["ingest", str(run)]) == 4
+    assert "meta.json is missing" in capsys.readouterr().err
+    write_meta(run)
+    assert main(["ingest", str(run)]) == 4
+    assert "has no NVMe trace" in capsys.readouterr().err
+    assert main(["zones", str(tmp_path / "nope")]) == 4
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("meta", "message"), [
+    ({"format": "ztbp-run/2"}, "not supported"),
+    ({"format": "something"}, "expected 'ztbp-run/1'"),
+    ({"zone_size_lba": "8192"}, "'zone_size_lba' must be int"),
+    ({"nr_zones": 0}, "'nr_zones' must be positive"),
+])
+def test_bad_meta_is_a_clear_error(tmp_path: Path, capsys, meta: dict, message: str) -> None:
+    run = make_run(tmp_path / "r", lines=good_rows(), **meta)
+    assert main(["zones", str(run)]) == 3
+    assert message in capsys.readouterr().err
+
+
+def test_meta_not_json(tmp_path: Path, capsys) -> None:
+    run = make_run(tmp_path / "r", lines=good_rows())
+    (run / "meta.json").write_text("{not json")
+    assert main(["ingest", str(run)]) == 3
+    assert "not valid JSON" in capsys.readouterr().err
+
+
+def test_cli_never_shows_a_traceback(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "r", lines=[])
+    (run / "raw" / "nvme.csv").write_bytes(b"\x00\xff garbage\n")
+    p = subprocess.run([sys.executable, "-m", "ztbp.cli", "ingest", str(run)], capture_output=True, text=True)
+    assert p.returncode == 3 and "Traceback" not in p.stderr and "expected '# ztbp nvme v1'" in p.stderr
+
+
+def test_load_events_reingests_when_the_trace_changes(run_factory) -> None:
+    run = run_factory(lines=good_rows(3))
+    assert load_events(run).height == 3
+    with (run / "raw" / "nvme.csv").open("a") as f:
+        f.write(row("read", 1, 1, ts=99999) + "\n")
+    assert load_events(run).height == 4
+
+
+def test_out_of_range_zones_are_counted(run_factory) -> None:
+    run = run_factory([("read", 64 * 8192, 1), ("read", 0, 1)])
+    assert ingest(RunPaths(run)).out_of_range_zones == 1
