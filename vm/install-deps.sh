@@ -14,6 +14,9 @@ PACKAGES=(
 	clang                # ztbp-ctl fuzz target (libFuzzer) and sanitizer builds
 	libclang-rt-14-dev   # libFuzzer / ASan / UBSan runtimes for clang 14
 	linux-libc-dev       # uapi headers for ztbp-ctl (linux/nvme_ioctl.h, linux/blkzoned.h)
+	make                 # builds ztbp-ctl (just build) and its test, ASan and fuzz variants
+	gcc                  # ztbp-ctl's default compiler and its ASan/UBSan test build
+	libc6-dev            # libc headers for ztbp-ctl
 )
 
 missing_packages() {
