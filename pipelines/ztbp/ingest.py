@@ -76,13 +76,14 @@ def _validate(df: pl.DataFrame) -> pl.DataFrame:
     """Apply the enum types; raises if an op / zone_action is not in the contract."""
     return df.with_columns(
         pl.col("op").cast(OP_DTYPE),
-        pl.col("zone_action").fill_null("").cast(ACTION_DTYPE),
+        pl.col("zone_action").cast(ACTION_DTYPE).fill_null(""),
     )
 
 
 def _fast_path(path: Path, header: list[str]) -> pl.DataFrame | None:
     """Parse the whole file with the schema; None when anything needs the careful path."""
-    schema = {c: INT_TYPES.get(c, pl.String) for c in header}
+    typed = {**INT_TYPES, "op": OP_DTYPE, "zone_action": ACTION_DTYPE}
+    schema = {c: typed.get(c, pl.String) for c in header}
     try:
         df = pl.read_csv(path, skip_rows=1, has_header=True, schema=schema,
                          columns=list(NVME_COLUMNS))
@@ -167,7 +168,7 @@ def ingest(run: RunPaths, quiet: bool = True) -> IngestReport:
     report.out_of_range_zones = int(df.select((pl.col("zone") >= meta["nr_zones"]).sum()).item())
     run.derived.mkdir(parents=True, exist_ok=True)
     tmp = run.events.with_suffix(".parquet.tmp")
-    df.write_parquet(tmp, compression="lz4", statistics=False)
+    df.write_parquet(tmp, compression="uncompressed", statistics=False)  # fastest to write and to read back
     tmp.replace(run.events)
     run.ingest_report.write_text(json.dumps(asdict(report), indent=2) + "\n")
     return report
