@@ -16,6 +16,7 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -270,6 +271,25 @@ def test_config_size_limit_boundary(ctl: Ctl, write_cfg: Any) -> None:
     assert len(exact) == 64 * 1024
     assert dry(ctl, "set", "--config", write_cfg(exact))["zones"] == config()["hot_zones"]
     expect_fail(ctl.run("set", "--dry-run", "--config", write_cfg(exact + b" ")), "config-too-large", "65537 bytes")
+
+
+def test_accepts_what_ztbp_config_writes(tmp_path: Path) -> None:
+    """The real producer: `ztbp synth` + `ztbp config`, then ztbp-ctl reads the file (as `just apply` does)."""
+    ztbp = Path(sys.executable).with_name("ztbp")
+    if not ztbp.exists():
+        pytest.skip("the ztbp CLI is not installed in this environment (just setup)")
+    _make("all")
+    run, cfg = tmp_path / "run", tmp_path / "run" / "derived" / "cache-config.json"
+    for args in (["synth", str(run), "--pattern", "paper80", "--reads", "20000", "--seed", "3"],
+                 ["config", str(run), "-o", str(cfg)]):
+        proc = subprocess.run([str(ztbp), *args], capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0, proc.stderr
+    doc = json.loads(cfg.read_text())
+    ranked = sorted(range(len(doc["zone_scores"])),
+                    key=lambda i: (-doc["zone_scores"][i]["share"], -doc["zone_scores"][i]["reads"], i))
+    out = dry(Ctl(TOOL / "build" / "ztbp-ctl", sanitized=False), "set", "--top5", "--config", str(cfg))
+    assert out["zones"] == [doc["zone_scores"][i]["zone"] for i in ranked[:5]]
+    assert set(out["zones"]) <= set(doc["hot_zones"]) and all(z < doc["nr_zones"] for z in out["zones"])
 
 
 # ---- validation errors and exit codes ----------------------------------------------------------------
