@@ -65,6 +65,7 @@ analyse RUN: setup
     {{ZTBP}} ingest {{RUN}}
     {{ZTBP}} zones {{RUN}} --top 8
     {{ZTBP}} chains {{RUN}}
+    {{ZTBP}} frag {{RUN}} | head -3
     {{ZTBP}} cluster {{RUN}}
     {{ZTBP}} cachesim {{RUN}}
     {{ZTBP}} config {{RUN}} -o {{RUN}}/derived/cache-config.json

@@ -13,7 +13,8 @@ from .errors import ZtbpError
 
 #: Stage modules, in the order their commands appear in --help. Each has register(subparsers).
 COMMAND_MODULES: tuple[str, ...] = (
-    "synth", "ingest", "zones", "chains", "frag", "cluster", "cachesim", "config", "workload", "capture",
+    "synth", "ingest", "zones", "chains", "frag", "cluster", "cachesim", "config", "layers", "opcodes",
+    "workload", "capture", "report",
 )
 
 
