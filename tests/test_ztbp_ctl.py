@@ -481,6 +481,16 @@ def test_zone_scores_checked(ctl: Ctl, write_cfg: Any, field: str, value: Any, f
     expect_fail(ctl.run("set", "--dry-run", "--config", write_cfg(doc)), "config-schema", fragment)
 
 
+def test_long_number_literals_read_exactly(ctl: Ctl, write_cfg: Any) -> None:
+    """A share written with many digits is compared by its value, not by a truncated prefix."""
+    text = json.dumps(config(hot_zones=[4]))
+    large = "0." + "0" * 80 + "5e+90"  # 5e9: only the exponent at the end makes it large
+    expect_fail(ctl.run("set", "--dry-run", "--config", write_cfg(text.replace("0.3", large))),
+                "config-schema", "share")
+    tiny = "0." + "0" * 80 + "1"
+    assert dry(ctl, "set", "--config", write_cfg(text.replace("0.3", tiny)))["zones"] == [4]
+
+
 def test_config_top_level_must_be_object(ctl: Ctl, write_cfg: Any) -> None:
     expect_fail(ctl.run("set", "--dry-run", "--config", write_cfg("[1, 2]")), "config-schema", "top level")
 

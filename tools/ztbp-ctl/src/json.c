@@ -2,7 +2,6 @@
  * no NaN/Infinity, strings must be valid UTF-8 without raw control characters, \u escapes must pair
  * surrogates, duplicate object keys are rejected, nesting is limited to JSON_MAX_DEPTH. The tree is
  * kept in two growable arrays (nodes and decoded strings) referenced by index. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,9 +219,8 @@ static int parse_number(struct parser *p, size_t idx)
 {
 	size_t start = p->pos, i;
 	int is_int = 1, neg = 0;
-	char buf[64];
+	char buf[64], *copy;
 	const char *s = p->s;
-	char *end;
 	struct jnode *n;
 
 	if (p->pos < p->len && s[p->pos] == '-') {
@@ -278,15 +276,17 @@ static int parse_number(struct parser *p, size_t idx)
 			return 0;
 		}
 	}
-	/* a double; very long literals are only checked for syntax (above) and converted by prefix */
+	/* a double (the literal is copied so strtod sees exactly it) */
 	i = p->pos - start;
-	if (i >= sizeof buf)
-		i = sizeof buf - 1;
-	memcpy(buf, s + start, i);
-	buf[i] = '\0';
-	errno = 0;
-	n->dval = strtod(buf, &end);
+	copy = i < sizeof buf ? buf : malloc(i + 1);
+	if (!copy)
+		return fail(p, "out of memory");
+	memcpy(copy, s + start, i);
+	copy[i] = '\0';
+	n->dval = strtod(copy, NULL);
 	n->is_int = 0;
+	if (copy != buf)
+		free(copy);
 	return 0;
 }
 
