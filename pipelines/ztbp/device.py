@@ -1,0 +1,83 @@
+"""The write-back step from Python: `ztbp config` of a run, then `ztbp-ctl set` (a dry run unless a device is given).
+
+`apply(run)` is what `just apply RUN [DEV]` does, for the notebooks: it writes `derived/cache-config.json`, builds
+`tools/ztbp-ctl/build/ztbp-ctl` with make when it is missing, runs `ztbp-ctl set --dry-run --top5 --config …`
+(or `ztbp-ctl set DEV --top5 --config …`) and returns ztbp-ctl's JSON with its exit code. A refusal by ztbp-ctl
+(no hot zone, a device without the ZTBP protocol, no permission) is a result with `ok: false` and ztbp-ctl's
+message, not an exception: see tools/ztbp-ctl/README.md for the exit codes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from .cluster import ClusterParams
+from .config import make_config
+from .errors import ZtbpError
+from .paths import ROOT, TOOLS, RunPaths, run_paths
+
+CTL_DIR: Path = TOOLS / "ztbp-ctl"
+CTL: Path = CTL_DIR / "build" / "ztbp-ctl"
+CTL_TIMEOUT_S = 120
+
+
+def ensure_ctl() -> Path:
+    """The ztbp-ctl binary, built with `make -C tools/ztbp-ctl` when it is missing."""
+    if CTL.is_file():
+        return CTL
+    if shutil.which("make") is None:
+        raise ZtbpError("ztbp-ctl is not built and `make` is missing: install make and gcc (`just deps`), then "
+                        "`just build`")
+    proc = subprocess.run(["make", "-s", "-C", str(CTL_DIR)], capture_output=True, text=True, check=False,
+                          timeout=300)
+    if proc.returncode != 0 or not CTL.is_file():
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+        raise ZtbpError(f"building ztbp-ctl failed (make -C {CTL_DIR.relative_to(ROOT)}):\n{tail}")
+    return CTL
+
+
+def apply(run: RunPaths | str | Path, dev: str | None = None, cache_mib: float = 64, page_kib: int = 4,
+          params: ClusterParams = ClusterParams(), config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write the run's cache configuration and send its five best zones to `dev` (dry run when dev is None/"")."""
+    rp = run if isinstance(run, RunPaths) else run_paths(run)
+    cfg = config if config is not None else make_config(rp, cache_mib, page_kib, params)
+    rp.derived.mkdir(parents=True, exist_ok=True)
+    cfg_path = rp.derived / "cache-config.json"
+    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    ctl = ensure_ctl()
+    target = ["--dry-run"] if not dev else [dev]
+    argv = [str(ctl), "set", *target, "--top5", "--config", str(cfg_path), "--json"]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=CTL_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise ZtbpError(f"ztbp-ctl did not finish within {CTL_TIMEOUT_S} s") from None
+    try:
+        out = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else None
+    except json.JSONDecodeError:
+        out = None
+    shown = ["ztbp-ctl", "set", *target, "--top5", "--config", "derived/cache-config.json", "--json"]
+    message = (out or {}).get("message") or proc.stderr.strip().removeprefix("ztbp-ctl: error: ")
+    return {"ok": proc.returncode == 0, "exit_code": proc.returncode, "dry_run": not dev, "device": dev or None,
+            "command": " ".join(shown), "config": str(cfg_path), "hot_zones": cfg["hot_zones"], "result": out,
+            "message": message}
+
+
+def apply_text(res: dict[str, Any]) -> str:
+    """apply()'s result in a few stable lines."""
+    where = "dry run (no device)" if res["dry_run"] else f"device {res['device']}"
+    lines = [f"write-back: {where}: $ {res['command']}"]
+    r = res.get("result") or {}
+    if res["ok"]:
+        dwords = ", ".join(f"cdw{i}={r[f'cdw{i}']}" for i in range(10, 16) if f"cdw{i}" in r)
+        lines.append(f"  ok: opcode {r.get('opcode')} (0x{int(r.get('opcode', 0)):02x}), nsid {r.get('nsid')}, "
+                     f"{dwords}; zones {r.get('zones')}")
+        if res["dry_run"]:
+            lines.append("  nothing was sent; give a device (e.g. device = \"/dev/nvme0n1\") to send it")
+    else:
+        lines.append(f"  refused by ztbp-ctl (exit code {res['exit_code']}, {r.get('error', '?')}): "
+                     f"{res['message']}")
+    return "\n".join(lines)
