@@ -33,7 +33,7 @@ deps:
 # run the whole test suite (unit, property, real VM capture) — the README's test line runs this
 [group('test')]
 test: setup deps lint
-    {{PY}} -m pytest -q
+    {{PY}} -m pytest -q tests notebooks --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/nbval-sanitize.cfg
 
 # run only the fast tests (no VM)
 [group('test')]
@@ -85,3 +85,18 @@ fuzz SECONDS="600":
 apply RUN="runs/synth-paper80" DEV="": setup build
     {{ZTBP}} config {{quote(RUN)}} -o {{quote(RUN / "derived" / "cache-config.json")}}
     tools/ztbp-ctl/build/ztbp-ctl set {{ if DEV == "" { "--dry-run" } else { quote(DEV) } }} --top5 --config {{quote(RUN / "derived" / "cache-config.json")}}
+
+# run every notebook on RUN (papermill) and write the offline HTML report reports/<run-id>/index.html; ARGS: -f params.yaml, -p NAME VALUE, -o DIR, --only 1,6
+[group('report')]
+report RUN="tests/data/runs/sample-paper80" *ARGS: setup
+    {{ZTBP}} report {{quote(RUN)}} {{ARGS}}
+
+# the HTML report of every run in runs/
+[group('report')]
+report-all *ARGS: setup
+    {{ZTBP}} report --all {{ARGS}}
+
+# open JupyterLab on notebooks/ (package importable; every parameters cell preselects the sample run)
+[group('report')]
+notebook: setup
+    {{VENV}}/bin/jupyter lab --ServerApp.root_dir={{quote(justfile_directory())}} notebooks/1-overview.ipynb

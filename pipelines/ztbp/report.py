@@ -669,6 +669,46 @@ device {html.escape(str(meta.get('device', '?')))}</p>
 """
 
 
+CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
+
+
+def update_notebook_outputs(only: list[str] | None = None, log: Callable[[str], None] = print) -> list[Path]:
+    """Run each notebook on its default parameters (the sample run) and store the outputs of its checked cells.
+
+    nbval (`pytest --nbval-lax notebooks/`) compares the cells marked `# NBVAL_CHECK_OUTPUT` with the outputs
+    stored in the notebook; every other cell is stored without output. Run this after changing a notebook's
+    summary cells or the sample run: `ztbp report --update-notebooks`.
+    """
+    import tempfile
+
+    import nbformat
+    import papermill
+
+    written = []
+    for path in notebooks(only):
+        log(f"report: executing {path.name} on its defaults ...")
+        with tempfile.TemporaryDirectory() as td:
+            executed = papermill.execute_notebook(str(path), str(Path(td) / path.name), kernel_name="python3",
+                                                  cwd=str(NOTEBOOKS), progress_bar=False, log_output=False)
+        by_id = {c.get("id"): c for c in executed.cells}
+        nb = nbformat.read(str(path), as_version=4)
+        code_cells = [c for c in nb.cells if c.cell_type == "code"]
+        for n, cell in enumerate(code_cells, start=1):
+            ran = by_id.get(cell.get("id"))
+            keep = CHECK_MARK in cell.source and ran is not None
+            cell.outputs = [nbformat.from_dict(dict(o)) for o in ran.outputs] if keep else []
+            cell.execution_count = n if keep else None  # nbval refuses stored outputs of an "unrun" cell
+            for o in cell.outputs:
+                if "execution_count" in o:
+                    o["execution_count"] = n
+            cell.metadata.pop("papermill", None)
+            cell.metadata.pop("execution", None)
+        nb.metadata.pop("papermill", None)
+        nbformat.write(nb, str(path))
+        written.append(path)
+    return written
+
+
 def report_runs(all_runs: bool, runs: list[str]) -> list[str]:
     if all_runs:
         found = sorted(str(p.parent) for p in RUNS.glob("*/meta.json"))
@@ -681,6 +721,12 @@ def report_runs(all_runs: bool, runs: list[str]) -> list[str]:
 
 
 def _cmd(args: argparse.Namespace) -> int:
+    if args.update_notebooks:
+        if args.run or args.all:
+            raise ZtbpError("--update-notebooks runs the notebooks on their default run; give no run")
+        done = update_notebook_outputs(args.only.split(",") if args.only else None)
+        print(f"report: stored the checked outputs of {len(done)} notebooks")
+        return 0
     runs = report_runs(args.all, args.run)
     if args.output and len(runs) > 1:
         raise ZtbpError("-o names one report folder; it cannot be used with several runs")
@@ -712,4 +758,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--only", help="comma-separated notebooks to run, by number or name (default: all)")
     p.add_argument("--timeout", type=int, default=900, help="seconds per notebook cell (default 900)")
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
+    p.add_argument("--update-notebooks", action="store_true",
+                   help="maintainers: rerun notebooks/ on the sample run and store the outputs nbval checks")
     p.set_defaults(func=_cmd)
