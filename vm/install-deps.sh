@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the Debian packages the workbench needs on the host: QEMU and mmdebstrap for the VM path,
-# clang for the ioctl helper's fuzz target. Idempotent: installs only what is missing. Needs root
+# clang for the ioctl helper's fuzz target, Chromium for the browser test of the reports. Idempotent: installs only what is missing. Needs root
 # (or prints the apt-get line to run).
 set -euo pipefail
 
@@ -17,6 +17,8 @@ PACKAGES=(
 	make                 # builds ztbp-ctl (just build) and its test, ASan and fuzz variants
 	gcc                  # ztbp-ctl's default compiler and its ASan/UBSan test build
 	libc6-dev            # libc headers for ztbp-ctl
+	chromium             # headless browser test of the HTML reports (tests/test_report_browser.py)
+	chromium-driver      # chromedriver, driven by selenium in that test
 )
 
 missing_packages() {
