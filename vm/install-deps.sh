@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian packages the workbench needs on the host: QEMU and mmdebstrap for the VM path,
-# clang for the ioctl helper's fuzz target, Chromium for the browser test of the reports. Idempotent: installs only what is missing. Needs root
-# (or prints the apt-get line to run).
+# clang for the ioctl helper's fuzz target, Chromium for the browser test of the reports. Idempotent:
+# installs only what is missing. Needs root (or prints the apt-get line to run).
 set -euo pipefail
 
 PACKAGES=(
