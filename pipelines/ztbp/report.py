@@ -17,6 +17,7 @@ import html
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -385,7 +386,10 @@ def frag_view(ft: pl.DataFrame) -> pl.DataFrame:
 # --- clustering and cache ---------------------------------------------------------------------------------------
 
 def cluster_cells(run: Run, cl: dict[str, Any], params: ClusterParams = ClusterParams()) -> pl.DataFrame:
-    """Read cells with the DBSCAN label of the chosen pair (all -1 when no pair was chosen)."""
+    """Read cells with the DBSCAN label of the chosen pair (all -1 when no pair was chosen; empty without reads)."""
+    if not cl.get("reads"):
+        return pl.DataFrame(schema={"cell": pl.Int64, "zone": pl.Int64, "lba": pl.Int64, "reads": pl.Int64,
+                                    "x": pl.Float64, "y": pl.Float64, "label": pl.Int64})
     if cl.get("eps") is None:
         cells = cell_labels(run.events, run.meta, 1.0, 1, params)  # positions and reads; labels overwritten
         return cells.with_columns(pl.lit(-1, dtype=cells["label"].dtype).alias("label"))
@@ -485,10 +489,16 @@ def notebooks(only: list[str] | None = None) -> list[Path]:
 def _title(nb: Any, stem: str) -> tuple[str, str]:
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            lines = [ln.strip() for ln in cell.source.splitlines() if ln.strip()]
-            title = lines[0].lstrip("# ").strip() if lines else stem
-            desc = " ".join(ln for ln in lines[1:3] if not ln.startswith("#"))
-            return title, desc
+            lines = [ln.strip() for ln in cell.source.splitlines()]
+            title = lines[0].lstrip("# ").strip() if lines and lines[0] else stem
+            para = []
+            for ln in lines[1:]:
+                if not ln or ln.startswith("#"):
+                    if para:
+                        break
+                    continue
+                para.append(ln)
+            return title, " ".join(para)
     return stem, ""
 
 
@@ -638,12 +648,13 @@ def index_html(rp: RunPaths, meta: dict[str, Any], pages: list[Page]) -> str:
     kind = "synthetic" if meta.get("synthetic") else f"traced ({meta.get('backend', '?')})"
     zone_mib = meta["zone_size_lba"] * meta["lba_bytes"] / MIB
     cards = []
-    for i, p in enumerate(pages, 1):
+    for p in pages:
         status = ('<span class="ok">ok</span>' if p.ok
                   else f'<span class="fail">failed: {html.escape(p.error)}</span>')
         summary = "".join(f"<pre>{html.escape(s)}</pre>" for s in p.summary)
-        cards.append(f'<li class="card"><h2>{i}. <a href="{html.escape(p.stem)}.html">{html.escape(p.title)}</a> '
-                     f'{status}</h2><p>{html.escape(p.description)}</p>{summary}</li>')
+        desc = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(p.description))
+        cards.append(f'<li class="card"><h2><a href="{html.escape(p.stem)}.html">{html.escape(p.title)}</a> '
+                     f'{status}</h2><p>{desc}</p>{summary}</li>')
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>ZTBP report — {html.escape(rp.run_id)}</title>
 <style>

@@ -1,0 +1,159 @@
+"""The notebooks: thin (only calls into the package), papermill-parameterised, and they run without raising on a
+synthetic run, on a run without the layer probe (nor reads, fio or lost-event counts), with parameters from YAML.
+
+nbval (`pytest --nbval-lax notebooks/`, part of `just test`) runs them on the committed sample run and checks
+the outputs of their summary cells; this file checks what nbval cannot.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import papermill
+import pytest
+
+from ztbp import report
+from ztbp.paths import NOTEBOOKS, ROOT
+from ztbp.synth import HOT_ZONES, write_run
+
+NOTEBOOK_PATHS = sorted(NOTEBOOKS.glob("[0-9]*.ipynb"))
+SAMPLE = ROOT / report.SAMPLE_RUN
+
+
+def _code_cells(path: Path) -> list[Any]:
+    return [c for c in nbformat.read(str(path), as_version=4).cells if c.cell_type == "code"]
+
+
+def test_six_notebooks_one_per_question() -> None:
+    assert [p.stem for p in NOTEBOOK_PATHS] == ["1-overview", "2-zones", "3-layers", "4-sequentiality",
+                                                 "5-clustering", "6-cache"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOK_PATHS, ids=lambda p: p.stem)
+def test_notebook_is_thin_and_parameterised(path: Path) -> None:
+    cells = _code_cells(path)
+    params = [c for c in cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(params) == 1 and params[0] is cells[0], "the first code cell, and only it, is tagged parameters"
+    declared = papermill.inspect_notebook(str(path))
+    lines = [ln for ln in params[0].source.splitlines() if ln.strip()]
+    assert len(declared) == len(lines), f"papermill cannot read every parameter line: {list(declared)}"
+    for line in lines:
+        (stmt,) = ast.parse(line).body
+        assert isinstance(stmt, ast.AnnAssign), f"not `name: type = value`: {line}"
+        ast.literal_eval(stmt.value)  # a literal, not an expression
+        assert "  # " in line and line.split("  # ", 1)[1].strip(), f"parameter without a comment: {line}"
+    assert ast.literal_eval(ast.parse(lines[0]).body[0].value) == report.SAMPLE_RUN  # type: ignore[attr-defined]
+    assert lines[0].startswith("run_dir: str = ")
+    for cell in cells:
+        tree = ast.parse(cell.source)
+        for node in ast.walk(tree):
+            assert not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda), \
+                f"{path.name}: definitions belong in the package, not in notebooks"
+            if isinstance(node, ast.Import):
+                pytest.fail(f"{path.name}: `import {node.names[0].name}`: notebooks only use `from ztbp import`")
+            if isinstance(node, ast.ImportFrom):
+                assert node.module == "ztbp", f"{path.name}: imports from {node.module}, not the ztbp package"
+    checked = [c for c in cells if report.CHECK_MARK in c.source]
+    assert checked, "no summary cell for nbval to check"
+    for c in checked:
+        assert report.SUMMARY_TAG in c.metadata.get("tags", [])
+        assert c.outputs and c.outputs[0].get("text"), "checked cell without a stored output " \
+                                                        "(run `ztbp report --update-notebooks`)"
+    unchecked_with_output = [c.source for c in cells if c.outputs and report.CHECK_MARK not in c.source]
+    assert not unchecked_with_output, "only checked cells keep outputs in git"
+
+
+def test_sample_run_is_small_and_clean() -> None:
+    assert (SAMPLE / "meta.json").is_file() and (SAMPLE / "raw" / "nvme.csv").is_file()
+    size = sum(p.stat().st_size for p in SAMPLE.rglob("*") if p.is_file() and "derived" not in p.parts)
+    assert size <= 5 * 1024 * 1024
+    tracked = subprocess.run(["git", "ls-files", str(SAMPLE)], cwd=ROOT, capture_output=True, text=True,
+                             check=False).stdout.split()
+    if tracked:  # in a git checkout: derived/ is never committed
+        assert not [t for t in tracked if "/derived/" in t]
+        ignored = subprocess.run(["git", "check-ignore", "-q", str(SAMPLE / "derived" / "events.parquet")],
+                                 cwd=ROOT, check=False)
+        assert ignored.returncode == 0, "derived/ of the sample run must be git-ignored"
+
+
+def _errors(executed: Path) -> list[str]:
+    nb = nbformat.read(str(executed), as_version=4)
+    return [f"{o.ename}: {o.evalue}" for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
+
+
+def _summary(out: Path, stem: str) -> str:
+    return "\n".join(report._summary_text(nbformat.read(str(out / f"{stem}.ipynb"), as_version=4)))
+
+
+@pytest.fixture(scope="module")
+def synthetic_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    """All notebooks on a synthetic paper80 run, with parameters from a YAML file (as `-f` gives them)."""
+    base = tmp_path_factory.mktemp("nb-synth")
+    run = base / "synth-paper80"
+    write_run(run, "paper80", 5000, seed=2)
+    params = base / "params.yaml"
+    params.write_text("top: 3\nnts_mib: 0.5\ncache_mib: 16\ntime_bins: 30\n")
+    res = report.render(run, base / "report", report.load_parameters(str(params), None), log=lambda s: None)
+    return res, base / "report"
+
+
+@pytest.fixture(scope="module")
+def bare_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    """All notebooks on a run without the layer probe, without reads, fio output or lost-event counts."""
+    base = tmp_path_factory.mktemp("nb-bare")
+    run = base / "writes-only"
+    write_run(run, "seqwrite", 400, seed=2)
+    meta = json.loads((run / "meta.json").read_text())
+    for key in ("lost_events", "probes", "created"):
+        meta.pop(key)
+    meta["synthetic"] = False
+    (run / "meta.json").write_text(json.dumps(meta))
+    assert not (run / "raw" / "layers.csv").exists()
+    res = report.render(run, base / "report", log=lambda s: None)
+    return res, base / "report"
+
+
+@pytest.mark.parametrize("fixture", ["synthetic_report", "bare_report"])
+def test_every_notebook_runs_without_raising(fixture: str, request: pytest.FixtureRequest) -> None:
+    res, out = request.getfixturevalue(fixture)
+    assert [p["notebook"] for p in res["pages"]] == [p.stem for p in NOTEBOOK_PATHS]
+    for page in res["pages"]:
+        assert page["ok"], f"{page['notebook']}: {page['error']}"
+        assert not _errors(out / f"{page['notebook']}.ipynb")
+        assert (out / page["html"]).stat().st_size > 10_000
+    assert res["ok"] and (out / "index.html").is_file() and (out / report.PLOTLY_JS).is_file()
+
+
+def test_synthetic_report_shows_the_run(synthetic_report: tuple[dict[str, Any], Path]) -> None:
+    _, out = synthetic_report
+    assert "synthetic run (ztbp synth)" in _summary(out, "1-overview")
+    assert "(top 3 of 64 zones by reads" in _summary(out, "2-zones")  # top: 3 from the YAML file
+    assert _summary(out, "3-layers") == "layer breakdown: not captured in this run (no raw/layers.csv)"
+    assert "NTS 512 KiB" in _summary(out, "4-sequentiality")  # nts_mib: 0.5
+    hot = _summary(out, "5-clustering").splitlines()[-1]
+    assert hot.startswith("hot zones: ") and sorted(json.loads(hot.split(": ", 1)[1])) == sorted(HOT_ZONES)
+    cache = _summary(out, "6-cache")
+    assert "cache 16 MiB = 4096 pages" in cache  # cache_mib: 16
+    assert "write-back: dry run (no device)" in cache and "opcode 153 (0x99)" in cache and "cdw10=99" in cache
+    # the report pages carry no plotly.js of their own: they load the folder's single copy
+    page = (out / "2-zones.html").read_text()
+    assert page.count('<script src="plotly.min.js"></script>') == 1
+    assert "cdn.plot.ly" not in page and "require.min.js" not in page and "mathjax" not in page.lower()
+    assert len(page) < 1_500_000
+
+
+def test_bare_report_degrades_gracefully(bare_report: tuple[dict[str, Any], Path]) -> None:
+    _, out = bare_report
+    quality = _summary(out, "1-overview")
+    assert "lost-event count is not recorded" in quality
+    overview = (out / "1-overview.html").read_text()
+    assert "fio output: not captured in this run" in overview
+    assert _summary(out, "3-layers") == "layer breakdown: not captured in this run (no raw/layers.csv)"
+    assert "not captured in this run" in (out / "3-layers.html").read_text()
+    assert "cluster: only 0 reads: too few to cluster" in _summary(out, "5-clustering")
+    assert "refused by ztbp-ctl (exit code 7, no-zones)" in _summary(out, "6-cache")
