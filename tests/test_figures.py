@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +77,7 @@ def test_chain_figures_follow_chains_report(paper80: report.Run) -> None:
     assert chains_line.y[-1] == pytest.approx(1.0) and bytes_line.y[-1] == pytest.approx(1.0)
     (vline,) = fig.layout.shapes
     assert vline.x0 == nts == vline.x1
+    assert fig.layout.annotations[0].x == pytest.approx(math.log10(nts))  # log axis: annotations in log10 units
     assert f"{cr['frac_chains_ge_nts']:.1%}" in fig.layout.annotations[0].text
     sizes = figures.size_cdf(cr)
     assert list(sizes.data[0].x) == [r["bytes"] for r in cr["size_cdf"]]
@@ -123,6 +125,8 @@ def test_cache_figures_follow_simulate(paper80: report.Run) -> None:
     assert [t.name for t in fig.data] == list(figures.POLICY_NAMES.values())
     for t, p in zip(fig.data, figures.POLICY_NAMES, strict=True):
         assert list(t.y) == [r[p] for r in sim["sweep"]]
+    (vline,) = fig.layout.shapes
+    assert vline.x0 == 8 and 10 ** fig.layout.annotations[0].x == pytest.approx(8)  # the chosen cache size
     belady = next(t for t in fig.data if t.name == "Belady")
     for t in fig.data:  # Belady bounds every policy at every size
         assert all(b >= y - 1e-12 for b, y in zip(belady.y, t.y, strict=True))

@@ -33,11 +33,14 @@ NETWORK_SCHEMES = {"http", "https", "ws", "wss", "ftp"}
 PLOTS_JS = """
 return Array.from(document.querySelectorAll('.plotly-graph-div')).map(el => {
   const box = el.getBoundingClientRect();
+  const axes = Object.keys(el._fullLayout || {}).filter(k => /^[xy]axis[0-9]*$/.test(k)).map(k => el._fullLayout[k]);
+  const sane = axes.length > 0 && axes.every(a => (a.range || []).every(v => typeof v === 'string' ||
+      (Number.isFinite(v) && (a.type !== 'log' || Math.abs(v) < 30))));
   const len = v => (v != null && typeof v.length === 'number') ? v.length : 0;
   const points = (el._fullData || []).reduce((n, t) => n + Math.max(len(t.x), len(t.y), len(t.z)), 0);
   return {id: el.id, rendered: el.classList.contains('js-plotly-plot') && !!el._fullLayout,
           traces: (el.data || []).length, points: points, svg: el.querySelectorAll('svg.main-svg').length,
-          width: box.width, height: box.height};
+          width: box.width, height: box.height, axes_sane: sane};
 });
 """
 REQUESTS_JS = "return performance.getEntriesByType('resource').map(e => e.name);"
@@ -124,6 +127,7 @@ def test_report_pages_render_offline_without_errors(sample_report: tuple[dict[st
             assert plot["rendered"] and plot["traces"] > 0 and plot["points"] > 0 and plot["svg"] > 0, \
                 f"{page}: plot {plot} did not render with data"
             assert plot["width"] > 100 and plot["height"] > 100, f"{page}: plot {plot} has no size"
+            assert plot["axes_sane"], f"{page}: plot {plot} has an axis range that is not finite (log axis?)"
         if page == "3-layers.html":  # the sample run has no layer probe: a note instead of plots
             assert "not captured in this run" in browser.find_element("tag name", "body").text
         else:

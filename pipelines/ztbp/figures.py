@@ -10,6 +10,7 @@ single local copy of plotly.js (reports open offline, with the library loaded on
 from __future__ import annotations
 
 import html
+import math
 import os
 from typing import Any
 
@@ -77,6 +78,13 @@ def _layout(fig: go.Figure, title: str, height: int = 420, **kw: Any) -> go.Figu
     fig.update_layout(title=title, height=height, template="plotly_white", margin={"l": 60, "r": 20, "t": 60,
                                                                                     "b": 50}, **kw)
     return fig
+
+
+def _log_vline(fig: go.Figure, x: float, text: str, dash: str) -> None:
+    """A vertical line at x on a log x axis, labelled. Shapes take data coordinates there, annotations log10."""
+    fig.add_vline(x=x, line_dash=dash, line_color="black")
+    fig.add_annotation(x=math.log10(x), y=1.0, yref="paper", text=text, showarrow=False, xanchor="right",
+                       yanchor="bottom")
 
 
 def _bytes_label(b: float) -> str:
@@ -228,6 +236,7 @@ def size_cdf(report: dict[str, Any]) -> go.Figure | Note:
         return Note(f"no {report.get('op', '')} request moving data in this run: no I/O size CDF")
     x = [r["bytes"] for r in rows]
     fig = go.Figure(go.Scatter(x=x, y=[r["cum_frac"] for r in rows], mode="lines+markers", line_shape="hv",
+                               marker={"size": 8},
                                name="requests", customdata=[_bytes_label(b) for b in x],
                                hovertemplate="≤ %{customdata}: %{y:.1%} of requests<extra></extra>"))
     fig.update_xaxes(title="request size (bytes)", type="log")
@@ -250,10 +259,8 @@ def chain_cdf(report: dict[str, Any]) -> go.Figure | Note:
                              name="bytes", customdata=labels,
                              hovertemplate="≤ %{customdata}: %{y:.1%} of bytes<extra></extra>"))
     nts = report["nts_bytes"]
-    fig.add_vline(x=nts, line_dash="dash", line_color="black",
-                  annotation_text=f"NTS {_bytes_label(nts)}: {report['frac_chains_ge_nts']:.1%} of chains, "
-                                  f"{report['frac_bytes_ge_nts']:.1%} of bytes ≥ NTS",
-                  annotation_position="top left")
+    _log_vline(fig, nts, f"NTS {_bytes_label(nts)}: {report['frac_chains_ge_nts']:.1%} of chains, "
+                         f"{report['frac_bytes_ge_nts']:.1%} of bytes ≥ NTS", "dash")
     fig.update_xaxes(title="chain length (bytes, power-of-two buckets)", type="log")
     fig.update_yaxes(title="cumulative fraction", range=[0, 1.05], tickformat=".0%")
     return _layout(fig, f"Chain-length CDF ({report.get('op', '')}) and the Natural Transfer Size", 400)
@@ -365,8 +372,7 @@ def cache_sweep(sim: dict[str, Any]) -> go.Figure | Note:
                                  line={"color": POLICY_COLOURS[p]},
                                  hovertemplate=name + " at %{x} MiB: %{y:.2%}<extra></extra>"))
     if "cache_mib" in sim:
-        fig.add_vline(x=sim["cache_mib"], line_dash="dot", line_color="black",
-                      annotation_text=f"{sim['cache_mib']:g} MiB", annotation_position="top left")
+        _log_vline(fig, sim["cache_mib"], f"{sim['cache_mib']:g} MiB", "dot")
     fig.update_xaxes(title="cache size (MiB)", type="log", tickvals=x, ticktext=[f"{v:g}" for v in x])
     fig.update_yaxes(title="hit ratio", tickformat=".0%", rangemode="tozero")
     return _layout(fig, f"Hit ratio over cache size (hot zones {sim.get('hot_zones', [])})", 420)
