@@ -99,4 +99,4 @@ report-all *ARGS: setup
 # open JupyterLab on notebooks/ (package importable; every parameters cell preselects the sample run)
 [group('report')]
 notebook: setup
-    {{VENV}}/bin/jupyter lab --ServerApp.root_dir={{quote(justfile_directory())}} notebooks/1-overview.ipynb
+    {{VENV}}/bin/jupyter lab $([ "$(id -u)" -eq 0 ] && echo --allow-root) --ServerApp.root_dir={{quote(justfile_directory())}} notebooks/1-overview.ipynb
