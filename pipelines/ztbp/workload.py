@@ -1,0 +1,391 @@
+"""fio job files for the capture workloads (`ztbp workload NAME -o FILE`).
+
+Every read workload reads 4 KiB blocks inside the *read region* (by default the first 1 GiB of the namespace)
+and needs that region written first: `prefill_job()` writes it sequentially with fio's zoned mode after the
+capture has reset the zones. Read totals are exact: each job section gets `number_ios` (and a matching
+`io_size`), and sections are split so that the per-job counts add up to the requested total.
+
+paper80 / paper60 follow the ZTBP paper: a share p (0.8 / 0.6) of the reads go to a uniformly chosen hot zone
+of {1, 7, 11, 15, 19} at a uniform 4 KiB offset (fio `random_distribution=zoned_abs` over the hot zones), the
+rest to a uniform 4 KiB block in [10 MiB, 1 GiB). The paper ran 36 jobs x QD 4 (80 %) and 48 jobs x QD 4
+(60 %); the hot jobs get round(p x jobs) of the jobs and exactly round(p x reads) of the reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ZtbpError
+
+KIB = 1024
+MIB = 1024 * KIB
+BLOCK = 4 * KIB
+PAPER_HOT_ZONES: tuple[int, ...] = (1, 7, 11, 15, 19)
+PAPER_READS = 1_000_000
+COLD_START = 10 * MIB
+READ_REGION = 1024 * MIB
+
+
+class WorkloadError(ZtbpError):
+    """A workload was asked for with options that cannot work."""
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Defaults of one named workload."""
+
+    kind: str  # hotcold, uniform, zipf, seqwrite, mixed
+    jobs: int
+    iodepth: int
+    hot_share: float = 0.0
+    help: str = ""
+
+
+PRESETS: dict[str, Preset] = {
+    "paper80": Preset("hotcold", 36, 4, 0.8, "80 % of 4 KiB random reads on zones 1,7,11,15,19 (36 jobs x QD 4)"),
+    "paper60": Preset("hotcold", 48, 4, 0.6, "60 % of 4 KiB random reads on zones 1,7,11,15,19 (48 jobs x QD 4)"),
+    "uniform": Preset("uniform", 4, 4, help="uniform 4 KiB random reads over the read region"),
+    "zipf": Preset("zipf", 4, 4, help="4 KiB random reads, zipf(1.2) over the read region"),
+    "seqwrite": Preset("seqwrite", 1, 1, help="sequential 128 KiB writes filling the read region's zones"),
+    "mixed": Preset("mixed", 4, 4, help="random reads over the read region plus sequential writes after it"),
+}
+
+
+@dataclass
+class Workload:
+    """One workload instance: everything needed to write its fio job file and describe it in meta.json."""
+
+    name: str
+    reads: int = PAPER_READS
+    jobs: int = 0  # 0 = the preset's
+    iodepth: int = 0
+    device: str = "/dev/nvme0n1"
+    zone_bytes: int = 32 * MIB
+    nr_zones: int = 64
+    ioengine: str = "io_uring"
+    hot_zones: tuple[int, ...] = PAPER_HOT_ZONES
+    hot_share: float | None = None
+    zipf_theta: float = 1.2
+    write_share: float = 0.25
+    seed: int = 1
+    region_bytes: int = READ_REGION
+    preset: Preset = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.name not in PRESETS:
+            raise WorkloadError(f"unknown workload '{self.name}'; choose one of: {', '.join(PRESETS)}")
+        self.preset = PRESETS[self.name]
+        self.jobs = self.jobs or self.preset.jobs
+        self.iodepth = self.iodepth or self.preset.iodepth
+        if self.hot_share is None:
+            self.hot_share = self.preset.hot_share
+        self.validate()
+
+    # ---- checks -------------------------------------------------------------------------------------------
+    def validate(self) -> None:
+        if self.reads < 1:
+            raise WorkloadError(f"--reads must be at least 1, got {self.reads}")
+        if self.jobs < 1 or self.iodepth < 1:
+            raise WorkloadError(f"--jobs and --iodepth must be at least 1 (got {self.jobs}, {self.iodepth})")
+        if self.zone_bytes % BLOCK or self.zone_bytes <= 0:
+            raise WorkloadError(f"zone size must be a positive multiple of 4 KiB, got {self.zone_bytes} bytes")
+        if self.region_bytes % self.zone_bytes:
+            raise WorkloadError(f"the read region ({self.region_bytes // MIB} MiB) must be a whole number of "
+                                f"zones of {self.zone_bytes // MIB} MiB")
+        need = self.region_zones + (self.write_zones if self.preset.kind == "mixed" else 0)
+        if need > self.nr_zones:
+            raise WorkloadError(f"workload '{self.name}' needs {need} zones of {self.zone_bytes // MIB} MiB but "
+                                f"the namespace has {self.nr_zones}; use more zones (--zones) or a smaller "
+                                "region")
+        if self.preset.kind == "hotcold":
+            assert self.hot_share is not None
+            if not 0 < self.hot_share < 1:
+                raise WorkloadError(f"--hot-share must be between 0 and 1, got {self.hot_share}")
+            if self.jobs < 2:
+                raise WorkloadError(f"{self.name} needs at least 2 jobs (hot and cold), got {self.jobs}")
+            bad = [z for z in self.hot_zones if z < 0 or (z + 1) * self.zone_bytes > self.region_bytes]
+            if bad or not self.hot_zones:
+                raise WorkloadError(f"hot zones {bad or '[]'} are outside the read region of "
+                                    f"{self.region_zones} zones")
+            if len(set(self.hot_zones)) != len(self.hot_zones):
+                raise WorkloadError(f"hot zones repeat: {list(self.hot_zones)}")
+
+    # ---- geometry -----------------------------------------------------------------------------------------
+    @property
+    def region_zones(self) -> int:
+        return self.region_bytes // self.zone_bytes
+
+    @property
+    def write_zones(self) -> int:
+        """Zones the mixed workload writes into (after the read region)."""
+        writes = self.writes
+        return max(1, -(-writes * BLOCK // self.zone_bytes))
+
+    @property
+    def writes(self) -> int:
+        if self.preset.kind == "mixed":
+            return max(1, round(self.reads * self.write_share))
+        if self.preset.kind == "seqwrite":
+            return self.region_bytes // (128 * KIB)
+        return 0
+
+    @property
+    def total_reads(self) -> int:
+        return 0 if self.preset.kind == "seqwrite" else self.reads
+
+    @property
+    def prefill_zones(self) -> range:
+        """Zones the capture resets and writes before the workload (those the reads touch)."""
+        return range(0, 0 if self.preset.kind == "seqwrite" else self.region_zones)
+
+    @property
+    def reset_zones(self) -> range:
+        """Zones reset before the workload: the prefilled ones, plus the ones the workload writes."""
+        if self.preset.kind == "seqwrite":
+            return range(0, self.region_zones)
+        if self.preset.kind == "mixed":
+            return range(0, self.region_zones + self.write_zones)
+        return self.prefill_zones
+
+    def hot_split(self) -> tuple[int, int, int, int]:
+        """(hot jobs, cold jobs, hot reads, cold reads) of a hot/cold workload."""
+        assert self.hot_share is not None
+        hot_jobs = min(self.jobs - 1, max(1, round(self.hot_share * self.jobs)))
+        hot_reads = round(self.hot_share * self.reads)
+        return hot_jobs, self.jobs - hot_jobs, hot_reads, self.reads - hot_reads
+
+    def zoned_abs_spec(self) -> tuple[int, int, str]:
+        """(offset, size, spec) of the hot jobs: equal shares of the hot zones, 0 % for the gaps."""
+        zones = sorted(self.hot_zones)
+        zb = self.zone_bytes
+        shares = _integer_shares(100, len(zones))
+        parts: list[str] = []
+        for i, z in enumerate(zones):
+            if i:
+                gap = (z - zones[i - 1] - 1) * zb
+                if gap:
+                    parts.append(f"0/{_size(gap)}")
+            parts.append(f"{shares[i]}/{_size(zb)}")
+        offset = zones[0] * zb
+        size = (zones[-1] + 1) * zb - offset
+        return offset, size, ":".join(parts)
+
+    # ---- job files ----------------------------------------------------------------------------------------
+    def _global(self) -> list[str]:
+        return [
+            "[global]",
+            f"filename={self.device}",
+            f"ioengine={self.ioengine}",
+            "direct=1",
+            "thread=1",
+            "group_reporting=1",
+            f"randseed={self.seed}",
+        ]
+
+    def _read_sections(self, label: str, count: int, jobs: int, extra: list[str]) -> list[str]:
+        """Sections with `jobs` jobs that do exactly `count` 4 KiB random reads in total."""
+        out: list[str] = []
+        for n_jobs, per_job, suffix in _split_counts(count, jobs):
+            out += [
+                "",
+                f"[{label}{suffix}]",
+                "rw=randread",
+                f"bs={BLOCK // KIB}k",
+                f"iodepth={self.iodepth}",
+                f"numjobs={n_jobs}",
+                "norandommap=1",
+                f"number_ios={per_job}",
+                f"io_size={per_job * BLOCK}",
+                *extra,
+            ]
+        return out
+
+    def fio_job(self) -> str:
+        """The workload's fio job file (the measured part; the prefill is separate)."""
+        kind = self.preset.kind
+        lines = [f"; ztbp workload {self.name}: {self.preset.help}", f"; {self.describe_line()}"]
+        lines += self._global()
+        if kind == "hotcold":
+            hot_jobs, cold_jobs, hot_reads, cold_reads = self.hot_split()
+            offset, size, spec = self.zoned_abs_spec()
+            lines += self._read_sections("hot", hot_reads, hot_jobs, [
+                f"offset={offset}", f"size={size}", f"random_distribution=zoned_abs:{spec}"])
+            lines += self._read_sections("cold", cold_reads, cold_jobs, [
+                f"offset={COLD_START}", f"size={self.region_bytes - COLD_START}"])
+        elif kind == "uniform":
+            lines += self._read_sections("uniform", self.reads, self.jobs, ["offset=0", f"size={self.region_bytes}"])
+        elif kind == "zipf":
+            lines += self._read_sections("zipf", self.reads, self.jobs, [
+                "offset=0", f"size={self.region_bytes}", f"random_distribution=zipf:{self.zipf_theta}"])
+        elif kind == "mixed":
+            lines += self._read_sections("read", self.reads, max(1, self.jobs - 1), [
+                "offset=0", f"size={self.region_bytes}"])
+            lines += self._write_section("write", self.region_bytes, self.write_zones * self.zone_bytes,
+                                         self.writes * BLOCK, BLOCK)
+        elif kind == "seqwrite":
+            lines += self._write_section("fill", 0, self.region_bytes, self.region_bytes, 128 * KIB)
+        return "\n".join(lines) + "\n"
+
+    def _write_section(self, label: str, offset: int, size: int, io_size: int, bs: int) -> list[str]:
+        return [
+            "",
+            f"[{label}]",
+            "rw=write",
+            "zonemode=zbd",
+            f"bs={bs // KIB}k",
+            "iodepth=1",
+            "numjobs=1",
+            f"offset={offset}",
+            f"size={size}",
+            f"io_size={io_size}",
+        ]
+
+    def prefill_job(self) -> str | None:
+        """fio job that writes the zones the reads need (after the capture has reset them), or None."""
+        zones = self.prefill_zones
+        if not zones:
+            return None
+        size = len(zones) * self.zone_bytes
+        lines = [f"; ztbp prefill for {self.name}: write zones {zones.start}..{zones.stop - 1} sequentially"]
+        lines += self._global()
+        lines += self._write_section("prefill", zones.start * self.zone_bytes, size, size, 128 * KIB)
+        return "\n".join(lines) + "\n"
+
+    def describe_line(self) -> str:
+        return (f"reads={self.total_reads} writes={self.writes} jobs={self.jobs} iodepth={self.iodepth} "
+                f"zone={self.zone_bytes // MIB}MiB region={self.region_bytes // MIB}MiB")
+
+    def meta(self) -> dict[str, Any]:
+        """The `workload` object of meta.json."""
+        d: dict[str, Any] = {
+            "name": self.name,
+            "kind": self.preset.kind,
+            "reads": self.total_reads,
+            "writes": self.writes,
+            "jobs": self.jobs,
+            "iodepth": self.iodepth,
+            "block_bytes": BLOCK,
+            "ioengine": self.ioengine,
+            "region_bytes": self.region_bytes,
+            "prefill_zones": [self.prefill_zones.start, self.prefill_zones.stop],
+            "reset_zones": [self.reset_zones.start, self.reset_zones.stop],
+            "seed": self.seed,
+        }
+        if self.preset.kind == "hotcold":
+            hot_jobs, cold_jobs, hot_reads, cold_reads = self.hot_split()
+            d.update(hot_zones=list(self.hot_zones), hot_share=self.hot_share, hot_jobs=hot_jobs,
+                     cold_jobs=cold_jobs, hot_reads=hot_reads, cold_reads=cold_reads,
+                     zoned_abs=self.zoned_abs_spec()[2], cold_range=[COLD_START, self.region_bytes])
+        if self.preset.kind == "zipf":
+            d["zipf_theta"] = self.zipf_theta
+        return d
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("preset", None)
+        return d
+
+
+def _size(n: int) -> str:
+    """Bytes as fio size text (exact)."""
+    for unit, mult in (("G", 1 << 30), ("M", MIB), ("K", KIB)):
+        if n % mult == 0:
+            return f"{n // mult}{unit}"
+    return str(n)
+
+
+def _integer_shares(total: int, parts: int) -> list[int]:
+    """Split `total` into `parts` integers that differ by at most one (fio percentages are integers)."""
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def _split_counts(count: int, jobs: int) -> list[tuple[int, int, str]]:
+    """Split `count` I/Os over `jobs` jobs as (n_jobs, per_job, section suffix) groups with exact total."""
+    if count <= 0:
+        return []
+    jobs = min(jobs, count)
+    per, extra = divmod(count, jobs)
+    groups: list[tuple[int, int, str]] = []
+    if extra:
+        groups.append((extra, per + 1, "-a"))
+    if jobs - extra:
+        groups.append((jobs - extra, per, "-b" if extra else ""))
+    return groups
+
+
+def parse_size(text: str) -> int:
+    """'32M', '1G', '4096' -> bytes."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    mult = {"K": KIB, "M": MIB, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    num = t[:-1] if t[-1:] in "KMGT" and t[-1:] else t
+    try:
+        value = int(num)
+    except ValueError:
+        raise WorkloadError(f"cannot read size '{text}': use bytes or K/M/G, e.g. 32M") from None
+    if value <= 0:
+        raise WorkloadError(f"size must be positive, got '{text}'")
+    return value * mult
+
+
+def parse_zone_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise WorkloadError(f"cannot read zone list '{text}': use comma-separated zone ids, e.g. 1,7,11") from None
+
+
+def add_workload_options(p: argparse.ArgumentParser) -> None:
+    """Workload options shared by `ztbp workload` and `ztbp capture`."""
+    p.add_argument("--reads", type=int, default=PAPER_READS, help="total 4 KiB reads (default: %(default)s)")
+    p.add_argument("--jobs", type=int, default=0, help="fio jobs (default: the workload's, e.g. 36 for paper80)")
+    p.add_argument("--iodepth", type=int, default=0, help="queue depth per job (default: the workload's)")
+    p.add_argument("--hot-zones", default=",".join(map(str, PAPER_HOT_ZONES)),
+                   help="hot zone ids of paper80/paper60 (default: %(default)s)")
+    p.add_argument("--hot-share", type=float, default=None, help="share of reads on hot zones (default: preset)")
+    p.add_argument("--ioengine", default="io_uring", help="fio ioengine (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=1, help="fio randseed (default: %(default)s)")
+    p.add_argument("--region", default="1G", help="read region from LBA 0 (default: %(default)s)")
+
+
+def workload_from_args(args: argparse.Namespace, *, device: str, zone_bytes: int, nr_zones: int) -> Workload:
+    return Workload(
+        name=args.workload, reads=args.reads, jobs=args.jobs, iodepth=args.iodepth, device=device,
+        zone_bytes=zone_bytes, nr_zones=nr_zones, ioengine=args.ioengine,
+        hot_zones=parse_zone_list(args.hot_zones), hot_share=args.hot_share, seed=args.seed,
+        region_bytes=parse_size(args.region),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    wl = workload_from_args(args, device=args.device, zone_bytes=parse_size(args.zone_size), nr_zones=args.zones)
+    out = Path(args.output)
+    if out.parent and not out.parent.exists():
+        raise WorkloadError(f"folder {out.parent} does not exist; create it or choose another -o path")
+    out.write_text(wl.fio_job())
+    print(f"wrote {out}: {wl.name}, {wl.describe_line()}")
+    if args.prefill:
+        pre = wl.prefill_job()
+        if pre is None:
+            print(f"{wl.name} reads nothing: no prefill job")
+        else:
+            Path(args.prefill).write_text(pre)
+            print(f"wrote {args.prefill}: prefill of zones {wl.prefill_zones.start}..{wl.prefill_zones.stop - 1}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("workload", help="write a fio job file for a capture workload",
+                       description="Write the fio job file of a named workload. " +
+                       "; ".join(f"{k}: {v.help}" for k, v in PRESETS.items()))
+    p.add_argument("workload", metavar="NAME", help=f"one of {', '.join(PRESETS)}")
+    p.add_argument("-o", "--output", required=True, help="fio job file to write")
+    p.add_argument("--prefill", metavar="FILE", help="also write the prefill job (sequential zone fill) here")
+    p.add_argument("--device", default="/dev/nvme0n1", help="block device in the job file (default: %(default)s)")
+    p.add_argument("--zone-size", default="32M", help="zone size (default: %(default)s)")
+    p.add_argument("--zones", type=int, default=64, help="zones of the namespace (default: %(default)s)")
+    add_workload_options(p)
+    p.set_defaults(func=run)

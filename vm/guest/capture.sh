@@ -1,0 +1,221 @@
+#!/bin/bash
+# Guest side of a capture (run by `ztbp capture` through vm/vmtest.sh, or by `ztbp capture-host` on a real
+# machine): reset the zones, start the NVMe probe, prefill, record the zone report, run the fio workload,
+# stop the probe and write the run's raw/ files.
+#
+# Environment (all optional except ZTBP_WORKLOAD):
+#   ZTBP_OUT          run directory to write (default /ztbp/out)
+#   ZTBP_DEV          zoned block device (default /dev/nvme0n1)
+#   ZTBP_WORKLOAD     fio job file of the workload
+#   ZTBP_PREFILL      fio job file that writes what the workload reads (run after the resets)
+#   ZTBP_RESET        "FIRST COUNT": zones to reset before the prefill (default: none)
+#   ZTBP_PROBE        bpftrace script (default probes/nvme_zone.bt next to this script's repository)
+#   ZTBP_RB_PAGES     perf ring buffer pages per CPU for bpftrace (default 4096 = 16 MiB)
+#   ZTBP_STOP_FILE    when this file appears, the workload is stopped early (default /ztbp/ctl/stop)
+#   ZTBP_KO, ZTBP_KO_PARAMS   kernel module to insmod first (NVMeVirt) and its parameters
+# Progress lines start with "ZTBP:" (parsed by the host). Working files stay in a local temporary folder
+# (fast, no 9p traffic while tracing) and are copied to the run directory at the end.
+set -uo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+OUT="${ZTBP_OUT:-/ztbp/out}"
+DEV="${ZTBP_DEV:-/dev/nvme0n1}"
+WORKLOAD="${ZTBP_WORKLOAD:?ZTBP_WORKLOAD must name the fio job file}"
+PREFILL="${ZTBP_PREFILL:-}"
+RESET="${ZTBP_RESET:-}"
+PROBE="${ZTBP_PROBE:-$HERE/../../probes/nvme_zone.bt}"
+RB_PAGES="${ZTBP_RB_PAGES:-4096}"
+STOP_FILE="${ZTBP_STOP_FILE:-/ztbp/ctl/stop}"
+PROGRESS_SECONDS=5
+ATTACH_TIMEOUT=180
+
+TMP=""
+BT_PID=""
+FIO_PID=""
+STATUS="complete"
+
+say() { echo "ZTBP: $*"; }
+info() { echo "$1=$2" >> "$TMP/guest.env"; }
+
+load_module() {
+	[ -n "${ZTBP_KO:-}" ] || return 0
+	say "stage module insmod $(basename "$ZTBP_KO") ${ZTBP_KO_PARAMS:-}"
+	# shellcheck disable=SC2086  # the parameters are separate words
+	insmod "$ZTBP_KO" ${ZTBP_KO_PARAMS:-} || { say "error insmod failed (see console.log)"; return 1; }
+	local i
+	for i in $(seq 1 300); do
+		[ -b "$DEV" ] && return 0
+		sleep 0.1
+	done
+	say "error $DEV did not appear after loading the module"
+	return 1
+}
+
+check_device() {
+	local name zoned
+	[ -b "$DEV" ] || { say "error $DEV is not a block device"; return 1; }
+	name="$(basename "$DEV")"
+	zoned="$(cat "/sys/block/$name/queue/zoned" 2>/dev/null || echo none)"
+	[ "$zoned" = "host-managed" ] || [ "$zoned" = "host-aware" ] || {
+		say "error $DEV is not zoned (queue/zoned = $zoned)"; return 1; }
+	info device "$name"
+	info lba_bytes "$(cat "/sys/block/$name/queue/logical_block_size")"
+	info zone_sectors "$(cat "/sys/block/$name/queue/chunk_sectors")"
+	info nr_zones "$(cat "/sys/block/$name/queue/nr_zones")"
+	info max_open_zones "$(cat "/sys/block/$name/queue/max_open_zones" 2>/dev/null || echo 0)"
+	info max_active_zones "$(cat "/sys/block/$name/queue/max_active_zones" 2>/dev/null || echo 0)"
+	info zoned "$zoned"
+	# zone capacity of the first zone, in 512-byte sectors (blkzone: "cap 0x...")
+	info zone_cap_sectors "$(( $(blkzone report -c 1 "$DEV" | sed -n 's/.*cap \(0x[0-9a-f]*\).*/\1/p') ))"
+}
+
+record_versions() {
+	info kernel "$(uname -r)"
+	info kernel_version "$(uname -v)"
+	info bpftrace "$(bpftrace --version 2>&1 | head -n 1)"
+	info fio "$(fio --version 2>&1 | head -n 1)"
+	info nvme_cli "$(nvme version 2>&1 | head -n 1)"
+	info blkzone "$(blkzone --version 2>&1 | head -n 1)"
+}
+
+start_probe() {
+	say "stage probe starting bpftrace $(basename "$PROBE") (compiling under emulation takes a while)"
+	# stdout, not -o: bpftrace line-buffers stdout, so the BEGIN header shows when the probes are attached
+	# (with -o it sits in a full buffer). The file is on the guest's tmpfs, not on 9p.
+	BPFTRACE_PERF_RB_PAGES="$RB_PAGES" bpftrace "$PROBE" > "$TMP/probe.out" 2> "$TMP/probe.err" &
+	BT_PID=$!
+	local t0=$SECONDS
+	# BEGIN prints the version line once every probe is attached.
+	until grep -q '^# ztbp nvme v1' "$TMP/probe.out" 2>/dev/null; do
+		if ! kill -0 "$BT_PID" 2>/dev/null; then
+			say "error bpftrace exited: $(tr '\n' ' ' < "$TMP/probe.err")"
+			return 1
+		fi
+		if [ $((SECONDS - t0)) -ge "$ATTACH_TIMEOUT" ]; then
+			say "error bpftrace did not attach within $ATTACH_TIMEOUT s"
+			return 1
+		fi
+		sleep 0.2
+	done
+	sleep 1
+	info probe_attach_s "$((SECONDS - t0))"
+	say "stage probe attached after $((SECONDS - t0)) s"
+}
+
+stop_probe() {
+	[ -n "$BT_PID" ] || return 0
+	# Let bpftrace drain the perf buffers of the last completions before stopping it.
+	sleep 2
+	kill -INT "$BT_PID" 2>/dev/null
+	wait "$BT_PID" 2>/dev/null
+	BT_PID=""
+	local lost
+	lost="$(grep -h -o -E '^Lost [0-9]+ events' "$TMP/probe.out" "$TMP/probe.err" | awk '{s += $2} END {print s + 0}')"
+	local setups completed unmatched
+	setups="$(sed -n 's/^@setups: \([0-9]*\)$/\1/p' "$TMP/probe.out")"
+	completed="$(sed -n 's/^@completed: \([0-9]*\)$/\1/p' "$TMP/probe.out")"
+	unmatched=$(( ${setups:-0} - ${completed:-0} ))
+	info probe_setups "${setups:-0}"
+	info probe_completed "${completed:-0}"
+	info probe_perf_lost "$lost"
+	# Lost = events bpftrace dropped + submissions whose completion the probe never saw.
+	info lost_events_nvme "$((lost + unmatched))"
+	# The CSV: from the version line on, without bpftrace's own messages, counters and blank lines.
+	sed -n '/^# ztbp nvme v1$/,$p' "$TMP/probe.out" | grep -v -E '^(Lost [0-9]+ events|@[a-z_]+: [0-9]+)?$' > "$TMP/nvme.csv"
+	say "stage probe stopped: $(($(wc -l < "$TMP/nvme.csv") - 2)) commands, $lost lost events, $unmatched without completion"
+}
+
+reset_zones() {
+	[ -n "$RESET" ] || return 0
+	local first count zone_sectors
+	read -r first count <<< "$RESET"
+	zone_sectors="$(cat "/sys/block/$(basename "$DEV")/queue/chunk_sectors")"
+	say "stage reset zones $first..$((first + count - 1))"
+	blkzone reset -o $((first * zone_sectors)) -c "$count" "$DEV"
+}
+
+prefill() {
+	[ -n "$PREFILL" ] || return 0
+	say "stage prefill $(grep -m1 '^; ' "$PREFILL" | sed 's/^; //')"
+	local t0=$SECONDS
+	fio --eta=never --output-format=json --output="$TMP/prefill.json" "$PREFILL" || { say "error prefill fio failed"; return 1; }
+	info prefill_s "$((SECONDS - t0))"
+}
+
+watch_progress() {
+	# Report traced reads every few seconds (the host turns it into a countdown); stop fio on request.
+	while kill -0 "$FIO_PID" 2>/dev/null; do
+		if [ -f "$STOP_FILE" ]; then
+			say "stage stop requested: stopping the workload"
+			kill -INT "$FIO_PID" 2>/dev/null
+			echo partial > "$TMP/stopped"
+			return
+		fi
+		say "progress reads=$(grep -c ',read,' "$TMP/probe.out" 2>/dev/null || echo 0)"
+		sleep "$PROGRESS_SECONDS"
+	done
+}
+
+run_workload() {
+	say "stage workload $(grep -m1 '^; ' "$WORKLOAD" | sed 's/^; //')"
+	local t0 rc=0
+	t0="$(date +%s.%N)"
+	fio --eta=never --output-format=json --output="$TMP/fio.json" "$WORKLOAD" &
+	FIO_PID=$!
+	watch_progress &
+	local watcher=$!
+	wait "$FIO_PID" || rc=$?
+	kill "$watcher" 2>/dev/null
+	wait "$watcher" 2>/dev/null
+	info workload_s "$(echo "$(date +%s.%N) $t0" | awk '{printf "%.3f", $1 - $2}')"
+	info fio_rc "$rc"
+	[ -f "$TMP/stopped" ] && STATUS="partial"
+	say "stage workload done (fio status $rc)"
+	return 0
+}
+
+save_outputs() {
+	mkdir -p "$OUT/raw" "$OUT/.capture"
+	[ -f "$TMP/nvme.csv" ] && cp "$TMP/nvme.csv" "$OUT/raw/nvme.csv"
+	[ -s "$TMP/fio.json" ] && cp "$TMP/fio.json" "$OUT/raw/fio.json"
+	[ -f "$TMP/zones.txt" ] && cp "$TMP/zones.txt" "$OUT/raw/zones.txt"
+	[ -s "$TMP/prefill.json" ] && cp "$TMP/prefill.json" "$OUT/.capture/prefill-fio.json"
+	cp "$TMP/probe.err" "$OUT/.capture/probe.err" 2>/dev/null
+	info status "$STATUS"
+	cp "$TMP/guest.env" "$OUT/.capture/guest.env"
+	sync
+}
+
+on_exit() {
+	local rc=$?
+	if [ -n "$BT_PID" ]; then
+		STATUS="failed"
+		stop_probe
+	fi
+	[ -n "$TMP" ] && [ -f "$TMP/guest.env" ] && save_outputs
+	exit "$rc"
+}
+
+main() {
+	TMP="$(mktemp -d /tmp/ztbp-capture.XXXXXX)"
+	: > "$TMP/guest.env"
+	trap on_exit EXIT
+	say "stage booted $(cut -d' ' -f1 /proc/uptime) s"
+	record_versions
+	load_module || return 1
+	check_device || return 1
+	start_probe || return 1
+	reset_zones || return 1
+	prefill || return 1
+	blkzone report "$DEV" > "$TMP/zones.txt"
+	if [ -f "$STOP_FILE" ]; then
+		STATUS="partial"
+	else
+		run_workload
+	fi
+	stop_probe
+	say "stage saving the run"
+	return 0
+}
+
+main "$@"

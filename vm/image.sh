@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Build the ZTBP guest image from Debian packages only: a bookworm root file system made by mmdebstrap,
+# turned into an ext4 image without mounting (mke2fs -d), plus the kernel and initrd taken out of it for
+# QEMU's direct -kernel boot. The result is cached outside git under $ZTBP_CACHE (default ~/.cache/ztbp),
+# in a folder named after a hash of the recipe (this file, the guest init and the package list): it is
+# rebuilt only when the recipe changes. Prints the image folder on stdout as its last line.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE_DIR="${ZTBP_CACHE:-$HOME/.cache/ztbp}"
+SUITE="bookworm"
+MIRROR="http://deb.debian.org/debian"
+SECURITY_MIRROR="http://deb.debian.org/debian-security"
+IMAGE_MIB=2048          # ext4 image size (sparse file; the root file system uses about 700 MiB)
+GUEST_INIT="$REPO/vm/guest/ztbp-init"
+PACKAGES=(
+	linux-image-amd64     # the guest kernel (6.1), with NVMe, ZNS, 9p and BPF support
+	initramfs-tools       # initrd that loads virtio_blk for the root disk
+	zstd                  # initramfs compression
+	bpftrace              # the probes
+	fio                   # the workloads (io_uring, zonemode=zbd)
+	nvme-cli              # nvme zns report-zones, id-ns
+	util-linux            # blkzone
+	kmod                  # modprobe (9p, NVMeVirt's module)
+	btrfs-progs           # zoned btrfs experiments
+	procps                # ps, free
+	coreutils
+)
+
+usage() {
+	cat <<EOF
+Usage: $0 [options]
+
+Build (or reuse) the cached guest image and print its folder.
+
+Options:
+  -f, --force     rebuild even if the cached image matches the recipe
+  -p, --print     print the image folder the current recipe maps to and exit (no build)
+  -h, --help      this text
+
+Cache folder: $CACHE_DIR (set ZTBP_CACHE to move it)
+Needs: mmdebstrap, e2fsprogs (mke2fs), zstd — install with: bash vm/install-deps.sh
+EOF
+}
+
+log() { echo "image: $*" >&2; }
+die() { echo "image: error: $*" >&2; exit 1; }
+
+recipe_hash() {
+	{
+		cat "$REPO/vm/image.sh" "$GUEST_INIT"
+		printf '%s\n' "$SUITE" "${PACKAGES[@]}"
+	} | sha256sum | cut -c1-16
+}
+
+image_dir() { echo "$CACHE_DIR/image-$(recipe_hash)"; }
+
+check_deps() {
+	local missing=() tool
+	for tool in mmdebstrap mke2fs; do
+		command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+	done
+	if [ "${#missing[@]}" -gt 0 ]; then
+		die "missing ${missing[*]}; install the host packages with: bash vm/install-deps.sh (or: just deps)"
+	fi
+}
+
+build_rootfs() {
+	local rootfs="$1"
+	local mode="root"
+	[ "$(id -u)" -eq 0 ] || mode="unshare"
+	log "mmdebstrap $SUITE (minbase + ${#PACKAGES[@]} packages) into a temporary folder; this takes a few minutes"
+	# Only the package names go to mmdebstrap (strip the comments of PACKAGES).
+	mmdebstrap \
+		--mode="$mode" \
+		--variant=minbase \
+		--include="$(IFS=,; echo "${PACKAGES[*]}")" \
+		--dpkgopt='path-exclude=/usr/share/man/*' \
+		--dpkgopt='path-exclude=/usr/share/doc/*' \
+		--dpkgopt='path-exclude=/usr/share/locale/*' \
+		--customize-hook="copy-in $GUEST_INIT /sbin" \
+		--customize-hook='chmod 755 "$1/sbin/ztbp-init"' \
+		--customize-hook='echo ztbp-guest > "$1/etc/hostname"' \
+		--customize-hook='printf "/dev/vda / ext4 rw 0 1\n" > "$1/etc/fstab"' \
+		--customize-hook='mkdir -p "$1/ztbp/src" "$1/ztbp/out" "$1/ztbp/ctl"' \
+		"$SUITE" "$rootfs" \
+		"deb $MIRROR $SUITE main" \
+		"deb $MIRROR $SUITE-updates main" \
+		"deb $SECURITY_MIRROR $SUITE-security main" \
+		2>&1 | sed -u 's/^/image:   /' >&2
+}
+
+make_image() {
+	local rootfs="$1" out="$2"
+	log "mke2fs -d: ${IMAGE_MIB} MiB ext4 image (no mount needed)"
+	mke2fs -q -F -t ext4 -L ztbp-root -d "$rootfs" "$out/rootfs.ext4" "${IMAGE_MIB}M" >&2
+	cp "$rootfs"/boot/vmlinuz-* "$out/vmlinuz"
+	cp "$rootfs"/boot/initrd.img-* "$out/initrd.img"
+	# shellcheck disable=SC2016  # ${Package} is dpkg-query's format syntax, not a shell variable
+	dpkg-query --admindir="$rootfs/var/lib/dpkg" -W -f='${Package} ${Version}\n' \
+		linux-image-amd64 bpftrace fio nvme-cli util-linux > "$out/versions.txt"
+	(cd "$rootfs/boot" && ls vmlinuz-* | sed 's/^vmlinuz-//') > "$out/kernel-release"
+}
+
+build() {
+	local dir tmp
+	dir="$(image_dir)"
+	check_deps
+	mkdir -p "$CACHE_DIR"
+	tmp="$(mktemp -d "$CACHE_DIR/build.XXXXXX")"
+	# shellcheck disable=SC2064  # expand $tmp now: the trap must remove this build's folder
+	trap "rm -rf '$tmp'" EXIT
+	local start=$SECONDS
+	build_rootfs "$tmp/rootfs"
+	mkdir -p "$tmp/image"
+	make_image "$tmp/rootfs" "$tmp/image"
+	rm -rf "$dir"
+	mv "$tmp/image" "$dir"
+	log "built $(basename "$dir") in $((SECONDS - start)) s (kernel $(cat "$dir/kernel-release"))"
+	# Keep only the current image: older recipes are dead weight (about 1 GiB each).
+	find "$CACHE_DIR" -maxdepth 1 -name 'image-*' ! -path "$dir" -exec rm -rf {} +
+}
+
+main() {
+	local force=0
+	while [ $# -gt 0 ]; do
+		case "$1" in
+			-f|--force) force=1 ;;
+			-p|--print) image_dir; return 0 ;;
+			-h|--help) usage; return 0 ;;
+			*) usage >&2; die "unknown option '$1'" ;;
+		esac
+		shift
+	done
+	local dir
+	dir="$(image_dir)"
+	if [ "$force" -eq 0 ] && [ -f "$dir/rootfs.ext4" ] && [ -f "$dir/vmlinuz" ] && [ -f "$dir/initrd.img" ]; then
+		log "cached image $(basename "$dir") matches the recipe"
+	else
+		build
+	fi
+	echo "$dir"
+}
+
+main "$@"

@@ -1,0 +1,382 @@
+#!/usr/bin/env bash
+# Boot the ZTBP guest in QEMU with an emulated zoned NVMe namespace and run one command in it.
+#
+# The repository is shared read-only at /ztbp/src, OUTDIR read-write at /ztbp/out; the zoned namespace is
+# /dev/nvme0n1 in the guest. The serial console is shown and saved as OUTDIR/console.log, the guest's exit
+# status comes back through a file in the control share and becomes this script's exit status. A host-side
+# timeout kills a hung guest; whatever it wrote to OUTDIR stays. Ctrl-C asks the guest to stop (it sees
+# /ztbp/ctl/stop) and gives it STOP_GRACE seconds to save its data before QEMU is killed.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE_DIR="${ZTBP_CACHE:-$HOME/.cache/ztbp}"
+QEMU="${QEMU:-qemu-system-x86_64}"
+DEFAULT_TIMEOUT=900
+DEFAULT_MEMORY="2G"
+DEFAULT_SMP=2
+DEFAULT_ZONE_SIZE="32M"
+DEFAULT_ZONES=64
+DEFAULT_LBA_SIZE=4096
+KVM_PROBE_SECONDS=25
+STOP_GRACE=90
+EXIT_TIMEOUT=124     # the guest did not finish in time
+EXIT_NO_STATUS=125   # the guest stopped without reporting a status (crash, panic)
+
+OUTDIR=""
+IMAGE_DIR=""
+TIMEOUT=$DEFAULT_TIMEOUT
+MEMORY=$DEFAULT_MEMORY
+SMP=$DEFAULT_SMP
+ZONE_SIZE=$DEFAULT_ZONE_SIZE
+ZONES=$DEFAULT_ZONES
+ZONE_CAP=""
+MAX_OPEN=0
+MAX_ACTIVE=0
+LBA_SIZE=$DEFAULT_LBA_SIZE
+CONV_SIZE=""
+NO_ZNS=0
+ACCEL="auto"
+APPEND_EXTRA=""
+INTERACTIVE=0
+QUIET=0
+FILES=()
+ENVS=()
+COMMAND=""
+
+WORK=""
+QEMU_PID=""
+ACCEL_ARGS=()
+NVME_ARGS=()
+STOP_REQUESTED=0
+
+usage() {
+	cat <<EOF
+Usage: $0 [options] -- COMMAND
+
+Boot the ZTBP guest (QEMU, Debian 12 kernel, bpftrace, fio) and run COMMAND in it with bash.
+The repository is at /ztbp/src (read-only), OUTDIR at /ztbp/out, the zoned namespace is /dev/nvme0n1.
+Exit status: COMMAND's status in the guest; $EXIT_TIMEOUT on timeout; $EXIT_NO_STATUS if the guest stopped without one.
+
+Options:
+  -o, --out DIR          output folder shared read-write at /ztbp/out; console.log goes here
+                         (default: a new temporary folder, printed at the end)
+  -i, --image DIR        guest image folder (default: built or reused by vm/image.sh)
+  -t, --timeout SEC      kill the guest after SEC seconds (default: $DEFAULT_TIMEOUT)
+  -m, --memory SIZE      guest RAM (default: $DEFAULT_MEMORY)
+  -s, --smp N            guest CPUs (default: $DEFAULT_SMP)
+      --zone-size SIZE   zone size, QEMU size syntax (default: $DEFAULT_ZONE_SIZE)
+      --zones N          number of zones (default: $DEFAULT_ZONES)
+      --zone-cap SIZE    zone capacity (default: the zone size)
+      --max-open N       max open zones, 0 = no limit (default: 0)
+      --max-active N     max active zones, 0 = no limit (default: 0)
+      --lba-size BYTES   logical block size (default: $DEFAULT_LBA_SIZE)
+      --conv-ns SIZE     add a second, conventional namespace of SIZE (/dev/nvme0n2)
+      --no-zns           no emulated NVMe device (for the NVMeVirt backend)
+      --accel MODE       auto, kvm or tcg (default: auto = KVM only if a test boot works)
+      --append ARGS      extra guest kernel command line (e.g. 'memmap=1025M\$4G')
+      --file FILE        copy FILE into the control share, visible as /ztbp/ctl/<name> (repeatable)
+      --env NAME=VALUE   set a variable for COMMAND (repeatable)
+      --interactive      give the guest console a login shell instead of COMMAND
+  -q, --quiet            do not echo the console (it is still saved)
+  -h, --help             this text
+
+Example:
+  $0 -o /tmp/out --zones 16 -- 'blkzone report /dev/nvme0n1 > /ztbp/out/zones.txt'
+
+Needs: $QEMU (qemu-system-x86), and for the first image build mmdebstrap and e2fsprogs:
+install them with: bash vm/install-deps.sh (or: just deps)
+EOF
+}
+
+log() { echo "vmtest: $*" >&2; }
+die() { echo "vmtest: error: $*" >&2; exit 2; }
+
+parse_args() {
+	while [ $# -gt 0 ]; do
+		case "$1" in
+			-o|--out) OUTDIR="$2"; shift ;;
+			-i|--image) IMAGE_DIR="$2"; shift ;;
+			-t|--timeout) TIMEOUT="$2"; shift ;;
+			-m|--memory) MEMORY="$2"; shift ;;
+			-s|--smp) SMP="$2"; shift ;;
+			--zone-size) ZONE_SIZE="$2"; shift ;;
+			--zones) ZONES="$2"; shift ;;
+			--zone-cap) ZONE_CAP="$2"; shift ;;
+			--max-open) MAX_OPEN="$2"; shift ;;
+			--max-active) MAX_ACTIVE="$2"; shift ;;
+			--lba-size) LBA_SIZE="$2"; shift ;;
+			--conv-ns) CONV_SIZE="$2"; shift ;;
+			--no-zns) NO_ZNS=1 ;;
+			--accel) ACCEL="$2"; shift ;;
+			--append) APPEND_EXTRA="$2"; shift ;;
+			--file) FILES+=("$2"); shift ;;
+			--env) ENVS+=("$2"); shift ;;
+			--interactive) INTERACTIVE=1 ;;
+			-q|--quiet) QUIET=1 ;;
+			-h|--help) usage; exit 0 ;;
+			--) shift; COMMAND="$*"; break ;;
+			*) usage >&2; die "unknown option '$1' (the guest command goes after --)" ;;
+		esac
+		shift
+	done
+	if [ -z "$COMMAND" ] && [ "$INTERACTIVE" -eq 0 ]; then
+		usage >&2
+		die "no command given: put it after --, e.g. $0 -- 'uname -r'"
+	fi
+	[[ "$TIMEOUT" =~ ^[0-9]+$ ]] || die "--timeout must be whole seconds, got '$TIMEOUT'"
+	[[ "$ZONES" =~ ^[1-9][0-9]*$ ]] || die "--zones must be a positive integer, got '$ZONES'"
+	[[ "$LBA_SIZE" =~ ^(512|4096)$ ]] || die "--lba-size must be 512 or 4096, got '$LBA_SIZE'"
+	case "$ACCEL" in auto|kvm|tcg) ;; *) die "--accel must be auto, kvm or tcg, got '$ACCEL'" ;; esac
+	local f
+	for f in "${FILES[@]}"; do
+		[ -f "$f" ] || die "--file $f: no such file"
+	done
+}
+
+check_deps() {
+	command -v "$QEMU" >/dev/null 2>&1 || \
+		die "$QEMU not found; install the host packages with: bash vm/install-deps.sh (or: just deps)"
+	command -v setsid >/dev/null 2>&1 || die "setsid not found; install util-linux"
+}
+
+ensure_image() {
+	if [ -z "$IMAGE_DIR" ]; then
+		IMAGE_DIR="$(bash "$REPO/vm/image.sh" | tail -n 1)"
+	fi
+	local f
+	for f in rootfs.ext4 vmlinuz initrd.img; do
+		[ -f "$IMAGE_DIR/$f" ] || die "$IMAGE_DIR/$f missing; build the image with: just image"
+	done
+}
+
+# Does KVM really run a guest kernel here? Some nested setups expose /dev/kvm but hang on boot.
+# Boot the guest kernel without a root disk: under a working KVM it panics ("VFS: Unable to mount
+# root") within seconds. The verdict is cached per host kernel, QEMU version and guest kernel.
+kvm_verdict() {
+	[ -w /dev/kvm ] || { echo tcg; return; }
+	local key cache verdict
+	key="$(uname -r)-$("$QEMU" --version | head -n 1 | tr -cd '0-9.')-$(cat "$IMAGE_DIR/kernel-release" 2>/dev/null)"
+	cache="$CACHE_DIR/kvm-verdict-$(echo "$key" | sha256sum | cut -c1-12)"
+	if [ -f "$cache" ]; then
+		cat "$cache"
+		return
+	fi
+	log "testing whether KVM boots a kernel here (once; verdict cached in $cache)"
+	local probe_log
+	probe_log="$(mktemp)"
+	timeout "$KVM_PROBE_SECONDS" "$QEMU" \
+		-accel kvm \
+		-cpu host \
+		-m 512M \
+		-nodefaults \
+		-display none \
+		-no-reboot \
+		-serial "file:$probe_log" \
+		-kernel "$IMAGE_DIR/vmlinuz" \
+		-append "console=ttyS0 panic=-1 root=/dev/ztbp-none" \
+		</dev/null >/dev/null 2>&1 || true
+	if grep -q -e 'Kernel panic' -e 'VFS: Unable to mount root' "$probe_log"; then
+		verdict=kvm
+	else
+		verdict=tcg
+	fi
+	rm -f "$probe_log"
+	mkdir -p "$CACHE_DIR"
+	echo "$verdict" > "$cache"
+	echo "$verdict"
+}
+
+choose_accel() {
+	local mode="$ACCEL"
+	[ "$mode" = "auto" ] && mode="$(kvm_verdict)"
+	if [ "$mode" = "kvm" ]; then
+		ACCEL_ARGS=(-accel kvm -cpu host)
+	else
+		ACCEL_ARGS=(-accel tcg,thread=multi -cpu max)
+	fi
+	ACCEL="$mode"
+}
+
+prepare_work() {
+	WORK="$(mktemp -d "${TMPDIR:-/tmp}/ztbp-vm.XXXXXX")"
+	mkdir -p "$WORK/ctl"
+	if [ -z "$OUTDIR" ]; then
+		OUTDIR="$(mktemp -d "${TMPDIR:-/tmp}/ztbp-out.XXXXXX")"
+	fi
+	mkdir -p "$OUTDIR"
+	OUTDIR="$(cd "$OUTDIR" && pwd)"
+	printf '%s\n' "$COMMAND" > "$WORK/ctl/cmd"
+	: > "$WORK/ctl/env"
+	local e f
+	for e in "${ENVS[@]}"; do
+		printf '%s=%q\n' "${e%%=*}" "${e#*=}" >> "$WORK/ctl/env"
+	done
+	for f in "${FILES[@]}"; do
+		cp "$f" "$WORK/ctl/"
+	done
+	[ "$INTERACTIVE" -eq 1 ] && touch "$WORK/ctl/interactive"
+	[ "$NO_ZNS" -eq 1 ] && touch "$WORK/ctl/no-nvme"
+	return 0
+}
+
+# Sizes in QEMU syntax (32M, 1G, 4096) to bytes.
+to_bytes() {
+	local v="$1" n unit
+	n="${v%[KkMmGgTt]}"
+	unit="${v:${#n}}"
+	[[ "$n" =~ ^[0-9]+$ ]] || die "bad size '$v' (use e.g. 32M, 1G)"
+	case "$unit" in
+		"") echo "$n" ;;
+		[Kk]) echo $((n << 10)) ;;
+		[Mm]) echo $((n << 20)) ;;
+		[Gg]) echo $((n << 30)) ;;
+		[Tt]) echo $((n << 40)) ;;
+	esac
+}
+
+# The emulated NVMe controller with a zoned namespace (nsid 1) and an optional conventional one (nsid 2).
+build_nvme_args() {
+	[ "$NO_ZNS" -eq 1 ] && return 0
+	local zone_bytes cap_bytes disk_bytes
+	zone_bytes="$(to_bytes "$ZONE_SIZE")" || exit 2
+	cap_bytes="$(to_bytes "${ZONE_CAP:-$ZONE_SIZE}")" || exit 2
+	[ $((zone_bytes % LBA_SIZE)) -eq 0 ] || die "--zone-size must be a multiple of the LBA size $LBA_SIZE"
+	[ "$cap_bytes" -le "$zone_bytes" ] || die "--zone-cap ($ZONE_CAP) must not exceed --zone-size ($ZONE_SIZE)"
+	disk_bytes=$((zone_bytes * ZONES))
+	truncate -s "$disk_bytes" "$WORK/zns.img"
+	local ns="nvme-ns,drive=zns0,bus=nvme0,nsid=1,logical_block_size=$LBA_SIZE,physical_block_size=$LBA_SIZE"
+	ns+=",zoned=true,zoned.zone_size=$zone_bytes,zoned.zone_capacity=$cap_bytes"
+	ns+=",zoned.max_open=$MAX_OPEN,zoned.max_active=$MAX_ACTIVE"
+	NVME_ARGS+=(
+		-drive "file=$WORK/zns.img,if=none,id=zns0,format=raw,cache=unsafe"
+		-device nvme,serial=ztbp0001,id=nvme0
+		-device "$ns"
+	)
+	if [ -n "$CONV_SIZE" ]; then
+		local conv_bytes
+		conv_bytes="$(to_bytes "$CONV_SIZE")" || exit 2
+		truncate -s "$conv_bytes" "$WORK/conv.img"
+		NVME_ARGS+=(
+			-drive "file=$WORK/conv.img,if=none,id=conv0,format=raw,cache=unsafe"
+			-device "nvme-ns,drive=conv0,bus=nvme0,nsid=2,logical_block_size=$LBA_SIZE,physical_block_size=$LBA_SIZE"
+		)
+	fi
+}
+
+kernel_cmdline() {
+	local cmdline="console=ttyS0 root=/dev/vda rw init=/sbin/ztbp-init panic=-1 quiet loglevel=4"
+	cmdline+=" mitigations=off nokaslr tsc=reliable"
+	[ -n "$APPEND_EXTRA" ] && cmdline+=" $APPEND_EXTRA"
+	echo "$cmdline"
+}
+
+run_qemu() {
+	# One QEMU flag per line.
+	local args=(
+		-name ztbp-guest
+		-machine q35
+		"${ACCEL_ARGS[@]}"
+		-smp "$SMP"
+		-m "$MEMORY"
+		-nodefaults
+		-display none
+		-no-reboot
+		-nic none
+		-kernel "$IMAGE_DIR/vmlinuz"
+		-initrd "$IMAGE_DIR/initrd.img"
+		-append "$(kernel_cmdline)"
+		-drive "file=$IMAGE_DIR/rootfs.ext4,if=virtio,format=raw,snapshot=on"
+		-virtfs "local,path=$REPO,mount_tag=ztbp_src,security_model=none,readonly=on"
+		-virtfs "local,path=$OUTDIR,mount_tag=ztbp_out,security_model=none"
+		-virtfs "local,path=$WORK/ctl,mount_tag=ztbp_ctl,security_model=none"
+		-chardev "stdio,id=con0,signal=off,logfile=$OUTDIR/console.log"
+		-serial chardev:con0
+		"${NVME_ARGS[@]}"
+	)
+	if [ "$INTERACTIVE" -eq 1 ]; then
+		"$QEMU" "${args[@]}"
+		return
+	fi
+	local sink=/dev/stdout
+	[ "$QUIET" -eq 1 ] && sink=/dev/null
+	# Own session: a Ctrl-C on the terminal reaches this script (which stops the guest cleanly), not QEMU.
+	setsid "$QEMU" "${args[@]}" </dev/null >"$sink" 2>&1 &
+	QEMU_PID=$!
+	trap on_interrupt INT
+	trap on_terminate TERM HUP
+	wait_for_guest
+}
+
+on_interrupt() {
+	if [ "$STOP_REQUESTED" -eq 0 ]; then
+		STOP_REQUESTED=1
+		log "interrupted: asking the guest to stop and save its data (up to $STOP_GRACE s; again to kill)"
+		touch "$WORK/ctl/stop"
+	else
+		log "killing the guest"
+		kill -KILL "$QEMU_PID" 2>/dev/null || true
+	fi
+}
+
+on_terminate() {
+	log "terminated: killing the guest"
+	kill -KILL "$QEMU_PID" 2>/dev/null || true
+	exit 143
+}
+
+wait_for_guest() {
+	local start=$SECONDS stop_at=""
+	while kill -0 "$QEMU_PID" 2>/dev/null; do
+		if [ $((SECONDS - start)) -ge "$TIMEOUT" ]; then
+			log "timeout after $TIMEOUT s: killing the guest (what it wrote to $OUTDIR stays)"
+			kill -KILL "$QEMU_PID" 2>/dev/null || true
+			wait "$QEMU_PID" 2>/dev/null || true
+			echo "$EXIT_TIMEOUT" > "$WORK/timed-out"
+			return 0
+		fi
+		if [ "$STOP_REQUESTED" -eq 1 ]; then
+			[ -z "$stop_at" ] && stop_at=$SECONDS
+			if [ $((SECONDS - stop_at)) -ge "$STOP_GRACE" ]; then
+				log "the guest did not stop within $STOP_GRACE s: killing it"
+				kill -KILL "$QEMU_PID" 2>/dev/null || true
+			fi
+		fi
+		sleep 0.2
+	done
+	wait "$QEMU_PID" 2>/dev/null || true
+}
+
+guest_status() {
+	if [ -f "$WORK/timed-out" ]; then
+		echo "$EXIT_TIMEOUT"
+	elif [ -s "$WORK/ctl/exit-status" ]; then
+		head -n 1 "$WORK/ctl/exit-status"
+	else
+		echo "$EXIT_NO_STATUS"
+	fi
+}
+
+cleanup() {
+	[ -n "$QEMU_PID" ] && kill -KILL "$QEMU_PID" 2>/dev/null
+	[ -n "$WORK" ] && rm -rf "$WORK"
+	return 0
+}
+
+main() {
+	parse_args "$@"
+	check_deps
+	ensure_image
+	prepare_work
+	trap cleanup EXIT
+	build_nvme_args
+	choose_accel
+	log "booting ($ACCEL, $SMP CPUs, $MEMORY); console -> $OUTDIR/console.log"
+	local start=$SECONDS
+	run_qemu
+	local rc
+	rc="$(guest_status)"
+	log "guest finished in $((SECONDS - start)) s with status $rc; output in $OUTDIR"
+	return "$rc"
+}
+
+main "$@"
