@@ -100,3 +100,38 @@ report-all *ARGS: setup
 [group('report')]
 notebook: setup
     {{VENV}}/bin/jupyter lab $([ "$(id -u)" -eq 0 ] && echo --allow-root) --ServerApp.root_dir={{quote(justfile_directory())}} notebooks/1-overview.ipynb
+
+# build (or reuse) the cached guest image: Debian bookworm by mmdebstrap, kernel + initrd + ext4 (~2 min once)
+[group('capture')]
+image: deps
+    bash vm/image.sh
+
+# trace WORKLOAD (paper80, paper60, uniform, zipf, seqwrite, mixed) in the QEMU VM into runs/<UTC time>-<WORKLOAD>/; ARGS: e.g. --zones 128 --jobs 8
+[group('capture')]
+capture WORKLOAD="paper80" READS="1000000" *ARGS: setup deps
+    {{ZTBP}} capture {{quote(WORKLOAD)}} --reads {{READS}} {{ARGS}}
+
+# trace WORKLOAD on a real zoned drive DEV of this machine (root; refuses writes without --destructive in ARGS)
+[group('capture')]
+capture-host DEV WORKLOAD="paper80" *ARGS: setup
+    {{ZTBP}} capture-host {{quote(DEV)}} {{quote(WORKLOAD)}} {{ARGS}}
+
+# an interactive root shell in the guest (repository at /ztbp/src, zoned namespace /dev/nvme0n1); power off with: echo o > /proc/sysrq-trigger
+[group('capture')]
+vm-shell ZONES="64": deps
+    bash vm/vmtest.sh --interactive --zones {{ZONES}}
+
+# probe overhead: fio IOPS with and without probes/nvme_zone.bt in one VM boot, ROUNDS alternated rounds each
+[group('capture')]
+bench-probe ROUNDS="3" READS="60000": deps
+    bash vm/bench-probe.sh --rounds {{ROUNDS}} --reads {{READS}}
+
+# main job: set up, build the image, capture paper80 (READS reads) in the VM, then analyse the run
+[group('capture')]
+run READS="1000000": setup deps image
+    #!/usr/bin/env bash
+    set -euo pipefail
+    runs="$({{PY}} -c 'from ztbp import paths; print(paths.RUNS)')"
+    run="$runs/$(date -u +%Y%m%dT%H%M%SZ)-paper80"
+    {{ZTBP}} capture paper80 --reads {{READS}} --out "$run"
+    just analyse "$run"

@@ -357,9 +357,12 @@ guest_status() {
 }
 
 cleanup() {
-	[ -n "$QEMU_PID" ] && kill -KILL "$QEMU_PID" 2>/dev/null
-	[ -n "$WORK" ] && rm -rf "$WORK"
-	return 0
+	if [ -n "$QEMU_PID" ]; then
+		kill -KILL "$QEMU_PID" 2>/dev/null || true
+	fi
+	if [ -n "$WORK" ]; then
+		rm -rf "$WORK"
+	fi
 }
 
 main() {

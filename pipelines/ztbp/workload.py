@@ -206,7 +206,7 @@ class Workload:
     def fio_job(self) -> str:
         """The workload's fio job file (the measured part; the prefill is separate)."""
         kind = self.preset.kind
-        lines = [f"; ztbp workload {self.name}: {self.preset.help}", f"; {self.describe_line()}"]
+        lines = [f"; ztbp workload {self.name}: {self.describe_line()}", f"; preset: {self.preset.help}"]
         lines += self._global()
         if kind == "hotcold":
             hot_jobs, cold_jobs, hot_reads, cold_reads = self.hot_split()

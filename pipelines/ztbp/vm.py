@@ -1,0 +1,225 @@
+"""Python side of the QEMU harness vm/vmtest.sh: run a command in the ZTBP guest, NVMeVirt parameters.
+
+`run_in_guest("uname -r", out=Path("/tmp/o"))` boots the guest (building the image on first use), runs the
+command with bash, and returns its exit status and the console; OUTDIR is /ztbp/out in the guest and the
+repository /ztbp/src. See vm/vmtest.sh --help for every option.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import paths
+from .errors import ZtbpError
+
+VMTEST = paths.VM / "vmtest.sh"
+IMAGE_SH = paths.VM / "image.sh"
+QEMU = "qemu-system-x86_64"
+INSTALL_HINT = "install the host packages with `just deps` (bash vm/install-deps.sh; as root)"
+MIB = 1 << 20
+
+
+class VmError(ZtbpError):
+    """The VM path cannot run (missing tools, bad geometry, guest failure)."""
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The emulated zoned namespace (QEMU nvme-ns)."""
+
+    zone_bytes: int = 32 * MIB
+    zones: int = 64
+    zone_cap_bytes: int | None = None
+    max_open: int = 0
+    max_active: int = 0
+    lba_bytes: int = 4096
+    conv_ns_bytes: int | None = None
+
+    def validate(self) -> None:
+        if self.lba_bytes not in (512, 4096):
+            raise VmError(f"LBA size must be 512 or 4096 bytes, got {self.lba_bytes}")
+        if self.zone_bytes <= 0 or self.zone_bytes % self.lba_bytes:
+            raise VmError(f"zone size {self.zone_bytes} must be a positive multiple of the LBA size {self.lba_bytes}")
+        if self.zones < 1:
+            raise VmError(f"zone count must be at least 1, got {self.zones}")
+        cap = self.zone_cap_bytes
+        if cap is not None and (cap <= 0 or cap > self.zone_bytes or cap % self.lba_bytes):
+            raise VmError(f"zone capacity {cap} must be a multiple of the LBA size and at most the zone size")
+        if self.max_open < 0 or self.max_active < 0:
+            raise VmError("max open/active zones must be 0 (no limit) or positive")
+
+    def vmtest_args(self) -> list[str]:
+        self.validate()
+        args = ["--zone-size", str(self.zone_bytes), "--zones", str(self.zones),
+                "--max-open", str(self.max_open), "--max-active", str(self.max_active),
+                "--lba-size", str(self.lba_bytes)]
+        if self.zone_cap_bytes is not None:
+            args += ["--zone-cap", str(self.zone_cap_bytes)]
+        if self.conv_ns_bytes:
+            args += ["--conv-ns", str(self.conv_ns_bytes)]
+        return args
+
+
+@dataclass(frozen=True)
+class NvmevirtPlan:
+    """Guest settings for the NVMeVirt ZNS module (see /vm/README.md): memory reservation and module parameters.
+
+    NVMeVirt needs `memmap=<size>$<start>` on the kernel command line, the same range as module parameters,
+    storage = memmap_size - 1 MiB as a whole number of zones, guest RAM above start + size, and at least two
+    CPUs for its dispatcher and worker threads (they busy-poll, so they get their own vCPUs: -smp 3, cpus=1,2).
+    """
+
+    storage_mib: int = 1024
+    zone_mib: int = 32
+    start_mib: int = 4096
+    cpus: tuple[int, ...] = (1, 2)
+
+    def __post_init__(self) -> None:
+        if self.storage_mib <= 0 or self.zone_mib <= 0 or self.storage_mib % self.zone_mib:
+            raise VmError(f"NVMeVirt storage ({self.storage_mib} MiB) must be a positive multiple of the zone size "
+                          f"({self.zone_mib} MiB), or the module hits a BUG_ON")
+        if len(self.cpus) < 2:
+            raise VmError("NVMeVirt needs at least two CPUs (dispatcher and worker), e.g. cpus=1,2")
+        if 0 in self.cpus:
+            raise VmError("keep CPU 0 for the guest's own work: NVMeVirt's threads busy-poll their CPUs")
+
+    @property
+    def memmap_size_mib(self) -> int:
+        return self.storage_mib + 1
+
+    @property
+    def zones(self) -> int:
+        return self.storage_mib // self.zone_mib
+
+    @property
+    def smp(self) -> int:
+        return max(self.cpus) + 1
+
+    @property
+    def memory_mib(self) -> int:
+        """Guest RAM: the reserved range ends at start + size; leave 2 GiB above it for the guest."""
+        end = self.start_mib + self.memmap_size_mib
+        return -(-(end + 2048) // 1024) * 1024
+
+    @property
+    def kernel_append(self) -> str:
+        return f"memmap={_mib_text(self.memmap_size_mib)}${_mib_text(self.start_mib)}"
+
+    @property
+    def module_params(self) -> str:
+        return (f"memmap_start={_mib_text(self.start_mib)} memmap_size={_mib_text(self.memmap_size_mib)} "
+                f"cpus={','.join(map(str, self.cpus))}")
+
+    def vmtest_args(self, ko: Path) -> list[str]:
+        return ["--no-zns", "--smp", str(self.smp), "--memory", f"{self.memory_mib}M",
+                "--append", self.kernel_append, "--file", str(ko),
+                "--env", f"ZTBP_KO=/ztbp/ctl/{ko.name}", "--env", f"ZTBP_KO_PARAMS={self.module_params}"]
+
+
+def _mib_text(mib: int) -> str:
+    """Kernel size syntax: 4096 -> '4G', 1025 -> '1025M'."""
+    return f"{mib // 1024}G" if mib % 1024 == 0 else f"{mib}M"
+
+
+@dataclass
+class GuestResult:
+    status: int
+    out: Path
+    console: Path
+    interrupted: bool = False
+    lines: list[str] = field(default_factory=list)
+
+
+def check_host() -> None:
+    """Raise VmError naming what to install when the VM path cannot run here."""
+    if shutil.which(QEMU) is None:
+        raise VmError(f"{QEMU} not found: {INSTALL_HINT}")
+    image = image_dir()
+    if not (image / "rootfs.ext4").is_file() and shutil.which("mmdebstrap") is None:
+        raise VmError(f"the guest image is not built and mmdebstrap is missing: {INSTALL_HINT}")
+
+
+def image_dir() -> Path:
+    """The image folder the current recipe maps to (it may not be built yet)."""
+    out = subprocess.run(["bash", str(IMAGE_SH), "--print"], capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def ensure_image(echo: Callable[[str], None] = print) -> Path:
+    """Build the guest image if the recipe changed (minutes), streaming its progress; return its folder."""
+    check_host()
+    proc = subprocess.Popen(["bash", str(IMAGE_SH)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    last = ""
+    for line in proc.stdout:
+        line = line.rstrip("\n")
+        if line.startswith("image"):
+            echo(line)
+        last = line or last
+    if proc.wait() != 0:
+        raise VmError("building the guest image failed (see the messages above); retry with `just image`")
+    return Path(last)
+
+
+def run_in_guest(command: str, out: Path, *, geometry: Geometry | None = None, timeout: int = 900,
+                 files: Iterable[Path] = (), env: Mapping[str, str] | None = None, extra_args: Iterable[str] = (),
+                 on_line: Callable[[str], None] | None = None, echo: bool = False) -> GuestResult:
+    """Boot the guest, run `command` (bash) in it, return its status. OUTDIR `out` is /ztbp/out in the guest.
+
+    Console lines go to `on_line` (and to stdout with echo=True); they are saved in out/console.log.
+    Ctrl-C asks the guest to stop (it sees /ztbp/ctl/stop) and waits for it to save its data.
+    """
+    check_host()
+    out.mkdir(parents=True, exist_ok=True)
+    args = ["bash", str(VMTEST), "-o", str(out), "-t", str(timeout)]
+    if geometry is not None:
+        args += geometry.vmtest_args()
+    for f in files:
+        args += ["--file", str(f)]
+    for k, v in (env or {}).items():
+        args += ["--env", f"{k}={v}"]
+    args += list(extra_args)
+    args += ["--", command]
+    # Own session: a terminal Ctrl-C reaches only us; we forward exactly one SIGINT (= "stop and save").
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", start_new_session=True)
+    result = GuestResult(status=-1, out=out, console=out / "console.log")
+    assert proc.stdout is not None
+    try:
+        _pump(proc, result, on_line, echo)
+    except KeyboardInterrupt:
+        result.interrupted = True
+        proc.send_signal(signal.SIGINT)
+        try:
+            _pump(proc, result, on_line, echo)
+        except KeyboardInterrupt:
+            proc.send_signal(signal.SIGINT)  # second Ctrl-C: vmtest.sh kills the guest
+            proc.wait()
+    result.status = proc.wait()
+    return result
+
+
+def _pump(proc: subprocess.Popen[str], result: GuestResult, on_line: Callable[[str], None] | None,
+          echo: bool) -> None:
+    assert proc.stdout is not None
+    for raw in proc.stdout:
+        line = raw.rstrip("\r\n")
+        result.lines.append(line)
+        if echo:
+            print(line, flush=True)
+        if on_line is not None:
+            on_line(line)
+
+
+def qemu_version() -> str:
+    try:
+        out = subprocess.run([QEMU, "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return out.splitlines()[0].strip() if out else "unknown"
+
