@@ -1,0 +1,135 @@
+"""fio job files of `ztbp workload`: the zoned_abs spec, offsets, exact read counts, refusals."""
+
+from __future__ import annotations
+
+import configparser
+from pathlib import Path
+
+import pytest
+
+from ztbp.cli import main
+from ztbp.workload import MIB, PRESETS, Workload, WorkloadError, parse_size
+
+
+def sections(text: str) -> dict[str, dict[str, str]]:
+    cp = configparser.ConfigParser(comment_prefixes=(";",), interpolation=None)
+    cp.read_string(text)
+    return {name: dict(cp[name]) for name in cp.sections()}
+
+
+def total_reads(secs: dict[str, dict[str, str]]) -> int:
+    return sum(int(s["numjobs"]) * int(s["number_ios"]) for s in secs.values() if s.get("rw") == "randread")
+
+
+def zoned_abs_ranges(spec: str, offset: int) -> list[tuple[int, int, int]]:
+    """'20/32M:0/160M:...' -> [(percent, start, end)] in bytes."""
+    out, pos = [], offset
+    for part in spec.split(":"):
+        pct, size = part.split("/")
+        n = parse_size(size)
+        out.append((int(pct), pos, pos + n))
+        pos += n
+    return out
+
+
+@pytest.mark.parametrize("reads", [1, 999, 4000, 1_000_000, 1_000_003])
+@pytest.mark.parametrize("name", ["paper80", "paper60", "uniform", "zipf", "mixed"])
+def test_read_total_is_exact(name: str, reads: int) -> None:
+    wl = Workload(name=name, reads=reads)
+    secs = sections(wl.fio_job())
+    assert total_reads(secs) == reads
+    for s in secs.values():
+        if s.get("rw") == "randread":
+            assert int(s["io_size"]) == int(s["number_ios"]) * 4096
+            assert s["bs"] == "4k"
+
+
+@pytest.mark.parametrize("name,share,jobs", [("paper80", 0.8, 36), ("paper60", 0.6, 48)])
+def test_paper_shape(name: str, share: float, jobs: int) -> None:
+    wl = Workload(name=name, reads=1_000_000)
+    secs = sections(wl.fio_job())
+    hot = {k: v for k, v in secs.items() if k.startswith("hot")}
+    cold = {k: v for k, v in secs.items() if k.startswith("cold")}
+    assert sum(int(s["numjobs"]) for s in secs.values() if s.get("rw") == "randread") == jobs
+    assert all(s["iodepth"] == "4" for s in secs.values() if "iodepth" in s and s.get("rw") == "randread")
+    assert total_reads(hot) == round(share * 1_000_000)
+    assert total_reads(cold) == 1_000_000 - round(share * 1_000_000)
+    # hot jobs: the five hot zones get 20 % each, every other byte of their span 0 %
+    for s in hot.values():
+        offset, size = int(s["offset"]), int(s["size"])
+        ranges = zoned_abs_ranges(s["random_distribution"].removeprefix("zoned_abs:"), offset)
+        assert ranges[-1][2] == offset + size
+        nonzero = [(start // (32 * MIB), end - start, pct) for pct, start, end in ranges if pct]
+        assert nonzero == [(z, 32 * MIB, 20) for z in (1, 7, 11, 15, 19)]
+        assert sum(p for p, _, _ in ranges) == 100
+        assert all(start % 4096 == 0 for _, start, _ in ranges)
+    # cold jobs: uniform over [10 MiB, 1 GiB)
+    for s in cold.values():
+        assert int(s["offset"]) == 10 * MIB
+        assert int(s["offset"]) + int(s["size"]) == 1024 * MIB
+        assert "random_distribution" not in s
+
+
+def test_hot_zone_probability_matches_the_paper_definition() -> None:
+    """P(read lands in a hot zone) = share + (1 - share) * hot bytes / cold range bytes."""
+    wl = Workload(name="paper80", reads=1_000_000)
+    _, _, hot_reads, cold_reads = wl.hot_split()
+    assert hot_reads / wl.reads == pytest.approx(0.8)
+    expected_hot = 0.8 + 0.2 * (5 * 32) / (1024 - 10)
+    assert (hot_reads + cold_reads * 5 * 32 / 1014) / wl.reads == pytest.approx(expected_hot)
+
+
+def test_prefill_covers_every_read_and_uses_zbd() -> None:
+    wl = Workload(name="paper80", reads=1000)
+    pre = sections(wl.prefill_job() or "")["prefill"]
+    assert pre["zonemode"] == "zbd" and pre["rw"] == "write"
+    assert int(pre["offset"]) == 0 and int(pre["size"]) == 1024 * MIB
+    assert list(wl.reset_zones) == list(range(32))
+
+
+def test_scaling_jobs_and_depth() -> None:
+    wl = Workload(name="paper80", reads=5000, jobs=4, iodepth=2)
+    secs = sections(wl.fio_job())
+    assert sum(int(s["numjobs"]) for s in secs.values() if s.get("rw") == "randread") == 4
+    assert {s["iodepth"] for s in secs.values() if s.get("rw") == "randread"} == {"2"}
+    assert total_reads(secs) == 5000
+
+
+def test_seqwrite_and_mixed_write_zbd() -> None:
+    seq = sections(Workload(name="seqwrite").fio_job())
+    assert seq["fill"]["zonemode"] == "zbd" and int(seq["fill"]["size"]) == 1024 * MIB
+    mixed = Workload(name="mixed", reads=4000)
+    secs = sections(mixed.fio_job())
+    assert int(secs["write"]["offset"]) == 1024 * MIB  # writes go after the read region
+    assert int(secs["write"]["io_size"]) == mixed.writes * 4096
+    assert list(mixed.reset_zones) == list(range(32 + mixed.write_zones))
+
+
+@pytest.mark.parametrize("kwargs,msg", [
+    ({"name": "nope"}, "unknown workload"),
+    ({"name": "paper80", "reads": 0}, "--reads"),
+    ({"name": "paper80", "nr_zones": 16}, "needs 32 zones"),
+    ({"name": "paper80", "hot_zones": (1, 40)}, "outside the read region"),
+    ({"name": "paper80", "hot_share": 1.5}, "--hot-share"),
+    ({"name": "paper80", "jobs": 1}, "at least 2 jobs"),
+])
+def test_bad_workloads_are_refused(kwargs: dict, msg: str) -> None:
+    with pytest.raises(WorkloadError, match=msg):
+        Workload(**kwargs)
+
+
+def test_cli_writes_job_and_prefill(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job, pre = tmp_path / "w.fio", tmp_path / "p.fio"
+    assert main(["workload", "paper60", "--reads", "1234", "-o", str(job), "--prefill", str(pre)]) == 0
+    assert total_reads(sections(job.read_text())) == 1234
+    assert "zonemode=zbd" in pre.read_text()
+    assert main(["workload", "nope", "-o", str(job)]) == 2
+    assert "choose one of" in capsys.readouterr().err
+    assert main(["workload", "paper80", "-o", str(tmp_path / "missing" / "x.fio")]) == 2
+
+
+def test_every_preset_generates() -> None:
+    for name in PRESETS:
+        text = Workload(name=name, reads=100).fio_job()
+        assert text.startswith(f"; ztbp workload {name}")
+        assert "filename=/dev/nvme0n1" in text
