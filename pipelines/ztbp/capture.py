@@ -116,8 +116,10 @@ def finish_meta(run: RunPaths, meta: dict[str, Any], result_status: int | None, 
         meta["lost_events"] = {"nvme": int(genv.get("lost_events_nvme", 0))}
         meta["probe_stats"] = {"setups": int(genv.get("probe_setups", 0)),
                                "completed": int(genv.get("probe_completed", 0)),
+                               "rows": int(genv.get("probe_rows", 0)),
                                "perf_lost": int(genv.get("probe_perf_lost", 0)),
-                               "attach_s": int(genv.get("probe_attach_s", 0))}
+                               "attach_s": int(genv.get("probe_attach_s", 0)),
+                               "drain_s": int(genv.get("probe_drain_s", 0))}
     fio = fio_summary(run.fio_json)
     if fio:
         meta["fio"] = fio
@@ -157,8 +159,9 @@ class Progress:
         self.workload_start: float | None = None
 
     def __call__(self, line: str) -> None:
-        if line.startswith("ZTBP: progress reads="):
-            self._countdown(int(line.split("=", 1)[1] or 0))
+        if line.startswith("ZTBP: progress "):
+            fields = dict(kv.split("=", 1) for kv in line.split()[2:] if "=" in kv)
+            self._countdown(int(fields.get("fio") or 0), int(fields.get("reads") or 0))
         elif line.startswith("ZTBP: stage ") or line.startswith("ZTBP: error "):
             msg = line[len("ZTBP: "):].removeprefix("stage ")
             if msg.startswith("workload"):
@@ -169,13 +172,13 @@ class Progress:
         elif self.echo_console:
             print(f"  | {line}", flush=True)
 
-    def _countdown(self, reads: int) -> None:
+    def _countdown(self, done: int, traced: int) -> None:
         if not self.expected or self.workload_start is None:
             return
         elapsed = time.monotonic() - self.workload_start
-        left = max(0, self.expected - reads)
-        eta = f"~{left / (reads / elapsed):.0f} s left" if reads and elapsed > 0 else "starting"
-        self.say(f"workload: {reads:,}/{self.expected:,} reads traced, {eta}")
+        left = max(0, self.expected - done)
+        eta = f"~{left / (done / elapsed):.0f} s left" if done and elapsed > 0 else "starting"
+        self.say(f"workload: {done:,}/{self.expected:,} reads done, {eta} ({traced:,} rows written by the probe)")
 
     def say(self, msg: str) -> None:
         print(f"[{time.monotonic() - self.start:6.1f}s] {msg}", flush=True)

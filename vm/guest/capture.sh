@@ -10,7 +10,8 @@
 #   ZTBP_PREFILL      fio job file that writes what the workload reads (run after the resets)
 #   ZTBP_RESET        "FIRST COUNT": zones to reset before the prefill (default: none)
 #   ZTBP_PROBE        bpftrace script (default probes/nvme_zone.bt next to this script's repository)
-#   ZTBP_RB_PAGES     perf ring buffer pages per CPU for bpftrace (default 4096 = 16 MiB)
+#   ZTBP_RB_PAGES     perf ring buffer pages per CPU for bpftrace (default 32768 = 128 MiB: a whole
+#                     1M-read run, so nothing is lost while bpftrace's user space lags behind)
 #   ZTBP_STOP_FILE    when this file appears, the workload is stopped early (default /ztbp/ctl/stop)
 #   ZTBP_KO, ZTBP_KO_PARAMS   kernel module to insmod first (NVMeVirt) and its parameters
 # Progress lines start with "ZTBP:" (parsed by the host). Working files stay in a local temporary folder
@@ -20,18 +21,20 @@ set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OUT="${ZTBP_OUT:-/ztbp/out}"
 DEV="${ZTBP_DEV:-/dev/nvme0n1}"
-WORKLOAD="${ZTBP_WORKLOAD:?ZTBP_WORKLOAD must name the fio job file}"
+WORKLOAD="${ZTBP_WORKLOAD:-}"
 PREFILL="${ZTBP_PREFILL:-}"
 RESET="${ZTBP_RESET:-}"
 PROBE="${ZTBP_PROBE:-$HERE/../../probes/nvme_zone.bt}"
-RB_PAGES="${ZTBP_RB_PAGES:-4096}"
+RB_PAGES="${ZTBP_RB_PAGES:-32768}"
 STOP_FILE="${ZTBP_STOP_FILE:-/ztbp/ctl/stop}"
 PROGRESS_SECONDS=5
 ATTACH_TIMEOUT=180
+DRAIN_TIMEOUT=3600
 
 TMP=""
 BT_PID=""
 FIO_PID=""
+READS_AT_START=0
 STATUS="complete"
 
 say() { echo "ZTBP: $*"; }
@@ -82,7 +85,7 @@ start_probe() {
 	say "stage probe starting bpftrace $(basename "$PROBE") (compiling under emulation takes a while)"
 	# stdout, not -o: bpftrace line-buffers stdout, so the BEGIN header shows when the probes are attached
 	# (with -o it sits in a full buffer). The file is on the guest's tmpfs, not on 9p.
-	BPFTRACE_PERF_RB_PAGES="$RB_PAGES" bpftrace "$PROBE" > "$TMP/probe.out" 2> "$TMP/probe.err" &
+	BPFTRACE_STRLEN=16 BPFTRACE_PERF_RB_PAGES="$RB_PAGES" bpftrace "$PROBE" > "$TMP/probe.out" 2> "$TMP/probe.err" &
 	BT_PID=$!
 	local t0=$SECONDS
 	# BEGIN prints the version line once every probe is attached.
@@ -102,27 +105,52 @@ start_probe() {
 	say "stage probe attached after $((SECONDS - t0)) s"
 }
 
+wait_for_drain() {
+	# bpftrace's user space formats rows slower than a busy guest completes commands: the perf buffer
+	# holds the backlog. Wait until its output stops growing, then stop it (unread events would be lost).
+	local size=-1 now still=0 t0=$SECONDS
+	while [ "$still" -lt 3 ] && [ $((SECONDS - t0)) -lt "$DRAIN_TIMEOUT" ]; do
+		now="$(stat -c %s "$TMP/probe.out")"
+		if [ "$now" = "$size" ]; then
+			still=$((still + 1))
+		else
+			still=0
+			size="$now"
+		fi
+		if [ $(((SECONDS - t0) % 10)) -eq 0 ] && [ "$still" -eq 0 ]; then
+			say "stage probe draining its buffer: $(wc -l < "$TMP/probe.out") rows written"
+		fi
+		sleep 1
+	done
+	info probe_drain_s "$((SECONDS - t0))"
+}
+
 stop_probe() {
 	[ -n "$BT_PID" ] || return 0
-	# Let bpftrace drain the perf buffers of the last completions before stopping it.
-	sleep 2
+	wait_for_drain
 	kill -INT "$BT_PID" 2>/dev/null
 	wait "$BT_PID" 2>/dev/null
 	BT_PID=""
 	local lost
 	lost="$(grep -h -o -E '^Lost [0-9]+ events' "$TMP/probe.out" "$TMP/probe.err" | awk '{s += $2} END {print s + 0}')"
-	local setups completed unmatched
+	local setups completed unmatched rows unprinted
 	setups="$(sed -n 's/^@setups: \([0-9]*\)$/\1/p' "$TMP/probe.out")"
 	completed="$(sed -n 's/^@completed: \([0-9]*\)$/\1/p' "$TMP/probe.out")"
 	unmatched=$(( ${setups:-0} - ${completed:-0} ))
-	info probe_setups "${setups:-0}"
-	info probe_completed "${completed:-0}"
-	info probe_perf_lost "$lost"
-	# Lost = events bpftrace dropped + submissions whose completion the probe never saw.
-	info lost_events_nvme "$((lost + unmatched))"
 	# The CSV: from the version line on, without bpftrace's own messages, counters and blank lines.
 	sed -n '/^# ztbp nvme v1$/,$p' "$TMP/probe.out" | grep -v -E '^(Lost [0-9]+ events|@[a-z_]+: [0-9]+)?$' > "$TMP/nvme.csv"
-	say "stage probe stopped: $(($(wc -l < "$TMP/nvme.csv") - 2)) commands, $lost lost events, $unmatched without completion"
+	rows=$(($(wc -l < "$TMP/nvme.csv") - 2))
+	# Rows the kernel side produced but that never reached the file (dropped or still unread): this
+	# covers "Lost N events" and anything left in the buffer when bpftrace stopped.
+	unprinted=$(( ${completed:-0} - rows ))
+	[ "$unprinted" -lt "$lost" ] && unprinted=$lost
+	info probe_setups "${setups:-0}"
+	info probe_completed "${completed:-0}"
+	info probe_rows "$rows"
+	info probe_perf_lost "$lost"
+	# Lost = completed commands without a row + submissions whose completion the probe never saw.
+	info lost_events_nvme "$((unprinted + unmatched))"
+	say "stage probe stopped: $rows commands, $((unprinted + unmatched)) lost ($lost reported by bpftrace, $unmatched without completion)"
 }
 
 reset_zones() {
@@ -142,6 +170,15 @@ prefill() {
 	info prefill_s "$((SECONDS - t0))"
 }
 
+device_reads() {
+	# Reads completed by the device so far (first field of the block device's stat).
+	awk '{print $1}' "/sys/block/$(basename "$DEV")/stat"
+}
+
+fio_done() {
+	echo $(($(device_reads) - READS_AT_START))
+}
+
 watch_progress() {
 	# Report traced reads every few seconds (the host turns it into a countdown); stop fio on request.
 	while kill -0 "$FIO_PID" 2>/dev/null; do
@@ -151,7 +188,7 @@ watch_progress() {
 			echo partial > "$TMP/stopped"
 			return
 		fi
-		say "progress reads=$(grep -c ',read,' "$TMP/probe.out" 2>/dev/null || echo 0)"
+		say "progress reads=$(grep -c ',read,' "$TMP/probe.out" 2>/dev/null) fio=$(fio_done)"
 		sleep "$PROGRESS_SECONDS"
 	done
 }
@@ -160,6 +197,7 @@ run_workload() {
 	say "stage workload $(grep -m1 '^; ' "$WORKLOAD" | sed 's/^; //')"
 	local t0 rc=0
 	t0="$(date +%s.%N)"
+	READS_AT_START="$(device_reads)"
 	fio --eta=never --output-format=json --output="$TMP/fio.json" "$WORKLOAD" &
 	FIO_PID=$!
 	watch_progress &
@@ -197,6 +235,7 @@ on_exit() {
 }
 
 main() {
+	[ -n "$WORKLOAD" ] || { say "error ZTBP_WORKLOAD must name the fio job file"; return 2; }
 	TMP="$(mktemp -d /tmp/ztbp-capture.XXXXXX)"
 	: > "$TMP/guest.env"
 	trap on_exit EXIT
@@ -218,4 +257,7 @@ main() {
 	return 0
 }
 
-main "$@"
+# Sourced by bench.sh for its functions; run directly for a capture.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+	main "$@"
+fi
