@@ -1,0 +1,80 @@
+"""`ztbp opcodes`: latency percentiles and counts per NVMe op and zone action, from the NVMe trace.
+
+The ZNS commands that matter for a zoned drive — read, write, zone append, zone management send (one line per
+action: reset, finish, open, close, offline, with `_all` for Select All) and zone management receive — each get
+count, errors (non-zero status), bytes, and the mean, p50, p90, p99, p99.9 and maximum of `lat_ns`
+(nearest-rank percentiles). Latency is submission → completion as the NVMe probe measures it (FORMAT.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import polars as pl
+
+from .cli import emit
+from .contract import OPS, read_meta
+from .ingest import load_events
+from .paths import run_paths
+
+#: Display order: the ZNS data path first, then zone management, then the rest.
+OP_ORDER: tuple[str, ...] = ("read", "write", "zone_append", "zone_mgmt_send", "zone_mgmt_recv", "write_zeroes",
+                             "flush", "dsm", "other")
+QUANTILES: tuple[tuple[str, float], ...] = (("p50_ns", 0.5), ("p90_ns", 0.9), ("p99_ns", 0.99),
+                                            ("p999_ns", 0.999))
+KEYS: tuple[str, ...] = ("op", "zone_action", "count", "errors", "bytes", "mean_ns", *(k for k, _ in QUANTILES),
+                         "max_ns")
+
+
+def opcode_table(events: pl.DataFrame, lba_bytes: int) -> pl.DataFrame:
+    """One row per (op, zone_action) present in the trace, in OP_ORDER then by action."""
+    lat = pl.col("lat_ns").cast(pl.Int64)
+    agg = events.with_columns(pl.col("op").cast(pl.Utf8), pl.col("zone_action").cast(pl.Utf8).fill_null("")).group_by(
+        "op", "zone_action").agg(
+        pl.len().cast(pl.Int64).alias("count"),
+        (pl.col("status") != 0).sum().cast(pl.Int64).alias("errors"),
+        (pl.col("nlb").cast(pl.Int64) * lba_bytes).sum().alias("bytes"),
+        lat.mean().round(0).cast(pl.Int64).alias("mean_ns"),
+        *[lat.quantile(q, "nearest").cast(pl.Int64).alias(k) for k, q in QUANTILES],
+        lat.max().alias("max_ns"),
+    )
+    order = {op: i for i, op in enumerate(OP_ORDER)}
+    rank = pl.col("op").replace_strict(order, default=len(order), return_dtype=pl.Int64)
+    return agg.with_columns(rank.alias("_rank")).sort("_rank", "zone_action").select(KEYS)
+
+
+def opcodes_json(table: pl.DataFrame, run_id: str) -> dict[str, Any]:
+    return {"run": run_id, "commands": int(table["count"].sum()) if table.height else 0,
+            "opcodes": table.to_dicts()}
+
+
+def opcodes_text(table: pl.DataFrame) -> str:
+    if table.height == 0:
+        return "no NVMe I/O command in this trace"
+    lines = [f"{'op':<16} {'action':<10} {'count':>9} {'errors':>6} {'mean µs':>9} {'p50 µs':>9} {'p99 µs':>9} "
+             f"{'p99.9 µs':>9} {'max µs':>9}"]
+    for r in table.iter_rows(named=True):
+        lines.append(f"{r['op']:<16} {r['zone_action'] or '-':<10} {r['count']:>9} {r['errors']:>6} "
+                     + " ".join(f"{r[k] / 1000:>9.1f}" for k in ("mean_ns", "p50_ns", "p99_ns", "p999_ns",
+                                                                    "max_ns")))
+    return "\n".join(lines)
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    rp = run_paths(args.run)
+    meta = read_meta(rp)
+    events = load_events(rp)
+    if args.op:
+        events = events.filter(pl.col("op").cast(pl.Utf8) == args.op)
+    table = opcode_table(events, meta["lba_bytes"])
+    emit(opcodes_json(table, rp.run_id), args.json, opcodes_text(table))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("opcodes", help="latency percentiles and counts per NVMe op and zone action")
+    p.add_argument("run", help="run directory")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--op", choices=OPS, help="only this op")
+    p.set_defaults(func=_cmd)
