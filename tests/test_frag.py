@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from ztbp.frag import frag_summary, frag_table, fragments
+import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import make_run
+from ztbp.frag import DIRECTIONS, frag_summary, frag_table, fragments
 from ztbp.ingest import load_events
 
 
@@ -37,3 +42,24 @@ def test_sequential_zone_fill_is_one_write_fragment(run_factory) -> None:
     assert (r4["appends"], r4["write_fragments"]) == (2, 0)  # appends are counted, not placed
     s = frag_summary(t)
     assert s["write"]["zones_touched"] == 1 and s["read"]["fragments"] == 0
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["read", "write"]), st.integers(0, 4 * 64 - 1), st.integers(1, 20)),
+                min_size=1, max_size=120))
+def test_zone_table_agrees_with_the_fragment_listing(tmp_path_factory, reqs) -> None:
+    run = make_run(tmp_path_factory.mktemp("frag"), reqs, zone_size_lba=64, zone_cap_lba=64, nr_zones=8)
+    ev = load_events(run)
+    for zone_size in (64, None):  # sorted-by-LBA fast path, and the argsort path without the zone size
+        t = frag_table(ev, 8, 4096, zone_size)
+        for d in ("read", "write"):
+            f = fragments(ev, DIRECTIONS[d])
+            by_zone = f.group_by("zone").agg(pl.len().alias("n"), (pl.col("end") - pl.col("start")).sum().alias("cov"),
+                                             pl.col("gap").drop_nulls().sum().alias("gs"),
+                                             pl.col("gap").drop_nulls().max().alias("gm"))
+            expect = {r["zone"]: r for r in by_zone.to_dicts()}
+            for r in t.iter_rows(named=True):
+                e = expect.get(r["zone"])
+                assert r[f"{d}_fragments"] == (e["n"] if e else 0)
+                assert r[f"{d}_bytes_covered"] == (e["cov"] * 4096 if e else 0)
+                assert r[f"{d}_gap_bytes_max"] == (e["gm"] * 4096 if e and e["gm"] is not None else None)

@@ -51,7 +51,7 @@ def child(run: Path) -> dict[str, Any]:
     stages["chains"] = chains_report(events, "read", 4 << 20, meta["lba_bytes"])["chains"]
     t["chains"] = time.perf_counter() - s
     s = time.perf_counter()
-    stages["frag"] = frag_table(events, meta["nr_zones"], meta["lba_bytes"]).height
+    stages["frag"] = frag_table(events, meta["nr_zones"], meta["lba_bytes"], meta["zone_size_lba"]).height
     t["frag"] = time.perf_counter() - s
     s = time.perf_counter()
     cl = run_cluster(events, meta, ClusterParams())

@@ -34,29 +34,45 @@ DEFAULT_WINDOW = 256
 
 
 @numba.njit(cache=True)
-def _chain_ids(group: np.ndarray, slba: np.ndarray, nlb: np.ndarray, n_groups: int, window: int) -> np.ndarray:
-    """Chain id of every request (requests in submission order). Open addressing on the end LBA.
+def _slot(keys: np.ndarray, k: int) -> int:
+    """Slot of key k in the open-addressing table (its own slot, or the empty one where it would go)."""
+    mask = keys.size - 1
+    h = (k * 0x9E3779B97F4A7C15) & mask
+    while keys[h] != -1 and keys[h] != k:
+        h = (h + 1) & mask
+    return h
 
-    A chain can be continued only while its last request is among the `window` most recent requests
-    (0 = no limit).
+
+@numba.njit(cache=True)
+def _grow(keys: np.ndarray, heads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    new_keys = np.full(keys.size * 2, -1, dtype=np.int64)
+    new_heads = np.full(keys.size * 2, -1, dtype=np.int64)
+    for i in range(keys.size):
+        if keys[i] != -1:
+            h = _slot(new_keys, keys[i])
+            new_keys[h] = keys[i]
+            new_heads[h] = heads[i]
+    return new_keys, new_heads
+
+
+@numba.njit(cache=True)
+def _chain_ids(group: np.ndarray, slba: np.ndarray, nlb: np.ndarray, n_groups: int, window: int) -> np.ndarray:
+    """Chain id of every request (requests in submission order), numbered in order of first request.
+
+    An open-addressing table maps an end LBA to the most recent request whose chain ends there and has not been
+    continued; `below` stacks older such requests. A chain can be continued only while its last request is among
+    the `window` most recent requests (0 = no limit). The table grows with the distinct end LBAs, not the trace.
     """
     n = slba.size
-    cap = 1
-    while cap < 2 * n + 2:
-        cap *= 2
-    mask = cap - 1
-    keys = np.full(cap, -1, dtype=np.int64)
-    heads = np.full(cap, -1, dtype=np.int64)  # most recent unextended request whose chain ends at key
-    below = np.full(n, -1, dtype=np.int64)    # next older unextended request ending at the same key
+    keys = np.full(1024, -1, dtype=np.int64)
+    heads = np.full(1024, -1, dtype=np.int64)
+    used = 0
+    below = np.full(n, -1, dtype=np.int64)
     chain = np.empty(n, dtype=np.int64)
     next_chain = 0
     for i in range(n):
-        # look up a chain ending at this request's start
-        k = slba[i] * n_groups + group[i]
-        h = (k * 0x9E3779B97F4A7C15) & mask
-        while keys[h] != -1 and keys[h] != k:
-            h = (h + 1) & mask
-        j = heads[h] if keys[h] == k else -1
+        h = _slot(keys, slba[i] * n_groups + group[i])
+        j = heads[h] if keys[h] != -1 else -1
         if j >= 0 and window > 0 and i - j > window:
             heads[h] = -1  # everything stacked below j is older still
             j = -1
@@ -66,16 +82,26 @@ def _chain_ids(group: np.ndarray, slba: np.ndarray, nlb: np.ndarray, n_groups: i
         else:
             chain[i] = next_chain
             next_chain += 1
-        # this request's chain now ends at slba + nlb
         k = (slba[i] + nlb[i]) * n_groups + group[i]
-        h = (k * 0x9E3779B97F4A7C15) & mask
-        while keys[h] != -1 and keys[h] != k:
-            h = (h + 1) & mask
+        h = _slot(keys, k)
         if keys[h] == -1:
+            if 2 * (used + 1) > keys.size:
+                keys, heads = _grow(keys, heads)
+                h = _slot(keys, k)
             keys[h] = k
+            used += 1
         below[i] = heads[h]
         heads[h] = i
     return chain
+
+
+@numba.njit(cache=True)
+def _first_index(ids: np.ndarray, n_chains: int) -> np.ndarray:
+    first = np.full(n_chains, -1, dtype=np.int64)
+    for i in range(ids.size):
+        if first[ids[i]] < 0:
+            first[ids[i]] = i
+    return first
 
 
 def chainable(events: pl.DataFrame, op: str) -> pl.DataFrame:
@@ -90,17 +116,24 @@ def chain_table(events: pl.DataFrame, op: str, lba_bytes: int, window: int = DEF
     if ev.height == 0:
         return pl.DataFrame(schema={"chain": pl.Int64, "requests": pl.UInt32, "bytes": pl.UInt64,
                                     "slba": pl.UInt64, "ts_ns": pl.UInt64})
-    group = ev["nsid"].rank("dense").cast(pl.Int64).to_numpy() - 1
-    n_groups = int(group.max()) + 1
-    ids = _chain_ids(group, ev["slba"].cast(pl.Int64).to_numpy(), ev["nlb"].cast(pl.Int64).to_numpy(), n_groups,
-                     window)
-    return (
-        ev.select("slba", "nlb", "ts_ns").with_columns(pl.Series("chain", ids))
-        .group_by("chain", maintain_order=True)
-        .agg(pl.len().cast(pl.UInt32).alias("requests"),
-             (pl.col("nlb").cast(pl.UInt64).sum() * lba_bytes).alias("bytes"),
-             pl.col("slba").first(), pl.col("ts_ns").first())
-    )
+    nsid = ev["nsid"].to_numpy()
+    if nsid.min() == nsid.max():
+        group, n_groups = np.zeros(nsid.size, dtype=np.int64), 1
+    else:
+        uniq, inv = np.unique(nsid, return_inverse=True)
+        group, n_groups = inv.astype(np.int64), int(uniq.size)
+    slba = ev["slba"].to_numpy().astype(np.int64)
+    nlb = ev["nlb"].to_numpy().astype(np.int64)
+    ids = _chain_ids(group, slba, nlb, n_groups, window)
+    k = int(ids.max()) + 1
+    first = _first_index(ids, k)
+    return pl.DataFrame({
+        "chain": np.arange(k, dtype=np.int64),
+        "requests": np.bincount(ids, minlength=k).astype(np.uint32),
+        "bytes": (np.bincount(ids, weights=nlb, minlength=k) * lba_bytes).astype(np.uint64),
+        "slba": slba[first].astype(np.uint64),
+        "ts_ns": ev["ts_ns"].to_numpy()[first],
+    })
 
 
 def _pct(s: pl.Series, q: float) -> int:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import numba
+import numpy as np
 import polars as pl
 
 from .cli import emit
@@ -42,24 +44,78 @@ def fragments(events: pl.DataFrame, ops: tuple[str, ...]) -> pl.DataFrame:
             .drop("_frag"))
 
 
-def frag_table(events: pl.DataFrame, nr_zones: int, lba_bytes: int) -> pl.DataFrame:
-    """One row per zone with the read and write fragment and gap figures (bytes)."""
-    out = pl.DataFrame({"zone": pl.arange(0, nr_zones, eager=True).cast(pl.UInt32)})
+NLB_BITS = 24  # sort key = slba << 24 | nlb: one int64 sort orders the ranges by start, then length
+
+
+@numba.njit(cache=True)
+def _zone_fragments(keys: np.ndarray, zones: np.ndarray, n_zones: int) -> np.ndarray:
+    """Per zone: fragments, LBAs covered, gaps, gap LBAs summed, largest gap.
+
+    `keys` are (slba << NLB_BITS | nlb) sorted ascending, `zones` the zone of each key.
+    """
+    out = np.zeros((n_zones, 5), dtype=np.int64)
+    mask = (1 << NLB_BITS) - 1
+    cur_zone = -1
+    f_start = 0
+    reach = 0
+    for i in range(keys.size):
+        start = keys[i] >> NLB_BITS
+        end = start + (keys[i] & mask)
+        z = zones[i]
+        if z != cur_zone or start > reach:
+            if cur_zone >= 0:
+                out[cur_zone, 1] += reach - f_start  # close the previous fragment
+            if z == cur_zone:
+                gap = start - reach
+                out[z, 2] += 1
+                out[z, 3] += gap
+                if gap > out[z, 4]:
+                    out[z, 4] = gap
+            out[z, 0] += 1
+            cur_zone = z
+            f_start = start
+            reach = end
+        elif end > reach:
+            reach = end
+    if cur_zone >= 0:
+        out[cur_zone, 1] += reach - f_start
+    return out
+
+
+def _sorted_ranges(ev: pl.DataFrame, zone_size_lba: int | None) -> tuple[np.ndarray, np.ndarray]:
+    slba = ev["slba"].to_numpy().astype(np.int64)
+    nlb = np.minimum(ev["nlb"].to_numpy().astype(np.int64), (1 << NLB_BITS) - 1)
+    keys = (slba << NLB_BITS) | nlb
+    if zone_size_lba:
+        keys = np.sort(keys)
+        return keys, (keys >> NLB_BITS) // zone_size_lba
+    order = np.argsort(keys, kind="stable")
+    return keys[order], ev["zone"].to_numpy().astype(np.int64)[order]
+
+
+def frag_table(events: pl.DataFrame, nr_zones: int, lba_bytes: int, zone_size_lba: int | None = None
+               ) -> pl.DataFrame:
+    """One row per zone with the read and write fragment and gap figures (bytes).
+
+    Zones without a gap have null gap statistics. Pass zone_size_lba (meta.json) for the fast path.
+    """
+    n_zones = max(nr_zones, int(events["zone"].max()) + 1) if events.height else nr_zones
+    cols: dict[str, np.ndarray] = {}
     for d, ops in DIRECTIONS.items():
-        f = fragments(events, ops)
-        agg = f.group_by("zone").agg(
-            pl.len().cast(pl.UInt64).alias(f"{d}_fragments"),
-            ((pl.col("end") - pl.col("start")).sum() * lba_bytes).cast(pl.UInt64).alias(f"{d}_bytes_covered"),
-            pl.col("gap").drop_nulls().len().cast(pl.UInt64).alias(f"{d}_gaps"),
-            (pl.col("gap").drop_nulls().mean() * lba_bytes).alias(f"{d}_gap_bytes_mean"),
-            (pl.col("gap").drop_nulls().max() * lba_bytes).cast(pl.UInt64).alias(f"{d}_gap_bytes_max"),
-        )
-        out = out.join(agg, on="zone", how="full", coalesce=True)
-    counts = [c for c in out.columns if c.endswith(("_fragments", "_covered", "_gaps"))]
-    appends = events.filter(pl.col("op") == "zone_append").group_by("zone").agg(pl.len().alias("appends"))
-    out = out.join(appends, on="zone", how="left").with_columns(
-        pl.col(counts).fill_null(0), pl.col("appends").fill_null(0).cast(pl.UInt64))
-    return out.sort("zone")
+        ev = events.filter(pl.col("op").is_in(list(ops)) & (pl.col("nlb") > 0))
+        keys, zones = _sorted_ranges(ev, zone_size_lba)
+        frags, covered, gaps, gap_sum, gap_max = _zone_fragments(keys, zones, n_zones).T
+        cols[f"{d}_fragments"] = frags.astype(np.uint64)
+        cols[f"{d}_bytes_covered"] = (covered * lba_bytes).astype(np.uint64)
+        cols[f"{d}_gaps"] = gaps.astype(np.uint64)
+        cols[f"{d}_gap_bytes_mean"] = gap_sum / np.maximum(gaps, 1) * lba_bytes
+        cols[f"{d}_gap_bytes_max"] = (gap_max * lba_bytes).astype(np.uint64)
+    app = events.filter(pl.col("op") == "zone_append")["zone"].to_numpy().astype(np.int64)
+    df = pl.DataFrame({"zone": np.arange(n_zones, dtype=np.uint32), **cols,
+                       "appends": np.bincount(app, minlength=n_zones).astype(np.uint64)})
+    return df.with_columns(
+        pl.when(pl.col(f"{d}_gaps") > 0).then(pl.col(c)).otherwise(None).alias(c)
+        for d in DIRECTIONS for c in (f"{d}_gap_bytes_mean", f"{d}_gap_bytes_max"))
 
 
 def frag_summary(table: pl.DataFrame) -> dict[str, Any]:
@@ -91,7 +147,7 @@ def frag_text(table: pl.DataFrame, summary: dict[str, Any]) -> str:
 def _cmd(args: argparse.Namespace) -> int:
     rp = run_paths(args.run)
     meta = read_meta(rp)
-    table = frag_table(load_events(rp), meta["nr_zones"], meta["lba_bytes"])
+    table = frag_table(load_events(rp), meta["nr_zones"], meta["lba_bytes"], meta["zone_size_lba"])
     summary = frag_summary(table)
     emit({"summary": summary, "zones": table.to_dicts()}, args.json, frag_text(table, summary))
     return 0
