@@ -35,6 +35,7 @@ CONV=/dev/nvme0n2
 MNT=/mnt/ztbp
 RB_PAGES=4096
 ATTACH_TIMEOUT=300
+STOP_TIMEOUT=120
 
 TMP="$(mktemp -d /tmp/ztbp-layers.XXXXXX)"
 declare -A BT_PID=()
@@ -100,12 +101,23 @@ start_probe() { # name script args...
 }
 
 stop_probe() { # name -> raw/<name>.csv, LOST_<name>
-	local name="$1" lost
-	kill -INT "${BT_PID[$name]}" 2>/dev/null
-	wait "${BT_PID[$name]}" 2>/dev/null
+	local name="$1" lost pid="${BT_PID[$name]}" t0=$SECONDS
+	kill -INT "$pid" 2>/dev/null
+	while kill -0 "$pid" 2>/dev/null; do
+		if [ $((SECONDS - t0)) -ge "$STOP_TIMEOUT" ]; then
+			say "warning bpftrace $name still running $STOP_TIMEOUT s after SIGINT (wchan $(cat "/proc/$pid/wchan" 2>/dev/null)): killing it"
+			cat "/proc/$pid/stack" 2>/dev/null | head -12 | sed 's/^/ZTBP:   /'
+			kill -KILL "$pid" 2>/dev/null
+			break
+		fi
+		sleep 0.5
+	done
+	wait "$pid" 2>/dev/null
 	unset "BT_PID[$name]"
 	lost="$(grep -h -o -E '^Lost [0-9]+ events' "$TMP/$name.out" "$TMP/$name.err" | awk '{s += $2} END {print s + 0}')"
-	sed -n "/^# ztbp $name v1\$/,\$p" "$TMP/$name.out" | grep -v -E '^(Lost [0-9]+ events)?$' > "$TMP/$name.csv"
+	# from the version line on, without bpftrace's messages, END counters ("@name: N") and blank lines
+	sed -n "/^# ztbp $name v1\$/,\$p" "$TMP/$name.out" | grep -v -E '^(Lost [0-9]+ events|@[a-z_]+: [0-9]+)?$' \
+		> "$TMP/$name.csv"
 	echo "$lost" > "$TMP/$name.lost"
 	say "stage probe $name stopped: $(($(wc -l < "$TMP/$name.csv") - 2)) rows, $lost lost events"
 }
@@ -188,6 +200,7 @@ main() {
 	done
 	say "stage workload fio randread 4k $ENGINE iodepth $IODEPTH on $FS ($TARGET) for ${RUNTIME}s"
 	run_fio "$TMP/fio.json"
+	say "stage workload done: $(iops "$TMP/fio.json") IOPS; stopping the probes"
 	sleep 2
 	for name in ${PROBES//,/ }; do stop_probe "$name"; done
 	blkzone report "$ZNS" > "$TMP/zones.txt"
