@@ -67,3 +67,14 @@ def test_cluster_cli_json_keys_and_custom_grid(tmp_path, capsys) -> None:
     assert sorted(r["hot_zones"]) == HOT
     assert main(["cluster", str(tmp_path / "r"), "--eps", "a"]) == 2
     assert "expected numbers" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("n", "seed"), [(5, 0), (23, 1), (1000, 7)])
+def test_fold_labels_are_sklearns_kfold(n: int, seed: int) -> None:
+    from sklearn.model_selection import KFold
+
+    from ztbp.cluster import kfold_labels
+
+    labels = kfold_labels(n, seed)
+    for f, (_, test) in enumerate(KFold(n_splits=5, shuffle=True, random_state=seed).split(np.empty((n, 1)))):
+        assert sorted(np.flatnonzero(labels == f).tolist()) == sorted(test.tolist())

@@ -34,7 +34,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 from sklearn.cluster import DBSCAN
-from sklearn.model_selection import KFold
 from sklearn.neighbors import NearestNeighbors
 from tqdm import tqdm
 
@@ -81,6 +80,23 @@ class Cells:
         return np.column_stack([self.cell[mask] / self.n_cells, y])
 
 
+def kfold_labels(n: int, seed: int) -> np.ndarray:
+    """Held-out fold of each of n accesses: the split of KFold(5, shuffle=True, random_state=seed), as labels.
+
+    Same permutation and fold sizes as scikit-learn's KFold, without materialising 5 train/test index arrays.
+    """
+    folds = np.empty(n, dtype=np.int64)
+    if n < N_SPLITS:
+        folds[:] = np.arange(n) % N_SPLITS
+        return folds
+    idx = np.arange(n)
+    np.random.RandomState(seed).shuffle(idx)
+    sizes = np.full(N_SPLITS, n // N_SPLITS)
+    sizes[: n % N_SPLITS] += 1
+    folds[idx] = np.repeat(np.arange(N_SPLITS), sizes)
+    return folds
+
+
 def read_cells(events: pl.DataFrame, meta: dict[str, Any], params: ClusterParams) -> Cells:
     zone_lba = meta["zone_size_lba"]
     if params.cells_per_zone <= 0 or zone_lba % params.cells_per_zone:
@@ -88,18 +104,14 @@ def read_cells(events: pl.DataFrame, meta: dict[str, Any], params: ClusterParams
     cell_lba = zone_lba // params.cells_per_zone
     n_cells = meta["nr_zones"] * params.cells_per_zone
     slba = events.filter(pl.col("op") == "read")["slba"].to_numpy()
-    cell_of = (slba // cell_lba).astype(np.int64)
-    cell_of = np.minimum(cell_of, n_cells - 1)
-    folds = np.empty(cell_of.size, dtype=np.int64)
-    if cell_of.size >= N_SPLITS:
-        kf = KFold(n_splits=N_SPLITS, shuffle=True, random_state=params.seed)
-        for f, (_, test_idx) in enumerate(kf.split(np.empty((cell_of.size, 1)))):
-            folds[test_idx] = f
-    else:
-        folds[:] = np.arange(cell_of.size) % N_SPLITS
-    cells, inverse = np.unique(cell_of, return_inverse=True)
-    counts = np.bincount(inverse, minlength=cells.size)
-    fold_counts = np.bincount(folds * cells.size + inverse, minlength=N_SPLITS * cells.size).reshape(
+    cell_of = np.minimum((slba // cell_lba).astype(np.int64), n_cells - 1)
+    folds = kfold_labels(cell_of.size, params.seed)
+    all_counts = np.bincount(cell_of, minlength=n_cells)
+    cells = np.flatnonzero(all_counts)
+    counts = all_counts[cells]
+    dense = np.full(n_cells, -1, dtype=np.int64)
+    dense[cells] = np.arange(cells.size)
+    fold_counts = np.bincount(folds * cells.size + dense[cell_of], minlength=N_SPLITS * cells.size).reshape(
         N_SPLITS, cells.size)
     log_max = float(np.log1p(counts.max())) if counts.size else 0.0
     return Cells(cells, counts, fold_counts, n_cells, cell_lba, log_max)
