@@ -170,3 +170,23 @@ def test_text_output_names_the_residual(tmp_path: Path) -> None:
     assert "residual 0.00 µs (0.00%, within 5%)" in p.stdout
     assert p.stdout.splitlines()[2].startswith("kernel crossing")
 
+
+
+def test_bench_and_fio_comparison(tmp_path: Path) -> None:
+    root = make_layers_run(tmp_path / "r", [lrow(i, TABLE_I) for i in range(4)])
+    (root / "raw" / "bench.json").write_text(json.dumps({
+        "engine": "psync", "iodepth": 1, "fs": "ext4", "runtime_s": 5, "iops_without": [1000.0, 1200.0],
+        "iops_with": [550.0, 550.0], "lost_events_with": [0, 3]}))
+    fio = {"jobs": [{"jobname": "randread", "read": {"total_ios": 100, "iops": 50.0, "bw_bytes": 1,
+                                                       "clat_ns": {"mean": 2 * sum(TABLE_I)}}}]}
+    (root / "raw" / "fio.json").write_text(json.dumps(fio))
+    res = layers.layers_report(layers.run_paths(root))
+    b = res["bench"]
+    assert b["iops_without"] == 1100.0 and b["iops_with"] == 550.0 and b["ratio"] == 0.5
+    assert b["lost_events_with"] == [0, 3] and b["rounds"] == 2
+    assert res["fio"]["clat_mean_ns"] == 2 * sum(TABLE_I) and res["fio"]["kernel_e2e_over_fio_clat"] == 0.5
+    text = layers.layers_text(res)
+    assert "ratio 0.500" in text and "covers 50.0%" in text
+    (root / "raw" / "bench.json").write_text("{}")
+    with pytest.raises(FormatError, match="bench-layers"):
+        layers.layers_report(layers.run_paths(root))

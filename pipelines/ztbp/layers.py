@@ -225,6 +225,25 @@ def bench_summary(run: RunPaths) -> dict[str, Any] | None:
             "lost_events_with": b.get("lost_events_with")}
 
 
+def fio_compare(run: RunPaths, e2e_mean_ns: float, op: str | None) -> dict[str, Any] | None:
+    """fio's own completion latency (user space, around the system call for sync engines) next to the probe's
+    kernel-side end-to-end time: what the layers do not see (user space, the entry/exit instructions)."""
+    if not run.fio_json.is_file():
+        return None
+    from .report import fio_rows  # lazy: report imports the analysis modules
+
+    try:
+        rows = [r for r in fio_rows(run.fio_json) if r["dir"] == (op or "read")]
+    except ZtbpError:
+        return None
+    ios = sum(r["ios"] for r in rows)
+    if not ios:
+        return None
+    clat = sum(r["clat_mean_us"] * r["ios"] for r in rows) / ios * 1000
+    return {"clat_mean_ns": round(clat), "ios": ios, "iops": round(sum(r["iops"] for r in rows), 1),
+            "kernel_e2e_over_fio_clat": round(e2e_mean_ns / clat, 4) if clat else None}
+
+
 def layers_report(run: RunPaths, by: list[str] | None = None, op: str | None = None,
                   mode: str | None = None) -> dict[str, Any]:
     """Everything `ztbp layers --json` prints."""
@@ -255,6 +274,7 @@ def layers_report(run: RunPaths, by: list[str] | None = None, op: str | None = N
     res["zones"] = _group_list(zoned, ["zone"], layers) if zoned.height else []
     res["cross_check"] = cross_check(df, run, meta["lba_bytes"])
     res["bench"] = bench_summary(run)
+    res["fio"] = fio_compare(run, res["sum_check"]["e2e_mean_ns"], op)
     return res
 
 
@@ -279,6 +299,11 @@ def layers_text(res: dict[str, Any]) -> str:
         lines.append(f"device vs nvme.csv lat_ns ({x['matched']} of {x['rows']} requests matched): median "
                      f"{_us(x['layers_device_p50_ns'])} vs {_us(x['nvme_lat_p50_ns'])} µs "
                      f"({x['rel_diff']:+.1%})")
+    fio = res.get("fio")
+    if fio and fio.get("kernel_e2e_over_fio_clat"):
+        lines.append(f"fio's own mean completion latency {_us(fio['clat_mean_ns'])} µs ({fio['iops']:.0f} IOPS): the "
+                     f"probe's end-to-end covers {fio['kernel_e2e_over_fio_clat']:.1%} of it (the rest is user space "
+                     "and the syscall entry/exit instructions)")
     b = res.get("bench")
     if b:
         lines.append(f"probe overhead ({b['fs']}, {b['engine']}, {b['rounds']} rounds): fio {b['iops_without']:.0f} "
