@@ -89,14 +89,15 @@ def test_raw_device_has_no_file_system_row_and_async_has_no_vfs_row(tmp_path: Pa
 def test_negative_rows_are_left_out_and_counted_bad_lines_skipped(tmp_path: Path) -> None:
     good = [lrow(i, [1, 1, 1, 1, 1, 1, 100, 1]) for i in range(3)]
     neg = lrow(9, [1, 1, 1, -5, 1, 1, 100, 1])
+    no_dev = lrow(11, [1, 1, 1, 1, 1, 101, 0, 1])
     bad = ["1,2,sync,read", "x" + good[0], lrow(10, [1] * 8).replace(",sync,", ",weird,")]
-    root = make_layers_run(tmp_path / "r", [*good, neg, "", *bad])
+    root = make_layers_run(tmp_path / "r", [*good, neg, no_dev, "", *bad])
     res = layers.layers_report(layers.run_paths(root))
     assert res["requests"] == 3
-    assert res["excluded"]["negative_layer"] == 1
+    assert res["excluded"]["negative_layer"] == 1 and res["excluded"]["no_device_time"] == 1
     assert res["read"]["skipped"] == 3
     assert res["read"]["reasons"] == {"4 fields, expected 19": 1, "non-numeric ts_ns": 1, "unknown mode": 1}
-    assert [d["line"] for d in res["read"]["first_skipped_lines"]] == [8, 9, 10]
+    assert [d["line"] for d in res["read"]["first_skipped_lines"]] == [9, 10, 11]
 
 
 def test_groups_by_op_and_size_and_zones(tmp_path: Path) -> None:

@@ -160,12 +160,17 @@ def sum_check(df: pl.DataFrame, layers: list[tuple[str, str]] | None = None) -> 
 
 
 def clean(df: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
-    """Drop rows a layer of which is negative (a stamp out of order: the probe's pairing failed) and count
-    them, and the requests that caused more than one NVMe command (kept: their layers still add up)."""
+    """Drop and count the rows a layer of which is negative (a stamp out of order: the probe's pairing failed)
+    and those with no device time (the completion stamp was never taken: a tracepoint program is skipped when
+    the completion interrupt arrives while another BPF program runs on that CPU, and the probe then gives the
+    device's time to the driver). Count, and keep, the requests that caused more than one NVMe command."""
     neg = pl.any_horizontal([pl.col(c) < 0 for c, _ in LAYERS] + [pl.col("e2e_ns") <= 0])
-    bad = df.filter(neg)
-    kept = df.filter(~neg)
-    return kept, {"negative_layer": bad.height, "multi_command": int((kept["nrq"] > 1).sum())}
+    no_dev = ~neg & (pl.col("device_ns") == 0)
+    counts = df.select(neg.sum().alias("negative_layer"), no_dev.sum().alias("no_device_time"))
+    kept = df.filter(~neg & ~no_dev)
+    return kept, {"negative_layer": int(counts["negative_layer"][0]),
+                  "no_device_time": int(counts["no_device_time"][0]),
+                  "multi_command": int((kept["nrq"] > 1).sum())}
 
 
 def _group_list(df: pl.DataFrame, keys: list[str], layers: list[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -310,9 +315,9 @@ def layers_text(res: dict[str, Any]) -> str:
                      f"IOPS without, {b['iops_with']:.0f} with the layer probe: ratio {b['ratio']:.3f}; lost events "
                      f"{b['lost_events_with']}")
     ex = res["excluded"]
-    if ex["negative_layer"] or res["read"]["skipped"]:
-        lines.append(f"left out: {ex['negative_layer']} rows with a negative layer, "
-                     f"{res['read']['skipped']} lines that did not parse")
+    if ex["negative_layer"] or ex["no_device_time"] or res["read"]["skipped"]:
+        lines.append(f"left out: {ex['negative_layer']} rows with a negative layer, {ex['no_device_time']} without "
+                     f"a device completion stamp, {res['read']['skipped']} lines that did not parse")
     for g in res.get("groups", []):
         label = ", ".join(f"{k}={g[k]}" for k in g if k not in ("layers", "stats"))
         parts = ", ".join(f"{r['layer']} {_us(r['mean_ns'])}" for r in g["layers"])
