@@ -131,6 +131,12 @@ def _lru_reference(pages: list[int], cap: int) -> int:
     return hits
 
 
+@settings(max_examples=80, deadline=None)
+@given(traces, st.integers(1, 12))
+def test_array_lru_matches_an_ordered_dict_lru(pages, cap) -> None:
+    assert lru_hits(pages, cap) == _lru_reference(pages, cap)
+
+
 def test_multi_page_reads_touch_every_page(run_factory) -> None:
     # a 16 KiB read = 4 pages; reading it twice: 4 cold misses then 4 hits
     run = run_factory([("read", 100, 4), ("read", 100, 4)])

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -57,36 +56,74 @@ def page_requests(events: pl.DataFrame, lba_bytes: int, page_bytes: int, zone_by
     return pages, pages * page_bytes // zone_bytes
 
 
-def lru_hits(pages: list[int], capacity: int) -> int:
-    cache: OrderedDict[int, None] = OrderedDict()
+@numba.njit(cache=True)
+def _segmented_lru(ids: np.ndarray, hot: np.ndarray, n_pages: int, capacity: int) -> int:
+    """Algorithm 4 on array-linked lists: segment 1 (hot) before l_head, segment 0 (normal) after it.
+
+    With every page normal this is plain LRU. When the cache is full, the list's tail — the tail of the normal
+    segment, or of the hot segment when no normal page is cached — is evicted before the new page enters.
+    """
+    # nodes 0..n_pages-1 are pages; n_pages + s is the sentinel of segment s (head side = nxt of the sentinel)
+    nxt = np.empty(n_pages + 2, dtype=np.int64)
+    prv = np.empty(n_pages + 2, dtype=np.int64)
+    for s in range(2):
+        nxt[n_pages + s] = n_pages + s
+        prv[n_pages + s] = n_pages + s
+    cached = np.zeros(n_pages, dtype=np.bool_)
+    seg_len = np.zeros(2, dtype=np.int64)
     hits = 0
-    move, pop = cache.move_to_end, cache.popitem
-    for p in pages:
-        if p in cache:
-            move(p)
+    for i in range(ids.size):
+        p = ids[i]
+        s = 1 if hot[i] else 0
+        head = n_pages + s
+        if cached[p]:
             hits += 1
+            nxt[prv[p]] = nxt[p]  # unlink ...
+            prv[nxt[p]] = prv[p]
         else:
-            cache[p] = None
-            if len(cache) > capacity:
-                pop(last=False)
+            if seg_len[0] + seg_len[1] >= capacity:
+                v = 0 if seg_len[0] > 0 else 1
+                t = prv[n_pages + v]  # tail of the victim segment
+                nxt[prv[t]] = nxt[t]
+                prv[nxt[t]] = prv[t]
+                cached[t] = False
+                seg_len[v] -= 1
+            cached[p] = True
+            seg_len[s] += 1
+        nxt[p] = nxt[head]  # ... and insert at the head of its segment
+        prv[p] = head
+        prv[nxt[head]] = p
+        nxt[head] = p
     return hits
 
 
-def zone_lru_hits(pages: list[int], hot: list[bool], capacity: int) -> int:
-    """Algorithm 4: hot segment before l_head, normal segment after; evict the list's tail."""
-    hot_seg: OrderedDict[int, None] = OrderedDict()  # last item = list head
-    normal: OrderedDict[int, None] = OrderedDict()   # last item = l_head
-    hits = 0
-    for p, h in zip(pages, hot, strict=True):
-        seg = hot_seg if h else normal
-        if p in seg:
-            seg.move_to_end(p)
-            hits += 1
-            continue
-        if len(hot_seg) + len(normal) >= capacity:  # full: the list's tail goes before the new page enters
-            (normal if normal else hot_seg).popitem(last=False)
-        seg[p] = None
-    return hits
+def _dense(pages: np.ndarray | list[int]) -> tuple[np.ndarray, int]:
+    """Page ids 0..n-1 for the policy kernels: the page numbers themselves when they are small enough to index
+    arrays directly (a 2 GiB device has 524,288 pages of 4 KiB), else their rank among the distinct pages."""
+    arr = np.asarray(pages, dtype=np.int64)
+    if arr.size == 0:
+        return arr, 0
+    top = int(arr.max())
+    if arr.min() >= 0 and top < max(1 << 24, 4 * arr.size):
+        return arr, top + 1
+    uniq, ids = np.unique(arr, return_inverse=True)
+    return ids.astype(np.int64), int(uniq.size)
+
+
+def lru_hits(pages: np.ndarray | list[int], capacity: int) -> int:
+    """Hits of plain LRU over a sequence of page ids."""
+    ids, n = _dense(pages)
+    if ids.size == 0 or capacity <= 0:
+        return 0
+    return int(_segmented_lru(ids, np.zeros(ids.size, dtype=np.bool_), n, capacity))
+
+
+def zone_lru_hits(pages: np.ndarray | list[int], hot: np.ndarray | list[bool], capacity: int) -> int:
+    """Hits of the zone-recognition LRU (Algorithm 4); hot[i] tells whether request i is to a hot zone."""
+    ids, n = _dense(pages)
+    if ids.size == 0 or capacity <= 0:
+        return 0
+    return int(_segmented_lru(ids, np.asarray(hot, dtype=np.bool_), n, capacity))
 
 
 def static_best_hits(ids: np.ndarray, capacity: int) -> int:
@@ -204,18 +241,17 @@ class Trace:
         self.zone_bytes = meta["zone_size_lba"] * meta["lba_bytes"]
         self.pages, self.zones = page_requests(events, meta["lba_bytes"], self.page_bytes, self.zone_bytes)
         self.read_commands = int(((events["op"] == "read") & (events["nlb"] > 0)).sum())
-        _, self.ids = np.unique(self.pages, return_inverse=True)
-        self._pages_list: list[int] | None = None
+        self.ids, self.n_pages = _dense(self.pages)
         self._nxt: np.ndarray | None = None
 
     @property
     def requests(self) -> int:
         return int(self.pages.size)
 
-    def pages_list(self) -> list[int]:
-        if self._pages_list is None:
-            self._pages_list = self.ids.tolist()
-        return self._pages_list
+    def _lru(self, hot: np.ndarray, capacity: int) -> int:
+        if self.ids.size == 0 or capacity <= 0:
+            return 0
+        return int(_segmented_lru(self.ids, hot, self.n_pages, capacity))
 
     def nxt(self) -> np.ndarray:
         if self._nxt is None:
@@ -231,10 +267,9 @@ class Trace:
         n = max(1, self.requests)
         out: dict[str, float] = {}
         if "lru" in policies:
-            out["lru"] = lru_hits(self.pages_list(), cap) / n
+            out["lru"] = self._lru(np.zeros(self.ids.size, dtype=np.bool_), cap) / n
         if "zone_lru" in policies:
-            hot = np.isin(self.zones, np.asarray(hot_zones, dtype=np.int64)).tolist()
-            out["zone_lru"] = zone_lru_hits(self.pages_list(), hot, cap) / n
+            out["zone_lru"] = self._lru(np.isin(self.zones, np.asarray(hot_zones, dtype=np.int64)), cap) / n
         if "static_best" in policies:
             out["static_best"] = static_best_hits(self.ids, cap) / n
         if "belady" in policies:
