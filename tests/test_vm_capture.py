@@ -6,8 +6,10 @@ One boot for the capture (module fixture) — the whole file costs about a minut
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from ztbp import paths
 from ztbp.cli import main
 from ztbp.contract import NVME_COLUMNS, NVME_VERSION_LINE, read_meta
 from ztbp.paths import RunPaths
+from ztbp.vm import run_in_guest
 
 pytestmark = pytest.mark.vm
 
@@ -95,8 +98,6 @@ def test_analysis_finds_the_hot_zones(run: RunPaths, capsys: pytest.CaptureFixtu
 
 def test_guest_harness_status_files_and_probe_dry_runs(tmp_path: Path) -> None:
     """vmtest.sh: the guest's exit status comes back, OUTDIR is writable, every probe compiles (bpftrace -d)."""
-    from ztbp.vm import run_in_guest
-
     probes = sorted(p.name for p in paths.PROBES.glob("*.bt"))
     cmd = ("cd /ztbp/src; modprobe -q btrfs; for p in probes/*.bt; do "
            "if timeout 300 bpftrace -d \"$p\" >/dev/null 2>/ztbp/out/$(basename $p).err; then echo \"$p ok\"; "
@@ -109,3 +110,35 @@ def test_guest_harness_status_files_and_probe_dry_runs(tmp_path: Path) -> None:
     assert sorted(line.split()[0].removeprefix("probes/") for line in results) == probes
     failed = [line for line in results if not line.endswith(" ok")]
     assert not failed, [(f, (tmp_path / (Path(f.split()[0]).name + ".err")).read_text()[-500:]) for f in failed]
+
+
+def test_ctrl_c_leaves_a_valid_partial_run(tmp_path: Path) -> None:
+    """SIGINT during the workload: fio stops, the trace so far is saved, meta.json says complete: false."""
+    out = tmp_path / "partial"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ztbp.cli", "capture", "paper80", "--reads", "5000000", "--jobs", str(JOBS),
+         "--out", str(out), "--timeout", "900"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=paths.ROOT)
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if "reads done" in line:  # the workload is running
+            time.sleep(2)
+            proc.send_signal(signal.SIGINT)
+            break
+    rest = proc.communicate(timeout=600)[0]
+    text = "".join(seen) + rest
+    assert proc.returncode == 130, text[-2000:]
+    assert "INCOMPLETE" in text
+    run = RunPaths(out)
+    meta = read_meta(run)
+    assert meta["complete"] is False and meta["capture"]["interrupted"] is True
+    assert meta["capture"]["status"] == "partial"
+    data = rows(run)
+    reads = sum(1 for r in data if r[7] == "read")
+    assert 0 < reads < 5_000_000
+    assert meta["lost_events"] == {"nvme": 0}
+    fio = json.loads(run.fio_json.read_text())
+    fio_reads = sum(j["read"]["total_ios"] for j in fio["jobs"])
+    assert abs(reads - fio_reads) <= 0.01 * fio_reads + 200  # I/Os in flight when fio was stopped

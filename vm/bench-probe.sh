@@ -7,7 +7,7 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ZTBP="${ZTBP:-$REPO/.venv/bin/ztbp}"
 DEFAULT_ROUNDS=3
-DEFAULT_READS=60000
+DEFAULT_READS=200000
 DEFAULT_WORKLOAD="paper80"
 TARGET_RATIO=0.95
 

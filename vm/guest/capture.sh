@@ -84,8 +84,11 @@ record_versions() {
 start_probe() {
 	say "stage probe starting bpftrace $(basename "$PROBE") (compiling under emulation takes a while)"
 	# stdout, not -o: bpftrace line-buffers stdout, so the BEGIN header shows when the probes are attached
-	# (with -o it sits in a full buffer). The file is on the guest's tmpfs, not on 9p.
-	BPFTRACE_STRLEN=16 BPFTRACE_PERF_RB_PAGES="$RB_PAGES" bpftrace "$PROBE" > "$TMP/probe.out" 2> "$TMP/probe.err" &
+	# (with -o it sits in a full buffer). The file is on the guest's tmpfs, not on 9p. nice 19: formatting
+	# rows in user space is the probe's main cost; at the lowest priority it yields the CPUs to the workload
+	# and catches up afterwards from the perf buffer (sized for the whole run; see wait_for_drain).
+	BPFTRACE_STRLEN=16 BPFTRACE_PERF_RB_PAGES="$RB_PAGES" nice -n 19 bpftrace "$PROBE" \
+		> "$TMP/probe.out" 2> "$TMP/probe.err" &
 	BT_PID=$!
 	local t0=$SECONDS
 	# BEGIN prints the version line once every probe is attached.
