@@ -20,6 +20,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -128,6 +129,12 @@ def overview(run: Run) -> dict[str, Any]:
     }
 
 
+def _wrap(label: str, text: str, width: int = 112) -> str:
+    """`label` padded to 13 columns, then text wrapped at commas into lines of at most `width`."""
+    return textwrap.fill(text, width, initial_indent=f"{label:<13}", subsequent_indent=" " * 13,
+                         break_long_words=False, break_on_hyphens=False)
+
+
 def overview_text(ov: dict[str, Any]) -> str:
     zone_mib = ov["zone_size_lba"] * ov["lba_bytes"] / MIB
     cap_mib = ov["zone_cap_lba"] * ov["lba_bytes"] / MIB
@@ -139,13 +146,13 @@ def overview_text(ov: dict[str, Any]) -> str:
         f"created      {ov['created'] or 'not recorded'}",
         f"device       {ov['device']}: {ov['nr_zones']} zones of {zone_mib:g} MiB (capacity {cap_mib:g} MiB), "
         f"{ov['lba_bytes']}-byte LBAs",
-        f"workload     {_scalar(ov['workload']) or 'not recorded'}",
+        _wrap("workload", _scalar(ov["workload"]) or "not recorded"),
         f"commands     {ov['commands']:,} in {ov['duration_s']:.2f} s ({ov['commands_per_s']:,.0f}/s): {ops}",
         f"read         {ov['read_bytes'] / MIB:,.1f} MiB",
         f"lost events  {lost}",
     ]
     if ov["versions"]:
-        lines.append(f"versions     {_scalar(ov['versions'])}")
+        lines.append(_wrap("versions", _scalar(ov["versions"])))
     return "\n".join(lines)
 
 
