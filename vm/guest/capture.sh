@@ -218,7 +218,8 @@ run_workload() {
 save_outputs() {
 	mkdir -p "$OUT/raw" "$OUT/.capture"
 	[ -f "$TMP/nvme.csv" ] && cp "$TMP/nvme.csv" "$OUT/raw/nvme.csv"
-	[ -s "$TMP/fio.json" ] && cp "$TMP/fio.json" "$OUT/raw/fio.json"
+	# fio writes "fio: terminating on signal 2" into its output when stopped early: keep the JSON only.
+	[ -s "$TMP/fio.json" ] && sed -n '/^{/,$p' "$TMP/fio.json" > "$OUT/raw/fio.json"
 	[ -f "$TMP/zones.txt" ] && cp "$TMP/zones.txt" "$OUT/raw/zones.txt"
 	[ -s "$TMP/prefill.json" ] && cp "$TMP/prefill.json" "$OUT/.capture/prefill-fio.json"
 	cp "$TMP/probe.err" "$OUT/.capture/probe.err" 2>/dev/null
