@@ -326,7 +326,10 @@ def _layers_cli(run: RunPaths, by: str) -> dict[str, Any]:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     if proc.returncode != 0:
         raise ZtbpError((proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1])
-    return json.loads(proc.stdout)
+    res = json.loads(proc.stdout)
+    if not isinstance(res, dict):
+        raise ZtbpError("`ztbp layers --json` did not print a JSON object")
+    return res
 
 
 def layers_view(run: Run) -> dict[str, Any]:
