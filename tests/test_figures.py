@@ -299,3 +299,15 @@ def test_report_cli_bad_input_is_a_message(tmp_path: Path, capsys: pytest.Captur
     assert "unknown notebook parameter(s) no_such_param" in err and "run_dir" in err
     assert main(["report"]) == 2
     assert "give a run directory" in capsys.readouterr().err
+
+
+def test_probe_stats_of_the_sample_run(paper80: report.Run) -> None:
+    from ztbp.paths import ROOT
+
+    sample = report.load(ROOT / report.SAMPLE_RUN)
+    stats = report.probe_stats_view(sample)
+    assert isinstance(stats, pl.DataFrame)
+    d = dict(stats.iter_rows())
+    assert int(d["rows"]) == sample.events.height  # every row the probe wrote was ingested
+    assert int(d["perf_lost"]) == 0 and sample.meta["lost_events"] == {"nvme": 0}
+    assert str(report.probe_stats_view(paper80)) == "probe statistics: not recorded in this run"

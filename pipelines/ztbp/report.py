@@ -240,6 +240,15 @@ def probes_table(run: Run) -> pl.DataFrame:
                                       "attach": pl.String, "lost_events": pl.String})
 
 
+def probe_stats_view(run: Run) -> pl.DataFrame | Note:
+    """The capture's own probe counters from meta.json (`probe_stats`: commands set up, completed, rows written,
+    perf-buffer losses, attach and drain times), else a note."""
+    stats = run.meta.get("probe_stats")
+    if not isinstance(stats, dict) or not stats:
+        return Note("probe statistics: not recorded in this run")
+    return pl.DataFrame([{"counter": str(k), "value": _scalar(v)} for k, v in stats.items()])
+
+
 def overhead_view(run: Run) -> pl.DataFrame | Note:
     """Probe overhead recorded in meta.json (fio IOPS with and without the probe), else a note."""
     found = {k: v for k, v in run.meta.items() if "overhead" in k}
