@@ -29,7 +29,8 @@ RB_PAGES="${ZTBP_RB_PAGES:-32768}"
 STOP_FILE="${ZTBP_STOP_FILE:-/ztbp/ctl/stop}"
 PROGRESS_SECONDS=5
 ATTACH_TIMEOUT=180
-DRAIN_TIMEOUT=3600
+DRAIN_TIMEOUT=900
+STOP_TIMEOUT=120
 
 TMP=""
 BT_PID=""
@@ -131,9 +132,21 @@ wait_for_drain() {
 stop_probe() {
 	[ -n "$BT_PID" ] || return 0
 	wait_for_drain
+	say "stage probe stopping bpftrace"
 	kill -INT "$BT_PID" 2>/dev/null
+	local t0=$SECONDS
+	while kill -0 "$BT_PID" 2>/dev/null && [ $((SECONDS - t0)) -lt "$STOP_TIMEOUT" ]; do
+		sleep 1
+	done
+	if kill -0 "$BT_PID" 2>/dev/null; then
+		say "stage probe bpftrace ignored SIGINT for $STOP_TIMEOUT s: terminating it (its counters are lost)"
+		kill -TERM "$BT_PID" 2>/dev/null
+		sleep 5
+		kill -KILL "$BT_PID" 2>/dev/null
+	fi
 	wait "$BT_PID" 2>/dev/null
 	BT_PID=""
+	say "stage probe bpftrace exited after $((SECONDS - t0)) s; extracting the rows"
 	local lost
 	lost="$(grep -h -o -E '^Lost [0-9]+ events' "$TMP/probe.out" "$TMP/probe.err" | awk '{s += $2} END {print s + 0}')"
 	local setups completed unmatched rows unprinted
@@ -147,6 +160,10 @@ stop_probe() {
 	# covers "Lost N events" and anything left in the buffer when bpftrace stopped.
 	unprinted=$(( ${completed:-0} - rows ))
 	[ "$unprinted" -lt "$lost" ] && unprinted=$lost
+	if [ -z "$setups" ] || [ -z "$completed" ]; then
+		say "error bpftrace did not print its counters: the lost-event count is unknown"
+		STATUS="failed"
+	fi
 	info probe_setups "${setups:-0}"
 	info probe_completed "${completed:-0}"
 	info probe_rows "$rows"
