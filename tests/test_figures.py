@@ -311,3 +311,18 @@ def test_probe_stats_of_the_sample_run(paper80: report.Run) -> None:
     assert int(d["rows"]) == sample.events.height  # every row the probe wrote was ingested
     assert int(d["perf_lost"]) == 0 and sample.meta["lost_events"] == {"nvme": 0}
     assert str(report.probe_stats_view(paper80)) == "probe statistics: not recorded in this run"
+
+
+def test_report_several_runs_one_broken(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Like `just report-all`: a broken run is reported and skipped, the others still get their report."""
+    from ztbp.cli import main
+
+    monkeypatch.setattr(report, "REPORTS", tmp_path / "reports")
+    good = make_run(tmp_path / "good", [("read", 8192 * i, 1) for i in range(20)])
+    assert main(["report", str(tmp_path / "missing"), str(good), "--only", "3", "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert "missing" in err and "does not exist" in err and "1 of 2 runs could not be reported" in err
+    (res,) = json.loads(out)
+    assert res["run"] == "good" and res["ok"] and [p["notebook"] for p in res["pages"]] == ["3-layers"]
+    assert Path(res["index"]) == tmp_path / "reports" / "good" / "index.html" and Path(res["index"]).is_file()

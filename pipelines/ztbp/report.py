@@ -762,19 +762,30 @@ def _cmd(args: argparse.Namespace) -> int:
         raise ZtbpError("-o names one report folder; it cannot be used with several runs")
     params = load_parameters(args.params_file, args.param)
     results = []
+    bad_runs = []
     for run in runs:
         log = (lambda s: print(s, file=sys.stderr)) if args.json else print
-        res = render(run, args.output, params, args.only.split(",") if args.only else None, args.timeout, log)
+        try:
+            res = render(run, args.output, params, args.only.split(",") if args.only else None, args.timeout, log)
+        except ZtbpError as e:
+            if len(runs) == 1:
+                raise
+            bad_runs.append(run)  # --all: one broken run does not stop the others
+            print(f"ztbp report: error: {run}: {e}", file=sys.stderr)
+            continue
         results.append(res)
         if not args.json:
             print(f"report: {res['run']}: {res['index']} ({sum(p['ok'] for p in res['pages'])}/"
                   f"{len(res['pages'])} pages ok)")
-    if args.json:
-        emit(results if len(results) > 1 else results[0], True)
-    failed = [p for r in results for p in r["pages"] if not p["ok"]]
-    for p in failed:
-        print(f"ztbp report: error: notebook {p['notebook']} failed: {p['error']}", file=sys.stderr)
-    return 1 if failed else 0
+    if args.json and results:
+        emit(results if len(runs) > 1 else results[0], True)
+    failed = [(r["run"], p) for r in results for p in r["pages"] if not p["ok"]]
+    for run_id, p in failed:
+        print(f"ztbp report: error: {run_id}: notebook {p['notebook']} failed: {p['error']}", file=sys.stderr)
+    if bad_runs:
+        print(f"ztbp report: {len(bad_runs)} of {len(runs)} runs could not be reported: {', '.join(bad_runs)}",
+              file=sys.stderr)
+    return 1 if failed or bad_runs else 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
