@@ -101,7 +101,8 @@ start_probe() { # name script args...
 }
 
 stop_probe() { # name -> raw/<name>.csv, LOST_<name>
-	local name="$1" lost pid="${BT_PID[$name]}" t0=$SECONDS
+	local name="$1" lost pid t0=$SECONDS
+	pid="${BT_PID[$name]}"
 	kill -INT "$pid" 2>/dev/null
 	while kill -0 "$pid" 2>/dev/null; do
 		if [ $((SECONDS - t0)) -ge "$STOP_TIMEOUT" ]; then
