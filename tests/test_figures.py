@@ -229,6 +229,51 @@ def test_layers_view_without_and_with_a_probe_file(tmp_path: Path, paper80: repo
     assert v2["message"]
 
 
+LAYER_COLS = ("crossing_ns", "syscall_ns", "vfs_ns", "fs_ns", "block_ns", "driver_ns", "device_ns", "completion_ns")
+
+
+def make_layers_run(root: Path, n: int = 400, seed: int = 5) -> Path:
+    """A run with raw/nvme.csv and a raw/layers.csv in the "# ztbp layers v1" format of probes/FORMAT.md:
+    synchronous reads of 4 and 8 KiB on the raw zoned device, each request's layers adding up to e2e_ns."""
+    rng = np.random.default_rng(seed)
+    zones_of = rng.integers(0, 8, n)
+    slba = zones_of * 8192 + rng.integers(0, 8192, n)
+    make_run(root, [("read", int(s), 1) for s in slba], synthetic=False, lost_events={"nvme": 0, "layers": 0})
+    times = {c: rng.integers(1_000, 50_000, n) for c in LAYER_COLS}
+    times["fs_ns"] = np.zeros(n, dtype=np.int64)  # raw block device: no file system
+    nbytes = np.where(rng.random(n) < 0.75, 4096, 8192)
+    lines = ["# ztbp layers v1", "ts_ns,tid,mode,op,bytes,dev,sector,zone,nrq,e2e_ns," + ",".join(LAYER_COLS)
+             + ",stack"]
+    for i in range(n):
+        e2e = sum(int(times[c][i]) for c in LAYER_COLS)
+        lines.append(f"{1000 + 10 * i},42,sync,read,{nbytes[i]},259:0,{slba[i] * 8},{zones_of[i]},1,{e2e},"
+                     + ",".join(str(int(times[c][i])) for c in LAYER_COLS) + ",bdev")
+    (root / "raw" / "layers.csv").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def test_layers_view_of_a_layer_probe_run(tmp_path: Path) -> None:
+    root = make_layers_run(tmp_path / "layers")
+    view = report.layers_view(report.load(root))
+    assert view["status"] == "ok", view["message"]
+    csv = pl.read_csv(root / "raw" / "layers.csv", skip_rows=1)
+    names = [r["layer"] for r in view["layers"]]
+    assert names == ["kernel crossing", "syscall", "vfs", "block", "nvme driver", "device", "completion"]
+    assert sum(r["share"] for r in view["layers"]) == pytest.approx(1.0, abs=1e-5)
+    table = report.layers_table(view)
+    assert isinstance(table, pl.DataFrame)
+    expected = [round(float(csv[c].mean())) / 1000 for c in LAYER_COLS if c != "fs_ns"]
+    assert table["mean_us"].to_list() == pytest.approx(expected)
+    assert sorted(g["label"] for g in view["groups"]) == ["op=read, size=4096", "op=read, size=8192"]
+    assert sorted(int(z["zone"]) for z in view["zones"]) == sorted(csv["zone"].unique().to_list())
+    bars = figures.layer_bars(view)
+    assert [t.name for t in bars.data] == names
+    assert list(bars.data[0].x) == ["all requests", "op=read, size=4096", "op=read, size=8192"]
+    zbars = figures.zone_layer_bars(view)
+    assert len(zbars.data[0].x) == csv["zone"].n_unique()
+    assert report.layers_text(view).startswith("layer breakdown: 7 layers, mean end-to-end ")
+
+
 def test_layer_figures_from_the_layers_json_shape() -> None:
     """The shape `ztbp layers --json` is specified to give (issue 4), drawn as stacked bars."""
     layers = [{"layer": "syscall", "mean_ns": 2000, "p50_ns": 1800, "p99_ns": 5000, "share": 0.1},

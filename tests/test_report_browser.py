@@ -164,3 +164,22 @@ def test_index_screenshot_artefact(sample_report: tuple[dict[str, Any], Path], b
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     print(f"\nscreenshot of the report index: {shot}")
     browser.set_window_size(1280, 1000)
+
+
+def test_layers_page_of_a_layer_probe_run(tmp_path: Path, browser: Any) -> None:
+    """The sample run has no layer probe; a run with raw/layers.csv draws the Table-I bars, by group and by zone."""
+    from test_figures import make_layers_run
+
+    run = make_layers_run(tmp_path / "layers-run")
+    out = tmp_path / "report"
+    proc = subprocess.run([sys.executable, "-m", "ztbp.cli", "report", str(run), "-o", str(out), "--only", "3"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = _open(browser, out / "3-layers.html")
+    assert not [e["message"] for e in seen["logs"] if e["level"] == "SEVERE"]
+    assert not [u for u in seen["requests"] if u.split(":", 1)[0].lower() in NETWORK_SCHEMES]
+    assert len(seen["plots"]) == 2  # by op and size, per zone
+    for plot in seen["plots"]:
+        assert plot["rendered"] and plot["traces"] == 7 and plot["points"] > 0 and plot["axes_sane"], plot
+    body = browser.find_element("tag name", "body").text
+    assert "layer breakdown: 7 layers" in body and "not captured" not in body
