@@ -45,9 +45,13 @@ test-fast: setup
 lint: setup
     {{VENV}}/bin/ruff check pipelines tests
 
-# speed and memory benchmarks (ingest rate, analysis time and peak RSS on 10 M events); N = events
+# every benchmark: the analysis on N synthetic events, then the NVMe and layer probe overheads in the VM
 [group('test')]
-bench N="10000000": setup
+bench N="10000000": (bench-analysis N) bench-probe bench-layers
+
+# analysis speed and memory: ingest rate, time of every stage and peak RSS on N synthetic events (default 10 M)
+[group('test')]
+bench-analysis N="10000000": setup
     {{PY}} -m ztbp.bench --events {{N}}
 
 # everything CI runs

@@ -197,3 +197,14 @@ def test_cachesim_rejects_bad_options(run_factory, tmp_path, capsys) -> None:
     assert main(["cachesim", run, "--config", str(bad)]) == 3
     assert "'format' must be 'ztbp-cache-config/1'" in capsys.readouterr().err
     assert main(["cachesim", run, "--cache-mib", "0", "--hot-zones", "1"]) == 2
+
+
+def test_whole_cache_sizes_stay_integers_for_ztbp_ctl(paper_runs, tmp_path, capsys) -> None:
+    import json
+
+    cfg = tmp_path / "cfg.json"
+    assert main(["config", str(paper_runs["paper80"]), "-o", str(cfg), "--cache-mib", "64"]) == 0
+    assert json.loads(cfg.read_text())["cache_mib"] == 64 and isinstance(json.loads(cfg.read_text())["cache_mib"], int)
+    capsys.readouterr()
+    assert main(["cachesim", str(paper_runs["paper80"]), "--cache-mib", "32.5", "--hot-zones", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cache_mib"] == 32.5

@@ -303,6 +303,15 @@ def load_config(path: Path) -> dict[str, Any]:
     return cfg
 
 
+def mib(text: str) -> float | int:
+    """A size in MiB from the command line: an int when whole (cache-config.json holds whole MiB as integers)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of MiB") from None
+    return int(v) if v.is_integer() else v
+
+
 def parse_zone_list(s: str) -> list[int]:
     try:
         zones = [int(z) for z in s.split(",") if z.strip() != ""]
@@ -369,7 +378,7 @@ def _cmd(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("cachesim", help="hit ratios of LRU, zone-recognition LRU, static best and Belady")
     p.add_argument("run", help="run directory")
-    p.add_argument("--cache-mib", type=float, default=64, help="device cache size in MiB (default 64, the paper's)")
+    p.add_argument("--cache-mib", type=mib, default=64, help="device cache size in MiB (default 64, the paper's)")
     p.add_argument("--page-kib", type=int, default=4, help="cache page size in KiB (default 4)")
     p.add_argument("--hot-zones", help="hot zone ids, e.g. 1,7,11,15,19 (default: from `ztbp cluster`)")
     p.add_argument("--config", help="take the hot zones from a cache-config.json")

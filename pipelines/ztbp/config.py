@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .cachesim import simulate
+from .cachesim import mib, simulate
 from .cli import emit
 from .cluster import ClusterParams, add_cluster_args, cached_cluster, params_from_args
 from .contract import CONFIG_FORMAT, read_meta, utc_now
@@ -70,7 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("config", help="write the hot-zone cache configuration (input of ztbp-ctl)")
     p.add_argument("run", help="run directory")
     p.add_argument("-o", "--output", required=True, help="file to write, e.g. RUN/derived/cache-config.json")
-    p.add_argument("--cache-mib", type=float, default=64, help="device cache size in MiB (default 64)")
+    p.add_argument("--cache-mib", type=mib, default=64, help="device cache size in MiB (default 64)")
     p.add_argument("--page-kib", type=int, default=4, help="cache page size in KiB (default 4)")
     add_cluster_args(p)
     p.add_argument("--json", action="store_true", help="print the configuration as JSON")
