@@ -35,7 +35,7 @@ CONV=/dev/nvme0n2
 MNT=/mnt/ztbp
 RB_PAGES=4096
 ATTACH_TIMEOUT=300
-STOP_TIMEOUT=120
+STOP_TIMEOUT=60
 
 TMP="$(mktemp -d /tmp/ztbp-layers.XXXXXX)"
 declare -A BT_PID=()
@@ -104,7 +104,15 @@ stop_probe() { # name -> raw/<name>.csv, LOST_<name>
 	local name="$1" lost pid t0=$SECONDS
 	pid="${BT_PID[$name]}"
 	kill -INT "$pid" 2>/dev/null
+	local resent=0
 	while kill -0 "$pid" 2>/dev/null; do
+		# bpftrace sometimes misses the first SIGINT (seen under TCG, waiting in epoll_wait): ask again
+		if [ "$resent" = 0 ] && [ $((SECONDS - t0)) -ge 10 ]; then
+			kill -INT "$pid" 2>/dev/null; resent=1
+		elif [ "$resent" = 1 ] && [ $((SECONDS - t0)) -ge 20 ]; then
+			say "warning bpftrace $name ignored SIGINT twice: sending SIGTERM"
+			kill -TERM "$pid" 2>/dev/null; resent=2
+		fi
 		if [ $((SECONDS - t0)) -ge "$STOP_TIMEOUT" ]; then
 			say "warning bpftrace $name still running $STOP_TIMEOUT s after SIGINT (wchan $(cat "/proc/$pid/wchan" 2>/dev/null)): killing it"
 			cat "/proc/$pid/stack" 2>/dev/null | head -12 | sed 's/^/ZTBP:   /'
