@@ -70,7 +70,9 @@ def test_every_one_liner_compiles_and_attaches_in_the_guest(tmp_path: Path) -> N
     if shutil.which("qemu-system-x86_64") is None:
         pytest.fail("qemu-system-x86_64 is missing: run `just deps`")
     ol = one_liners()
-    (tmp_path / "programs.txt").write_text("".join(prog + "\n" for _, prog, _ in ol))
+    # the last program is a control: a kfunc that does not exist must fail the attach check
+    control = "kfunc:vmlinux:ztbp_no_such_function { @calls = count(); }"
+    (tmp_path / "programs.txt").write_text("".join(prog + "\n" for _, prog, _ in ol) + control + "\n")
     (tmp_path / "guest.sh").write_text(GUEST_SCRIPT)
     proc = subprocess.run([str(VMTEST), "-o", str(tmp_path), "-q", "-t", "1500", "--zones", "8", "--",
                            "bash /ztbp/out/guest.sh"], capture_output=True, text=True, timeout=1600, check=False)
@@ -84,7 +86,10 @@ def test_every_one_liner_compiles_and_attaches_in_the_guest(tmp_path: Path) -> N
         run_out = (tmp_path / f"{i}.run.out").read_text(errors="replace")
         if elf_rc != 0 or "ERROR" in elf_out or "WARNING" in elf_out:
             failures[title] = f"--emit-elf exit {elf_rc}: {elf_out[-600:]}"
-        elif run_rc != 0 or "ERROR" in run_out or not re.search(r"Attaching \d+ probes", run_out):
+        elif run_rc != 0 or "ERROR" in run_out or not re.search(r"Attaching \d+ probes?\.\.\.", run_out):
             failures[title] = f"attach exit {run_rc}: {run_out[-600:]}"
     (tmp_path / "failures.json").write_text(json.dumps(failures, indent=2))
     assert not failures, json.dumps(failures, indent=2)
+    n = len(ol) + 1
+    control_out = (tmp_path / f"{n}.run.out").read_text(errors="replace")
+    assert int((tmp_path / f"{n}.run.rc").read_text()) != 0 or "ERROR" in control_out, control_out
