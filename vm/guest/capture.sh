@@ -135,8 +135,12 @@ stop_probe() {
 	say "stage probe stopping bpftrace"
 	kill -INT "$BT_PID" 2>/dev/null
 	local t0=$SECONDS
+	# bpftrace has been seen to miss a SIGINT and sit in epoll_wait: repeat it every 5 s.
 	while kill -0 "$BT_PID" 2>/dev/null && [ $((SECONDS - t0)) -lt "$STOP_TIMEOUT" ]; do
 		sleep 1
+		if [ $(((SECONDS - t0) % 5)) -eq 0 ]; then
+			kill -INT "$BT_PID" 2>/dev/null
+		fi
 	done
 	if kill -0 "$BT_PID" 2>/dev/null; then
 		say "stage probe bpftrace ignored SIGINT for $STOP_TIMEOUT s: terminating it (its counters are lost)"
