@@ -122,7 +122,7 @@ capture-host DEV WORKLOAD="paper80" *ARGS: setup
 
 # an interactive root shell in the guest (repository at /ztbp/src, zoned namespace /dev/nvme0n1); power off with: echo o > /proc/sysrq-trigger
 [group('capture')]
-vm-shell ZONES="64": deps
+vm-shell ZONES="64": deps build
     bash vm/vmtest.sh --interactive --zones {{ZONES}}
 
 # probe overhead: fio IOPS with and without probes/nvme_zone.bt in one VM boot, ROUNDS alternated rounds each

@@ -52,6 +52,9 @@ main() {
 		. "$CTL/env"
 		set +a
 	fi
+	# ztbp-ctl, built on the host (`just build`, same Debian 12 libc), is on the guest's PATH from the share:
+	# the image need not be rebuilt when the tool changes.
+	export PATH="/ztbp/src/tools/ztbp-ctl/build:$PATH"
 	say "up in $(cut -d' ' -f1 /proc/uptime) s, kernel $(uname -r); running the command"
 	local rc=0
 	cd /ztbp/src || true
