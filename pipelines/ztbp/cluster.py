@@ -233,13 +233,9 @@ def run_cluster(events: pl.DataFrame, meta: dict[str, Any], params: ClusterParam
                 "clusters": [], "note": "no parameter pair gave more than one cluster: no hot zone", **base}
     best = max(scored, key=lambda g: g["silhouette"])  # first best wins on ties (grid order)
     labels = cluster_cells(c, best["eps"], best["min_samples"])
-    hot, clusters, _ = hot_zones_from_labels(c, labels, params, params.cells_per_zone)
-    total = max(1, reads)
-    zone_reads = pl.DataFrame({"zone": c.cell // params.cells_per_zone, "reads": c.counts}).group_by("zone").agg(
-        pl.col("reads").sum())
-    reads_by_zone = dict(zone_reads.iter_rows())
-    scores = [{"zone": z, "reads": int(reads_by_zone.get(z, 0)), "share": reads_by_zone.get(z, 0) / total}
-              for z in hot]
+    hot, clusters, per_zone = hot_zones_from_labels(c, labels, params, params.cells_per_zone)
+    reads_by_zone = dict(per_zone.select("zone", "reads").iter_rows())
+    scores = [{"zone": z, "reads": int(reads_by_zone[z]), "share": reads_by_zone[z] / reads} for z in hot]
     return {"hot_zones": hot, "eps": best["eps"], "min_samples": best["min_samples"],
             "silhouette": best["silhouette"], "grid": grid, "clusters": clusters, "zone_scores": scores, **base}
 
