@@ -91,9 +91,9 @@ def test_progress_lines(capsys: pytest.CaptureFixture[str]) -> None:
     p("ZTBP: stage probe attached after 20 s")
     p("ZTBP: stage workload paper80")
     p.workload_start = time.monotonic() - 10
-    p("ZTBP: progress reads=100 fio=500")
+    p("ZTBP: progress traced=100 fio=500")
     p("[   12.1] some kernel line")
     out = capsys.readouterr().out
     assert "probe attached after 20 s" in out
-    assert "500/1,000 reads done" in out and "s left" in out and "100 rows" in out
+    assert "500/1,000 reads done" in out and "s left" in out and "100 commands traced" in out
     assert "kernel line" not in out

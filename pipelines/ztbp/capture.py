@@ -114,10 +114,12 @@ def finish_meta(run: RunPaths, meta: dict[str, Any], result_status: int | None, 
     meta["versions"] = versions
     if run.nvme_csv.is_file():
         meta["lost_events"] = {"nvme": int(genv.get("lost_events_nvme", 0))}
-        meta["probe_stats"] = {"setups": int(genv.get("probe_setups", 0)),
+        meta["probe_stats"] = {"mode": genv.get("probe_mode", "stream"),
+                               "setups": int(genv.get("probe_setups", 0)),
                                "completed": int(genv.get("probe_completed", 0)),
                                "rows": int(genv.get("probe_rows", 0)),
                                "perf_lost": int(genv.get("probe_perf_lost", 0)),
+                               "max_rows": int(genv.get("probe_max_rows", 0)),
                                "attach_s": int(genv.get("probe_attach_s", 0)),
                                "drain_s": int(genv.get("probe_drain_s", 0))}
     fio = fio_summary(run.fio_json)
@@ -161,7 +163,7 @@ class Progress:
     def __call__(self, line: str) -> None:
         if line.startswith("ZTBP: progress "):
             fields = dict(kv.split("=", 1) for kv in line.split()[2:] if "=" in kv)
-            self._countdown(int(fields.get("fio") or 0), int(fields.get("reads") or 0))
+            self._countdown(int(fields.get("fio") or 0), int(fields.get("traced") or 0))
         elif line.startswith("ZTBP: stage ") or line.startswith("ZTBP: error "):
             msg = line[len("ZTBP: "):].removeprefix("stage ")
             if msg.startswith("workload"):
@@ -178,7 +180,7 @@ class Progress:
         elapsed = time.monotonic() - self.workload_start
         left = max(0, self.expected - done)
         eta = f"~{left / (done / elapsed):.0f} s left" if done and elapsed > 0 else "starting"
-        self.say(f"workload: {done:,}/{self.expected:,} reads done, {eta} ({traced:,} rows written by the probe)")
+        self.say(f"workload: {done:,}/{self.expected:,} reads done, {eta} ({traced:,} commands traced)")
 
     def say(self, msg: str) -> None:
         print(f"[{time.monotonic() - self.start:6.1f}s] {msg}", flush=True)
@@ -205,8 +207,21 @@ def write_jobs(wl: Workload, folder: Path) -> tuple[Path, Path | None]:
     return job, pre
 
 
+# meta.json "probes.nvme" of a capture: the map-mode probe, one fentry program at completion (FORMAT.md).
+NVME_PROBE = {"file": "raw/nvme.csv", "version": 1, "attach": "fentry", "script": "probes/nvme_zone.bt"}
+# Room in the probe's row map beyond the commands a workload is expected to issue (the block layer may split
+# large writes; other processes may issue I/O to the device while the capture runs).
+MAP_ROWS_FACTOR = 1.5
+MAP_ROWS_SPARE = 50_000
+
+
+def map_rows(wl: Workload) -> int:
+    """BPFTRACE_MAP_KEYS_MAX for probes/nvme_zone.bt: the rows its map must be able to hold."""
+    return int(wl.expected_commands * MAP_ROWS_FACTOR) + MAP_ROWS_SPARE
+
+
 def capture_env(wl: Workload, job: str, prefill: str | None, *, reset: bool = True) -> dict[str, str]:
-    env = {"ZTBP_WORKLOAD": job, "ZTBP_DEV": wl.device}
+    env = {"ZTBP_WORKLOAD": job, "ZTBP_DEV": wl.device, "ZTBP_MAX_ROWS": str(map_rows(wl))}
     if prefill and reset:
         env["ZTBP_PREFILL"] = prefill
     if reset and len(wl.reset_zones):
@@ -245,8 +260,7 @@ def run_capture(args: argparse.Namespace) -> int:
     meta = new_meta(device="nvme0n1", lba_bytes=lba, zone_size_lba=geometry.zone_bytes // lba,
                     zone_cap_lba=(geometry.zone_cap_bytes or geometry.zone_bytes) // lba, nr_zones=nr_zones,
                     synthetic=False, workload=wl.meta(), backend=args.backend,
-                    probes={"nvme": {"file": "raw/nvme.csv", "version": 1, "attach": "tracepoint+fentry",
-                                     "script": "probes/nvme_zone.bt"}})
+                    probes={"nvme": dict(NVME_PROBE)})
     meta["complete"] = False
     write_meta(run, meta)
     started = time.monotonic()
@@ -328,8 +342,7 @@ def run_capture_host(args: argparse.Namespace) -> int:
     run = new_run_dir(wl.name, args.out)
     meta = new_meta(device=Path(dev).name, lba_bytes=lba, zone_size_lba=zone_bytes // lba,
                     zone_cap_lba=zone_bytes // lba, nr_zones=nr, synthetic=False, workload=wl.meta(), backend="host",
-                    probes={"nvme": {"file": "raw/nvme.csv", "version": 1, "attach": "tracepoint+fentry",
-                                     "script": "probes/nvme_zone.bt"}})
+                    probes={"nvme": dict(NVME_PROBE)})
     meta["complete"] = False
     write_meta(run, meta)
     started = time.monotonic()

@@ -137,6 +137,13 @@ class Workload:
         return 0 if self.preset.kind == "seqwrite" else self.reads
 
     @property
+    def expected_commands(self) -> int:
+        """NVMe commands a capture of this workload issues: zone resets, 128 KiB prefill writes, the workload's
+        reads and writes (the block layer may still split a write; the capture leaves room for that)."""
+        prefill = len(self.prefill_zones) * self.zone_bytes // (128 * KIB)
+        return len(self.reset_zones) + prefill + self.total_reads + self.writes
+
+    @property
     def prefill_zones(self) -> range:
         """Zones the capture resets and writes before the workload (those the reads touch)."""
         return range(0, 0 if self.preset.kind == "seqwrite" else self.region_zones)

@@ -9,9 +9,13 @@
 #   ZTBP_WORKLOAD     fio job file of the workload
 #   ZTBP_PREFILL      fio job file that writes what the workload reads (run after the resets)
 #   ZTBP_RESET        "FIRST COUNT": zones to reset before the prefill (default: none)
-#   ZTBP_PROBE        bpftrace script (default probes/nvme_zone.bt next to this script's repository)
+#   ZTBP_PROBE        bpftrace script (default probes/nvme_zone.bt next to this script's repository):
+#                     nvme_zone.bt keeps its rows in a BPF map until it stops (the map dump is turned
+#                     into CSV by probes/nvme_zone.awk); nvme_zone_stream.bt prints CSV rows as it goes
+#   ZTBP_MAX_ROWS     rows the map of nvme_zone.bt can hold (BPFTRACE_MAP_KEYS_MAX; default 2000000):
+#                     more than the commands the capture issues, or the excess is counted as lost
 #   ZTBP_RB_PAGES     perf ring buffer pages per CPU for bpftrace (default 32768 = 128 MiB: a whole
-#                     1M-read run, so nothing is lost while bpftrace's user space lags behind)
+#                     1M-read run of nvme_zone_stream.bt, so nothing is lost while its user space lags)
 #   ZTBP_STOP_FILE    when this file appears, the workload is stopped early (default /ztbp/ctl/stop)
 #   ZTBP_KO, ZTBP_KO_PARAMS   kernel module to insmod first (NVMeVirt) and its parameters
 # Progress lines start with "ZTBP:" (parsed by the host). Working files stay in a local temporary folder
@@ -26,15 +30,20 @@ PREFILL="${ZTBP_PREFILL:-}"
 RESET="${ZTBP_RESET:-}"
 PROBE="${ZTBP_PROBE:-$HERE/../../probes/nvme_zone.bt}"
 RB_PAGES="${ZTBP_RB_PAGES:-32768}"
+MAX_ROWS="${ZTBP_MAX_ROWS:-2000000}"
+TO_CSV="$(dirname "$PROBE")/nvme_zone.awk"
 STOP_FILE="${ZTBP_STOP_FILE:-/ztbp/ctl/stop}"
 PROGRESS_SECONDS=5
 ATTACH_TIMEOUT=180
 DRAIN_TIMEOUT=900
 STOP_TIMEOUT=120
+DUMP_TIMEOUT=1800
+MAP_ROW_BYTES=256
 
 TMP=""
 BT_PID=""
 FIO_PID=""
+MAP_PROBE=0
 READS_AT_START=0
 STATUS="complete"
 
@@ -82,14 +91,32 @@ record_versions() {
 	info blkzone "$(blkzone --version 2>&1 | head -n 1)"
 }
 
+limit_map_rows() {
+	# bpftrace preallocates every map for BPFTRACE_MAP_KEYS_MAX keys: ~200 bytes of kernel memory per row of
+	# nvme_zone.bt (measured: 405 MB for 2M). Keep it to a quarter of the memory available.
+	local avail_kb cap
+	avail_kb="$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)"
+	cap=$((avail_kb * 1024 / 4 / MAP_ROW_BYTES))
+	if [ "$MAX_ROWS" -gt "$cap" ]; then
+		say "stage probe room for $cap rows only (a quarter of the memory available, not the $MAX_ROWS asked" \
+			"for): commands beyond that are counted as lost; trace fewer reads or use nvme_zone_stream.bt"
+		MAX_ROWS=$cap
+	fi
+	info probe_max_rows "$MAX_ROWS"
+}
+
 start_probe() {
 	say "stage probe starting bpftrace $(basename "$PROBE") (compiling under emulation takes a while)"
 	# stdout, not -o: bpftrace line-buffers stdout, so the BEGIN header shows when the probes are attached
 	# (with -o it sits in a full buffer). The file is on the guest's tmpfs, not on 9p. nice 19: formatting
 	# rows in user space is the probe's main cost; at the lowest priority it yields the CPUs to the workload
 	# and catches up afterwards from the perf buffer (sized for the whole run; see wait_for_drain).
-	BPFTRACE_STRLEN=16 BPFTRACE_PERF_RB_PAGES="$RB_PAGES" nice -n 19 bpftrace "$PROBE" \
-		> "$TMP/probe.out" 2> "$TMP/probe.err" &
+	# A probe that fills @rows is dumped at exit (map mode); one that prints rows streams them (see ZTBP_PROBE).
+	if grep -q '@rows\[' "$PROBE"; then MAP_PROBE=1; else MAP_PROBE=0; fi
+	[ "$MAP_PROBE" = 1 ] && limit_map_rows
+	info probe_mode "$([ "$MAP_PROBE" = 1 ] && echo map || echo stream)"
+	BPFTRACE_MAP_KEYS_MAX="$MAX_ROWS" BPFTRACE_STRLEN=16 BPFTRACE_PERF_RB_PAGES="$RB_PAGES" nice -n 19 \
+		bpftrace "$PROBE" > "$TMP/probe.out" 2> "$TMP/probe.err" &
 	BT_PID=$!
 	local t0=$SECONDS
 	# BEGIN prints the version line once every probe is attached.
@@ -129,43 +156,88 @@ wait_for_drain() {
 	info probe_drain_s "$((SECONDS - t0))"
 }
 
-stop_probe() {
-	[ -n "$BT_PID" ] || return 0
-	wait_for_drain
-	say "stage probe stopping bpftrace"
+cpu_ticks() {
+	# CPU time bpftrace has used so far (user + system clock ticks), or empty once it has exited.
+	awk '{print $14 + $15}' "/proc/$BT_PID/stat" 2>/dev/null
+}
+
+signal_until_exit() {
+	# SIGINT bpftrace once and wait for it to exit. A second SIGINT kills bpftrace outright, losing what it
+	# has not printed (the whole map of nvme_zone.bt, which it reads before printing a line: about 50 s per
+	# million rows under TCG), so the signal is repeated only when bpftrace has used no CPU for 5 s: it has
+	# been seen to miss a SIGINT and sit in epoll_wait. It gets STOP_TIMEOUT s of idleness, DUMP_TIMEOUT
+	# in all.
+	local t0=$SECONDS idle=0 ticks now
+	ticks="$(cpu_ticks)"
 	kill -INT "$BT_PID" 2>/dev/null
-	local t0=$SECONDS
-	# bpftrace has been seen to miss a SIGINT and sit in epoll_wait: repeat it every 5 s.
-	while kill -0 "$BT_PID" 2>/dev/null && [ $((SECONDS - t0)) -lt "$STOP_TIMEOUT" ]; do
+	while kill -0 "$BT_PID" 2>/dev/null; do
 		sleep 1
-		if [ $(((SECONDS - t0) % 5)) -eq 0 ]; then
-			kill -INT "$BT_PID" 2>/dev/null
-		fi
+		now="$(cpu_ticks)"
+		if [ "$now" = "$ticks" ]; then idle=$((idle + 1)); else idle=0; fi
+		ticks="$now"
+		if [ "$idle" -ge "$STOP_TIMEOUT" ] || [ $((SECONDS - t0)) -ge "$DUMP_TIMEOUT" ]; then break; fi
+		if [ "$idle" -gt 0 ] && [ $((idle % 5)) -eq 0 ]; then kill -INT "$BT_PID" 2>/dev/null; fi
 	done
 	if kill -0 "$BT_PID" 2>/dev/null; then
-		say "stage probe bpftrace ignored SIGINT for $STOP_TIMEOUT s: terminating it (its counters are lost)"
+		say "stage probe bpftrace did not finish after SIGINT in $((SECONDS - t0)) s: terminating it (rows not yet written are lost)"
 		kill -TERM "$BT_PID" 2>/dev/null
 		sleep 5
 		kill -KILL "$BT_PID" 2>/dev/null
 	fi
 	wait "$BT_PID" 2>/dev/null
-	BT_PID=""
 	say "stage probe bpftrace exited after $((SECONDS - t0)) s; extracting the rows"
-	local lost
+}
+
+counter() {
+	# The last value bpftrace printed for a counter map ("@name: N"), or empty if it never printed one.
+	sed -n "s/^@$1: \([0-9]*\)\$/\1/p" "$TMP/probe.out" | tail -n 1
+}
+
+extract_rows() {
+	# probe.out -> nvme.csv: the two header lines of the probe's BEGIN, then the rows in completion order.
+	if [ "$MAP_PROBE" = 1 ]; then
+		sed -n '/^# ztbp nvme v1$/{p;n;p;q}' "$TMP/probe.out" > "$TMP/nvme.csv"
+		awk -f "$TO_CSV" "$TMP/probe.out" | LC_ALL=C sort -n -t, -k1,1 | cut -d, -f2- >> "$TMP/nvme.csv" ||
+			say "error $(basename "$TO_CSV") could not convert every row (see console.log); they count as lost"
+	else
+		# From the version line on, without bpftrace's own messages, counters and blank lines.
+		sed -n '/^# ztbp nvme v1$/,$p' "$TMP/probe.out" |
+			grep -v -E '^(Lost [0-9]+ events|@[a-z_]+: [0-9]+)?$' > "$TMP/nvme.csv"
+	fi
+}
+
+stop_probe() {
+	[ -n "$BT_PID" ] || return 0
+	[ "$MAP_PROBE" = 1 ] || wait_for_drain
+	say "stage probe stopping bpftrace"
+	signal_until_exit
+	BT_PID=""
+	extract_rows
+	local lost setups completed unstamped unmatched rows unprinted
 	lost="$(grep -h -o -E '^Lost [0-9]+ events' "$TMP/probe.out" "$TMP/probe.err" | awk '{s += $2} END {print s + 0}')"
-	local setups completed unmatched rows unprinted
-	setups="$(sed -n 's/^@setups: \([0-9]*\)$/\1/p' "$TMP/probe.out")"
-	completed="$(sed -n 's/^@completed: \([0-9]*\)$/\1/p' "$TMP/probe.out")"
+	completed="$(counter completed)"
+	unstamped="$(counter unstamped)"
+	unstamped="${unstamped:-0}"
+	if [ "$MAP_PROBE" = 1 ]; then
+		# No submission-side probe: every command is counted once, at completion.
+		setups="$completed"
+	else
+		setups="$(counter setups)"
+	fi
 	unmatched=$(( ${setups:-0} - ${completed:-0} ))
-	# The CSV: from the version line on, without bpftrace's own messages, counters and blank lines.
-	sed -n '/^# ztbp nvme v1$/,$p' "$TMP/probe.out" | grep -v -E '^(Lost [0-9]+ events|@[a-z_]+: [0-9]+)?$' > "$TMP/nvme.csv"
 	rows=$(($(wc -l < "$TMP/nvme.csv") - 2))
-	# Rows the kernel side produced but that never reached the file (dropped or still unread): this
-	# covers "Lost N events" and anything left in the buffer when bpftrace stopped.
+	# Rows the kernel side counted but that never reached the file: "Lost N events" and anything still in
+	# the perf buffer when bpftrace stopped (stream), or rows a full map could not take (map).
 	unprinted=$(( ${completed:-0} - rows ))
 	[ "$unprinted" -lt "$lost" ] && unprinted=$lost
 	if [ -z "$setups" ] || [ -z "$completed" ]; then
 		say "error bpftrace did not print its counters: the lost-event count is unknown"
+		STATUS="failed"
+	fi
+	if [ "$unstamped" -gt 0 ]; then
+		say "error $unstamped commands had no block-layer issue stamp, so the probe could not time them:" \
+			"turn on the queue's I/O statistics with 'echo 2000 > /sys/block/$(basename "$DEV")/queue/wbt_lat_usec'" \
+			"and capture again (see probes/nvme_zone.bt, ISSUE STAMP)"
 		STATUS="failed"
 	fi
 	info probe_setups "${setups:-0}"
@@ -203,6 +275,17 @@ fio_done() {
 	echo $(($(device_reads) - READS_AT_START))
 }
 
+traced_so_far() {
+	# Commands the probe has seen: its periodic @completed (map mode) or the rows written so far (stream).
+	if [ "$MAP_PROBE" = 1 ]; then
+		local n
+		n="$(counter completed)"
+		echo "${n:-0}"
+	else
+		grep -c '^[0-9]' "$TMP/probe.out" 2>/dev/null
+	fi
+}
+
 watch_progress() {
 	# Report traced reads every few seconds (the host turns it into a countdown); stop fio on request.
 	while kill -0 "$FIO_PID" 2>/dev/null; do
@@ -212,7 +295,7 @@ watch_progress() {
 			echo partial > "$TMP/stopped"
 			return
 		fi
-		say "progress reads=$(grep -c ',read,' "$TMP/probe.out" 2>/dev/null) fio=$(fio_done)"
+		say "progress traced=$(traced_so_far) fio=$(fio_done)"
 		sleep "$PROGRESS_SECONDS"
 	done
 }

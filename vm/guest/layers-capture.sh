@@ -1,7 +1,7 @@
 #!/bin/bash
 # Guest side of `just capture-layers`: build one storage stack, run fio 4 KiB random reads on it with the
-# layer probe (probes/layers.bt) and the NVMe probe (probes/nvme_zone.bt) beside it, and write a run
-# directory in the contract of probes/FORMAT.md (meta.json, raw/layers.csv, raw/nvme.csv, raw/fio.json).
+# layer probe (probes/layers.bt) and the streaming NVMe probe (probes/nvme_zone_stream.bt) beside it, and write
+# a run directory in the contract of probes/FORMAT.md (meta.json, raw/layers.csv, raw/nvme.csv, raw/fio.json).
 #
 # Environment (all optional):
 #   ZTBP_OUT       run directory to write (default /ztbp/out)
@@ -195,14 +195,14 @@ main() {
 	say "stage booted $(cut -d' ' -f1 /proc/uptime) s"
 	local name early=0
 	if [ "$TRACE_PREP" = 1 ] && [[ ",$PROBES," == *,nvme,* ]]; then
-		start_probe nvme "$SRC/probes/nvme_zone.bt"
+		start_probe nvme "$SRC/probes/nvme_zone_stream.bt"
 		early=1
 	fi
 	prepare_stack
 	[ "$BENCH" = 1 ] && bench
 	for name in ${PROBES//,/ }; do
 		case "$name" in
-			nvme) [ "$early" = 1 ] || start_probe nvme "$SRC/probes/nvme_zone.bt" ;;
+			nvme) [ "$early" = 1 ] || start_probe nvme "$SRC/probes/nvme_zone_stream.bt" ;;
 			layers) start_probe layers "$SRC/probes/layers.bt" "$ZONE_SECTORS" "$ZONED_KDEV" ;;
 			*) die "unknown probe '$name' (nvme, layers)" ;;
 		esac

@@ -1,0 +1,79 @@
+"""The map-mode NVMe probe's output path: bpftrace's dump of @rows -> probes/nvme_zone.awk -> nvme.csv.
+
+Runs the capture script's own functions (vm/guest/capture.sh, sourced) on a hand-written dump, on the host:
+the real probe is exercised in the VM tests (test_vm_capture.py)."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from conftest import write_meta
+from ztbp import paths
+from ztbp.contract import NVME_COLUMNS, NVME_VERSION_LINE
+from ztbp.ingest import ingest
+from ztbp.paths import RunPaths
+
+CAPTURE_SH = paths.ROOT / "vm" / "guest" / "capture.sh"
+HEADER = [NVME_VERSION_LINE, ",".join(NVME_COLUMNS)]
+
+# What bpftrace 0.17 prints for probes/nvme_zone.bt, in its own (hash) order, with the periodic counters.
+DUMP = [
+    "Attaching 3 probes...",
+    *HEADER,
+    "@completed: 2",
+    "@completed: 6",
+    "",
+    "@completed: 7",
+    "@rows[3000, 0, 2, 4129]: (3900, 900, 1, 2, 60417, 1, 0, 0)",
+    "@rows[1000, 0, 1, 20]: (1400, 400, 1, 121, 8192, 0, 4, 0)",
+    "@rows[2000, 0, 2, 64]: (3500, 1500, 1, 1, 8192, 32, 0, 0)",
+    "@rows[1100, 0, 1, 21]: (1450, 350, 1, 121, 0, 0, 260, 0)",
+    "@rows[1200, 1, 3, 7]: (1800, 600, 2, 125, 16384, 8, 0, 6)",
+    "@rows[1300, 0, 1, 22]: (2000, 700, 1, 153, 0, 0, 0, 16385)",
+    "@rows[4000, 0, 1, 23]: (4100, 100, 1, 2, 18446744073709551615, 1, 0, 0)",
+]
+
+EXPECTED = [  # completion order (ts + lat), names added, numbers copied exactly
+    "1000,400,0,1,20,1,121,zone_mgmt_send,8192,0,reset,0",
+    "1100,350,0,1,21,1,121,zone_mgmt_send,0,0,reset_all,0",
+    "1200,600,1,3,7,2,125,zone_append,16384,8,,6",
+    "1300,700,0,1,22,1,153,other,0,0,,16385",
+    "2000,1500,0,2,64,1,1,write,8192,32,,0",
+    "3000,900,0,2,4129,1,2,read,60417,1,,0",
+    "4000,100,0,1,23,1,2,read,18446744073709551615,1,,0",
+]
+
+
+def run_capture_functions(tmp: Path, script: str) -> subprocess.CompletedProcess[str]:
+    """Source capture.sh (its functions only) with TMP = tmp and run `script` in bash."""
+    return subprocess.run(["bash", "-c", f'. "{CAPTURE_SH}"; TMP="{tmp}"; MAP_PROBE=1; {script}'],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_map_dump_becomes_the_csv_in_completion_order(tmp_path: Path) -> None:
+    (tmp_path / "probe.out").write_text("\n".join(DUMP) + "\n")
+    res = run_capture_functions(tmp_path, 'extract_rows; echo "$(counter completed)/$(counter unstamped)"')
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "7/"  # the last value printed; nothing when never printed
+    assert (tmp_path / "nvme.csv").read_text().splitlines() == HEADER + EXPECTED
+
+
+def test_converted_rows_pass_ingest(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    write_meta(run)
+    (run / "raw").mkdir()
+    (tmp_path / "probe.out").write_text("\n".join(DUMP[:-1]) + "\n")  # without the out-of-range LBA
+    res = run_capture_functions(tmp_path, "extract_rows")
+    assert res.returncode == 0, res.stderr
+    (run / "raw" / "nvme.csv").write_text((tmp_path / "nvme.csv").read_text())
+    rep = ingest(RunPaths(run))
+    assert (rep.rows, rep.skipped, rep.out_of_range_zones) == (6, 0, 0)
+
+
+def test_a_malformed_map_line_is_reported_not_kept(tmp_path: Path) -> None:
+    dump = [*DUMP[:7], "@rows[5000, 0, 1]: (5100, 100, 1, 2, 8, 1, 0, 0)", *DUMP[7:]]
+    (tmp_path / "probe.out").write_text("\n".join(dump) + "\n")
+    res = run_capture_functions(tmp_path, "extract_rows")
+    assert "expected 12 numbers, got 11" in res.stderr
+    assert "could not convert every row" in res.stdout and "count as lost" in res.stdout
+    assert (tmp_path / "nvme.csv").read_text().splitlines() == HEADER + EXPECTED
