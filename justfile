@@ -125,10 +125,10 @@ capture-host DEV WORKLOAD="paper80" *ARGS: setup
 vm-shell ZONES="64": deps build
     bash vm/vmtest.sh --interactive --zones {{ZONES}}
 
-# probe overhead: fio IOPS with and without probes/nvme_zone.bt in one VM boot, ROUNDS alternated rounds each
+# probe overhead: fio IOPS with and without PROBE (in probes/) in one VM boot, ROUNDS alternated rounds each
 [group('capture')]
-bench-probe ROUNDS="3" READS="200000": deps
-    bash vm/bench-probe.sh --rounds {{ROUNDS}} --reads {{READS}}
+bench-probe ROUNDS="5" READS="200000" PROBE="nvme_zone.bt": deps
+    bash vm/bench-probe.sh --rounds {{ROUNDS}} --reads {{READS}} --probe {{quote(PROBE)}}
 
 # main job: set up, build the image, capture paper80 (READS reads; the paper's 1,000,000 take ~3 min here under TCG) in the VM, then analyse the run
 [group('capture')]
