@@ -1,5 +1,5 @@
 """The layer probe in the real guest: a short fio psync 4 KiB random-read capture on ext4 (the Table-I path) with
-probes/layers.bt and probes/nvme_zone.bt side by side, then `ztbp layers` on it.
+probes/layers.bt and probes/nvme_zone_stream.bt side by side, then `ztbp layers` on it.
 
 Checks: the layer means add up to the measured end-to-end syscall latency within 5 %; the device time of the layer
 probe agrees with `lat_ns` of the NVMe probe for the same requests within 10 % at the median; both probes' lost

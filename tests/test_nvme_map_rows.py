@@ -18,7 +18,7 @@ HEADER = [NVME_VERSION_LINE, ",".join(NVME_COLUMNS)]
 
 # What bpftrace 0.17 prints for probes/nvme_zone.bt, in its own (hash) order, with the periodic counters.
 DUMP = [
-    "Attaching 3 probes...",
+    "Attaching 4 probes...",
     *HEADER,
     "@completed: 2",
     "@completed: 6",
@@ -31,6 +31,8 @@ DUMP = [
     "@rows[1200, 1, 3, 7]: (1800, 600, 2, 125, 16384, 8, 0, 6)",
     "@rows[1300, 0, 1, 22]: (2000, 700, 1, 153, 0, 0, 0, 16385)",
     "@rows[4000, 0, 1, 23]: (4100, 100, 1, 2, 18446744073709551615, 1, 0, 0)",
+    "",
+    "@unstamped: 0",
 ]
 
 EXPECTED = [  # completion order (ts + lat), names added, numbers copied exactly
@@ -54,7 +56,7 @@ def test_map_dump_becomes_the_csv_in_completion_order(tmp_path: Path) -> None:
     (tmp_path / "probe.out").write_text("\n".join(DUMP) + "\n")
     res = run_capture_functions(tmp_path, 'extract_rows; echo "$(counter completed)/$(counter unstamped)"')
     assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "7/"  # the last value printed; nothing when never printed
+    assert res.stdout.strip() == "7/0"  # the last value printed
     assert (tmp_path / "nvme.csv").read_text().splitlines() == HEADER + EXPECTED
 
 
@@ -62,7 +64,7 @@ def test_converted_rows_pass_ingest(tmp_path: Path) -> None:
     run = tmp_path / "run"
     write_meta(run)
     (run / "raw").mkdir()
-    (tmp_path / "probe.out").write_text("\n".join(DUMP[:-1]) + "\n")  # without the out-of-range LBA
+    (tmp_path / "probe.out").write_text("\n".join(line for line in DUMP if "18446744073709551615" not in line) + "\n")
     res = run_capture_functions(tmp_path, "extract_rows")
     assert res.returncode == 0, res.stderr
     (run / "raw" / "nvme.csv").write_text((tmp_path / "nvme.csv").read_text())
@@ -77,3 +79,12 @@ def test_a_malformed_map_line_is_reported_not_kept(tmp_path: Path) -> None:
     assert "expected 12 numbers, got 11" in res.stderr
     assert "could not convert every row" in res.stdout and "count as lost" in res.stdout
     assert (tmp_path / "nvme.csv").read_text().splitlines() == HEADER + EXPECTED
+
+
+def test_a_dump_cut_short_fails_the_capture(tmp_path: Path) -> None:
+    """bpftrace killed before its exit printing (no @unstamped line): the run is marked failed, not complete."""
+    (tmp_path / "probe.out").write_text("\n".join(DUMP[:6]) + "\n")  # header and progress counters only
+    res = run_capture_functions(tmp_path, 'extract_rows; echo "status=$STATUS counter=$(counter completed)"')
+    assert "did not print its map of rows" in res.stdout
+    assert "status=failed counter=6" in res.stdout
+    assert (tmp_path / "nvme.csv").read_text().splitlines() == HEADER

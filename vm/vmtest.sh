@@ -18,7 +18,7 @@ DEFAULT_ZONE_SIZE="32M"
 DEFAULT_ZONES=64
 DEFAULT_LBA_SIZE=4096
 KVM_PROBE_SECONDS=25
-STOP_GRACE=90
+STOP_GRACE=300
 EXIT_TIMEOUT=124     # the guest did not finish in time
 EXIT_NO_STATUS=125   # the guest stopped without reporting a status (crash, panic)
 

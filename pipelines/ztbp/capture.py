@@ -120,6 +120,7 @@ def finish_meta(run: RunPaths, meta: dict[str, Any], result_status: int | None, 
                                "rows": int(genv.get("probe_rows", 0)),
                                "perf_lost": int(genv.get("probe_perf_lost", 0)),
                                "max_rows": int(genv.get("probe_max_rows", 0)),
+                               "recursion_misses": int(genv.get("probe_recursion_misses", 0)),
                                "attach_s": int(genv.get("probe_attach_s", 0)),
                                "drain_s": int(genv.get("probe_drain_s", 0))}
     fio = fio_summary(run.fio_json)

@@ -1,8 +1,9 @@
 #!/bin/bash
 # Guest side of vm/bench-probe.sh: probe overhead in one boot. Resets and prefills the read region once,
-# then alternates fio runs of the same workload without and with probes/nvme_zone.bt, ROUNDS times,
-# printing one "ZTBP-BENCH" line per run: IOPS, and for traced runs the traced reads and lost events.
-# Environment: as capture.sh (ZTBP_WORKLOAD, ZTBP_PREFILL, ZTBP_RESET, ZTBP_DEV) plus ZTBP_ROUNDS.
+# then alternates fio runs of the same workload without and with the NVMe probe, ROUNDS times, printing one
+# "ZTBP-BENCH" line per run: IOPS, and for traced runs the traced reads and lost events.
+# Environment: as capture.sh (ZTBP_WORKLOAD, ZTBP_PREFILL, ZTBP_RESET, ZTBP_DEV, ZTBP_PROBE: default
+# probes/nvme_zone.bt, ZTBP_MAX_ROWS: room in its map per run) plus ZTBP_ROUNDS.
 set -uo pipefail
 
 # shellcheck source=vm/guest/capture.sh

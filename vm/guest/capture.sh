@@ -108,15 +108,22 @@ limit_map_rows() {
 start_probe() {
 	say "stage probe starting bpftrace $(basename "$PROBE") (compiling under emulation takes a while)"
 	# stdout, not -o: bpftrace line-buffers stdout, so the BEGIN header shows when the probes are attached
-	# (with -o it sits in a full buffer). The file is on the guest's tmpfs, not on 9p. nice 19: formatting
-	# rows in user space is the probe's main cost; at the lowest priority it yields the CPUs to the workload
-	# and catches up afterwards from the perf buffer (sized for the whole run; see wait_for_drain).
-	# A probe that fills @rows is dumped at exit (map mode); one that prints rows streams them (see ZTBP_PROBE).
+	# (with -o it sits in a full buffer). The file is on the guest's tmpfs, not on 9p. nice 19: bpftrace's
+	# user space (formatting streamed rows, printing the map at the end) yields the CPUs to the workload.
+	# A probe that fills @rows is dumped at exit (map mode): its map is sized (BPFTRACE_MAP_KEYS_MAX) and its
+	# perf buffer, which carries only the progress counter, stays small. A streaming probe gets bpftrace's
+	# default map size and a perf buffer for the whole run (see wait_for_drain).
+	local -a tune
 	if grep -q '@rows\[' "$PROBE"; then MAP_PROBE=1; else MAP_PROBE=0; fi
-	[ "$MAP_PROBE" = 1 ] && limit_map_rows
-	info probe_mode "$([ "$MAP_PROBE" = 1 ] && echo map || echo stream)"
-	BPFTRACE_MAP_KEYS_MAX="$MAX_ROWS" BPFTRACE_STRLEN=16 BPFTRACE_PERF_RB_PAGES="$RB_PAGES" nice -n 19 \
-		bpftrace "$PROBE" > "$TMP/probe.out" 2> "$TMP/probe.err" &
+	if [ "$MAP_PROBE" = 1 ]; then
+		limit_map_rows
+		tune=(BPFTRACE_MAP_KEYS_MAX="$MAX_ROWS" BPFTRACE_PERF_RB_PAGES=64)
+		info probe_mode map
+	else
+		tune=(BPFTRACE_STRLEN=16 BPFTRACE_PERF_RB_PAGES="$RB_PAGES")
+		info probe_mode stream
+	fi
+	env "${tune[@]}" nice -n 19 bpftrace "$PROBE" > "$TMP/probe.out" 2> "$TMP/probe.err" &
 	BT_PID=$!
 	local t0=$SECONDS
 	# BEGIN prints the version line once every probe is attached.
@@ -188,6 +195,18 @@ signal_until_exit() {
 	say "stage probe bpftrace exited after $((SECONDS - t0)) s; extracting the rows"
 }
 
+recursion_misses() {
+	# Runs of bpftrace's programs that the kernel skipped because the same program was already running on
+	# that CPU (a completion interrupt inside the completion program): fdinfo "recursion_misses" of each
+	# program (Linux >= 5.12; 0 where not reported). In map mode each is a command without a row or count.
+	local f v n=0
+	for f in /proc/"$BT_PID"/fdinfo/*; do
+		v="$(sed -n 's/^recursion_misses:[[:space:]]*\([0-9]*\)$/\1/p' "$f" 2>/dev/null)"
+		[ -n "$v" ] && n=$((n + v))
+	done
+	echo "$n"
+}
+
 counter() {
 	# The last value bpftrace printed for a counter map ("@name: N"), or empty if it never printed one.
 	sed -n "s/^@$1: \([0-9]*\)\$/\1/p" "$TMP/probe.out" | tail -n 1
@@ -197,8 +216,15 @@ extract_rows() {
 	# probe.out -> nvme.csv: the two header lines of the probe's BEGIN, then the rows in completion order.
 	if [ "$MAP_PROBE" = 1 ]; then
 		sed -n '/^# ztbp nvme v1$/{p;n;p;q}' "$TMP/probe.out" > "$TMP/nvme.csv"
-		awk -f "$TO_CSV" "$TMP/probe.out" | LC_ALL=C sort -n -t, -k1,1 | cut -d, -f2- >> "$TMP/nvme.csv" ||
+		if ! grep -q '^@unstamped: ' "$TMP/probe.out"; then
+			# bpftrace prints its maps, @unstamped last, only when it exits normally.
+			say "error bpftrace did not print its map of rows (killed or crashed before its exit?): they are lost"
+			STATUS="failed"
+		fi
+		if ! awk -f "$TO_CSV" "$TMP/probe.out" | LC_ALL=C sort -n -t, -k1,1 | cut -d, -f2- >> "$TMP/nvme.csv"; then
 			say "error $(basename "$TO_CSV") could not convert every row (see console.log); they count as lost"
+			STATUS="failed"
+		fi
 	else
 		# From the version line on, without bpftrace's own messages, counters and blank lines.
 		sed -n '/^# ztbp nvme v1$/,$p' "$TMP/probe.out" |
@@ -210,6 +236,8 @@ stop_probe() {
 	[ -n "$BT_PID" ] || return 0
 	[ "$MAP_PROBE" = 1 ] || wait_for_drain
 	say "stage probe stopping bpftrace"
+	local misses
+	misses="$(recursion_misses)"
 	signal_until_exit
 	BT_PID=""
 	extract_rows
@@ -219,8 +247,10 @@ stop_probe() {
 	unstamped="$(counter unstamped)"
 	unstamped="${unstamped:-0}"
 	if [ "$MAP_PROBE" = 1 ]; then
-		# No submission-side probe: every command is counted once, at completion.
-		setups="$completed"
+		# No submission-side probe: every command is counted once, at completion, unless the kernel skipped
+		# the program (a recursion miss); the stream probe's setup count covers that case by itself.
+		setups=$(( ${completed:-0} + misses ))
+		[ -n "$completed" ] || setups=""
 	else
 		setups="$(counter setups)"
 	fi
@@ -242,6 +272,7 @@ stop_probe() {
 	fi
 	info probe_setups "${setups:-0}"
 	info probe_completed "${completed:-0}"
+	info probe_recursion_misses "$misses"
 	info probe_rows "$rows"
 	info probe_perf_lost "$lost"
 	# Lost = completed commands without a row + submissions whose completion the probe never saw.
