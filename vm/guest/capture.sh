@@ -249,8 +249,7 @@ stop_probe() {
 	if [ "$MAP_PROBE" = 1 ]; then
 		# No submission-side probe: every command is counted once, at completion, unless the kernel skipped
 		# the program (a recursion miss); the stream probe's setup count covers that case by itself.
-		setups=$(( ${completed:-0} + misses ))
-		[ -n "$completed" ] || setups=""
+		if [ -n "$completed" ]; then setups=$((completed + misses)); else setups=""; fi
 	else
 		setups="$(counter setups)"
 	fi
@@ -318,7 +317,8 @@ traced_so_far() {
 }
 
 watch_progress() {
-	# Report traced reads every few seconds (the host turns it into a countdown); stop fio on request.
+	# Report the commands traced and the reads done every few seconds (the host turns them into a countdown);
+	# stop fio on request.
 	while kill -0 "$FIO_PID" 2>/dev/null; do
 		if [ -f "$STOP_FILE" ]; then
 			say "stage stop requested: stopping the workload"

@@ -34,6 +34,8 @@ ZNS=/dev/nvme0n1
 CONV=/dev/nvme0n2
 MNT=/mnt/ztbp
 RB_PAGES=4096
+# The streaming NVMe probe: its device time starts at nvme_setup_cmd, like this script's layer probe.
+NVME_PROBE="$SRC/probes/nvme_zone_stream.bt"
 ATTACH_TIMEOUT=300
 STOP_TIMEOUT=60
 
@@ -195,14 +197,14 @@ main() {
 	say "stage booted $(cut -d' ' -f1 /proc/uptime) s"
 	local name early=0
 	if [ "$TRACE_PREP" = 1 ] && [[ ",$PROBES," == *,nvme,* ]]; then
-		start_probe nvme "$SRC/probes/nvme_zone_stream.bt"
+		start_probe nvme "$NVME_PROBE"
 		early=1
 	fi
 	prepare_stack
 	[ "$BENCH" = 1 ] && bench
 	for name in ${PROBES//,/ }; do
 		case "$name" in
-			nvme) [ "$early" = 1 ] || start_probe nvme "$SRC/probes/nvme_zone_stream.bt" ;;
+			nvme) [ "$early" = 1 ] || start_probe nvme "$NVME_PROBE" ;;
 			layers) start_probe layers "$SRC/probes/layers.bt" "$ZONE_SECTORS" "$ZONED_KDEV" ;;
 			*) die "unknown probe '$name' (nvme, layers)" ;;
 		esac
