@@ -11,17 +11,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ztbp.cachesim import (
+from ztbp import stages
+from ztbp.acquire.synth import write_run
+from ztbp.analysis.cachesim import (
     belady_hits,
     lru_hits,
     lru_sweep,
-    simulate,
     static_best_hits,
     zone_lru_hits,
 )
 from ztbp.cli import main
-from ztbp.paths import RunPaths
-from ztbp.synth import write_run
+from ztbp.io.run import load
 
 traces = st.lists(st.integers(0, 30), min_size=1, max_size=300)
 
@@ -140,7 +140,7 @@ def test_array_lru_matches_an_ordered_dict_lru(pages, cap) -> None:
 def test_multi_page_reads_touch_every_page(run_factory) -> None:
     # a 16 KiB read = 4 pages; reading it twice: 4 cold misses then 4 hits
     run = run_factory([("read", 100, 4), ("read", 100, 4)])
-    r = simulate(RunPaths(run), cache_mib=1, page_kib=4, hot_zones=[])
+    r = stages.simulate(load(run), cache_mib=1, page_kib=4, hot_zones=[])
     assert (r["requests"], r["read_commands"]) == (8, 2)
     assert r["lru"] == r["belady"] == 0.5
 
@@ -160,7 +160,7 @@ def paper_runs(tmp_path_factory) -> dict[str, Path]:
     ("paper60", (0.15, 0.19), 0.06),
 ])
 def test_paper_hit_ratios_at_64_mib(paper_runs, pattern, lru_range, min_gain) -> None:
-    r = simulate(RunPaths(paper_runs[pattern]), 64, 4, [1, 7, 11, 15, 19])
+    r = stages.simulate(load(paper_runs[pattern]), 64, 4, [1, 7, 11, 15, 19])
     assert r["requests"] == 1_000_000 and r["cache_pages"] == 16384
     assert lru_range[0] <= r["lru"] <= lru_range[1]
     assert r["zone_lru"] - r["lru"] >= min_gain
@@ -189,7 +189,7 @@ def test_cachesim_cli_takes_hot_zones_from_cluster_and_config(paper_runs, tmp_pa
 def test_cachesim_rejects_bad_options(run_factory, tmp_path, capsys) -> None:
     run = str(run_factory([("read", 1, 1)]))
     assert main(["cachesim", run, "--hot-zones", "1,x"]) == 2
-    assert "expected zone ids" in capsys.readouterr().err
+    assert "comma-separated zone ids" in capsys.readouterr().err
     assert main(["cachesim", run, "--hot-zones", "99"]) == 2
     assert "beyond the device's 64 zones" in capsys.readouterr().err
     bad = tmp_path / "bad.json"

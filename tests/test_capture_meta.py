@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from ztbp.capture import Progress, finish_meta, summary_line
+from ztbp.acquire.capture import Progress, finish_meta, summary_line
+from ztbp.acquire.workload import Workload
 from ztbp.contract import NVME_COLUMNS, NVME_VERSION_LINE, new_meta, read_meta, write_meta
 from ztbp.paths import RunPaths
-from ztbp.workload import Workload
 
 GUEST_ENV = """kernel=6.1.0-56-amd64
 bpftrace=bpftrace v0.17.0

@@ -7,8 +7,8 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ztbp.chains import _chain_ids, chain_summary, chain_table, chains_report
-from ztbp.ingest import load_events
+from ztbp.analysis.chains import _chain_ids, chain_summary, chain_table, chains_report
+from ztbp.io.nvme import load_events
 
 MIB = 1 << 20
 

@@ -7,9 +7,10 @@ import polars as pl
 import pytest
 from sklearn.metrics import silhouette_score
 
+from ztbp.acquire.synth import synthesize
+from ztbp.analysis.cluster import run_cluster, weighted_silhouette
+from ztbp.analysis.params import PAPER_EPS, PAPER_MIN_SAMPLES, ClusterParams
 from ztbp.cli import main
-from ztbp.cluster import PAPER_EPS, PAPER_MIN_SAMPLES, ClusterParams, run_cluster, weighted_silhouette
-from ztbp.synth import synthesize
 
 META = {"zone_size_lba": 8192, "nr_zones": 64, "lba_bytes": 4096}
 HOT = [1, 7, 11, 15, 19]
@@ -57,7 +58,7 @@ def test_weighted_silhouette_equals_silhouette_of_the_expanded_points() -> None:
 def test_cluster_cli_json_keys_and_custom_grid(tmp_path, capsys) -> None:
     import json
 
-    from ztbp.synth import write_run
+    from ztbp.acquire.synth import write_run
 
     write_run(tmp_path / "r", "paper80", 50_000, seed=1)
     assert main(["cluster", str(tmp_path / "r"), "--json", "--eps", "0.02,0.04", "--min-samples", "25"]) == 0
@@ -73,7 +74,7 @@ def test_cluster_cli_json_keys_and_custom_grid(tmp_path, capsys) -> None:
 def test_fold_labels_are_sklearns_kfold(n: int, seed: int) -> None:
     from sklearn.model_selection import KFold
 
-    from ztbp.cluster import kfold_labels
+    from ztbp.analysis.cluster import kfold_labels
 
     labels = kfold_labels(n, seed)
     for f, (_, test) in enumerate(KFold(n_splits=5, shuffle=True, random_state=seed).split(np.empty((n, 1)))):

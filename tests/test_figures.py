@@ -13,30 +13,36 @@ import polars as pl
 import pytest
 
 from conftest import make_run
-from ztbp import cachesim, chains, cluster, device, figures, frag, report, zones
+from ztbp import stages
+from ztbp.acquire.synth import HOT_ZONES, write_run
+from ztbp.analysis import chains, frag, zones
+from ztbp.analysis.params import ClusterParams
 from ztbp.errors import ZtbpError
-from ztbp.synth import HOT_ZONES, write_run
+from ztbp.io.run import Run, load
+from ztbp.present import figures, text, views
+from ztbp.report import render as report
+from ztbp.writeback import device
 
 
 @pytest.fixture(scope="module")
-def paper80(tmp_path_factory: pytest.TempPathFactory) -> report.Run:
+def paper80(tmp_path_factory: pytest.TempPathFactory) -> Run:
     root = tmp_path_factory.mktemp("fig") / "paper80"
     write_run(root, "paper80", 4000, seed=3)
-    return report.load(root)
+    return load(root)
 
 
 @pytest.fixture(scope="module")
-def writes_only(tmp_path_factory: pytest.TempPathFactory) -> report.Run:
+def writes_only(tmp_path_factory: pytest.TempPathFactory) -> Run:
     root = tmp_path_factory.mktemp("fig") / "seqwrite"
     write_run(root, "seqwrite", 600, seed=3)
-    return report.load(root)
+    return load(root)
 
 
 def _trace_sum(fig: go.Figure, name: str) -> float:
     return float(sum(np.nansum(np.asarray(t.y, dtype=float)) for t in fig.data if t.name == name))
 
 
-def test_zone_heat_bars_are_the_zone_table(paper80: report.Run) -> None:
+def test_zone_heat_bars_are_the_zone_table(paper80: Run) -> None:
     zt = zones.zone_table(paper80.events, paper80.nr_zones, paper80.lba_bytes)
     fig = figures.zone_heat(zt)
     assert isinstance(fig, go.Figure)
@@ -47,7 +53,7 @@ def test_zone_heat_bars_are_the_zone_table(paper80: report.Run) -> None:
     assert _trace_sum(fig, "reads") == int((paper80.events["op"] == "read").sum())
 
 
-def test_lba_heatmap_counts_every_command(paper80: report.Run) -> None:
+def test_lba_heatmap_counts_every_command(paper80: Run) -> None:
     fig = figures.lba_time_heatmap(paper80.events, paper80.meta, time_bins=20, lba_bins=16)
     (hm,) = fig.data
     counts = np.asarray(hm.customdata)
@@ -59,7 +65,7 @@ def test_lba_heatmap_counts_every_command(paper80: report.Run) -> None:
     np.testing.assert_allclose(np.asarray(hm.z), np.log10(1 + counts))
 
 
-def test_zone_latency_shows_read_zones_only(paper80: report.Run) -> None:
+def test_zone_latency_shows_read_zones_only(paper80: Run) -> None:
     zt = zones.zone_table(paper80.events, paper80.nr_zones, paper80.lba_bytes)
     fig = figures.zone_latency(zt)
     p50, p99 = fig.data
@@ -68,7 +74,7 @@ def test_zone_latency_shows_read_zones_only(paper80: report.Run) -> None:
     assert all(a <= b for a, b in zip(p50.y, p99.y, strict=True))
 
 
-def test_chain_figures_follow_chains_report(paper80: report.Run) -> None:
+def test_chain_figures_follow_chains_report(paper80: Run) -> None:
     nts = 4 << 20
     cr = chains.chains_report(paper80.events, "write", nts, paper80.lba_bytes)
     fig = figures.chain_cdf(cr)
@@ -85,18 +91,18 @@ def test_chain_figures_follow_chains_report(paper80: report.Run) -> None:
     assert list(shares.data[0].y) == [cr["frac_chains_ge_nts"], cr["frac_bytes_ge_nts"]]
 
 
-def test_frag_figure_matches_frag_table(paper80: report.Run) -> None:
+def test_frag_figure_matches_frag_table(paper80: Run) -> None:
     ft = frag.frag_table(paper80.events, paper80.nr_zones, paper80.lba_bytes)
     fig = figures.frag_per_zone(ft, paper80.lba_bytes)
-    touched = report.frag_view(ft)
+    touched = views.frag_view(ft)
     assert _trace_sum(fig, "read fragments") == int(touched["read_fragments"].sum())
     assert _trace_sum(fig, "write fragments") == int(touched["write_fragments"].sum())
-    assert "frag (read)" in report.frag_summary(ft) and "frag (write)" in report.frag_summary(ft)
+    assert "frag (read)" in text.frag_headline(ft) and "frag (write)" in text.frag_headline(ft)
 
 
-def test_cluster_figures(paper80: report.Run) -> None:
-    params = cluster.ClusterParams()
-    cl = cluster.cached_cluster(paper80.paths, params)
+def test_cluster_figures(paper80: Run) -> None:
+    params = ClusterParams()
+    cl = stages.cluster(paper80, params)
     grid = figures.cluster_grid(cl)
     (hm,) = grid.data
     z = np.asarray(hm.z, dtype=float)
@@ -108,7 +114,7 @@ def test_cluster_figures(paper80: report.Run) -> None:
         else:
             assert z[i, j] == pytest.approx(g["silhouette"])
     assert sum("★" in t for row in hm.text for t in row) == 1
-    cells = report.cluster_cells(paper80, cl, params)
+    cells = views.cluster_cells(paper80, cl, params)
     assert int(cells["reads"].sum()) == cl["reads"]
     fig = figures.cluster_map(cells, cl["hot_zones"], params.cells_per_zone, cl["cell_bytes"])
     assert sum(len(t.x) for t in fig.data) == cells.height
@@ -119,8 +125,8 @@ def test_cluster_figures(paper80: report.Run) -> None:
     assert sorted(red) == sorted(cl["hot_zones"])
 
 
-def test_cache_figures_follow_simulate(paper80: report.Run) -> None:
-    sim = cachesim.simulate(paper80.paths, 8, 4, list(HOT_ZONES), with_sweep=True)
+def test_cache_figures_follow_simulate(paper80: Run) -> None:
+    sim = stages.simulate(paper80, 8, 4, list(HOT_ZONES), with_sweep=True)
     fig = figures.cache_sweep(sim)
     assert [t.name for t in fig.data] == list(figures.POLICY_NAMES.values())
     for t, p in zip(fig.data, figures.POLICY_NAMES, strict=True):
@@ -132,16 +138,16 @@ def test_cache_figures_follow_simulate(paper80: report.Run) -> None:
         assert all(b >= y - 1e-12 for b, y in zip(belady.y, t.y, strict=True))
     bars = figures.hit_ratio_bars(sim)
     assert list(bars.data[0].y) == [sim[p] for p in figures.POLICY_NAMES]
-    assert "cachesim:" in report.cache_text(sim) and "(from ztbp cluster)" in report.cache_text(sim)
+    assert "cachesim:" in text.cache_text(sim) and "(from ztbp cluster)" in text.cache_text(sim)
 
 
-def test_empty_pictures_are_notes_not_empty_figures(writes_only: report.Run) -> None:
+def test_empty_pictures_are_notes_not_empty_figures(writes_only: Run) -> None:
     """A run without reads draws no empty plot: every read figure says why instead."""
     run = writes_only
     zt = zones.zone_table(run.events, run.nr_zones, run.lba_bytes)
     cr = chains.chains_report(run.events, "read", 4 << 20, run.lba_bytes)
-    cl = cluster.cached_cluster(run.paths)
-    cells = report.cluster_cells(run, cl)
+    cl = stages.cluster(run)
+    cells = views.cluster_cells(run, cl)
     for obj in (figures.zone_latency(zt), figures.size_cdf(cr), figures.chain_cdf(cr), figures.nts_shares(cr),
                 figures.cluster_grid(cl), figures.cluster_map(cells, [], 32, cl["cell_bytes"]),
                 figures.hot_zone_bars(zt, []),
@@ -153,7 +159,7 @@ def test_empty_pictures_are_notes_not_empty_figures(writes_only: report.Run) -> 
                       go.Figure), ft
 
 
-def test_report_renderer_leaves_plotlyjs_out(monkeypatch: pytest.MonkeyPatch, paper80: report.Run) -> None:
+def test_report_renderer_leaves_plotlyjs_out(monkeypatch: pytest.MonkeyPatch, paper80: Run) -> None:
     old = pio.renderers.default
     try:
         monkeypatch.setenv(figures.REPORT_ENV, "1")
@@ -168,20 +174,20 @@ def test_report_renderer_leaves_plotlyjs_out(monkeypatch: pytest.MonkeyPatch, pa
         pio.renderers.default = old
 
 
-def test_ops_over_time_counts_commands(paper80: report.Run) -> None:
+def test_ops_over_time_counts_commands(paper80: Run) -> None:
     fig = figures.ops_over_time(paper80.events, bins=25)
     width_s = float(fig.data[0].x[1] - fig.data[0].x[0])
     total = sum(float(np.sum(t.y)) * width_s for t in fig.data)
     assert total == pytest.approx(paper80.events.height, rel=1e-6)
 
 
-def test_overview_and_quality(tmp_path: Path, paper80: report.Run) -> None:
-    ov = report.overview(paper80)
+def test_overview_and_quality(tmp_path: Path, paper80: Run) -> None:
+    ov = views.overview(paper80)
     assert ov["commands"] == paper80.events.height == sum(ov["by_op"].values())
     assert ov["by_op"]["read"] == 4000
-    text = report.overview_text(ov)
-    assert "paper80" in text and "64 zones of 32 MiB" in text and "nvme=0" in text
-    assert report.quality_warnings(paper80) == ["synthetic run (ztbp synth): the commands were generated, not "
+    shown = text.overview_text(ov)
+    assert "paper80" in shown and "64 zones of 32 MiB" in shown and "nvme=0" in shown
+    assert views.quality_warnings(paper80) == ["synthetic run (ztbp synth): the commands were generated, not "
                                                 "traced on a device"]
     # a traced run with problems: a garbage line, an error status, lost events, interrupted, fio disagrees
     rows = [("read", 8192 * i, 1) for i in range(50)]
@@ -195,36 +201,36 @@ def test_overview_and_quality(tmp_path: Path, paper80: report.Run) -> None:
                                                                                "99.000000": 160000}}},
                      "write": {"total_ios": 0}}]}
     (root / "raw" / "fio.json").write_text(json.dumps(fio))
-    run = report.load(root)
-    warns = "\n".join(report.quality_warnings(run))
+    run = load(root)
+    warns = "\n".join(views.quality_warnings(run))
     assert "interrupted" in warns
     assert "skipped 1 lines" in warns and "wrong field count" in warns
     assert "lost 7 events" in warns
     assert "1 commands completed with a non-zero NVMe status" in warns
     assert "fio completed 100 reads but the trace holds 51" in warns
-    assert report.quality_text([]) == "data quality: no warning"
-    fv = report.fio_view(run)
+    assert text.quality_text([]) == "data quality: no warning"
+    fv = views.fio_view(run)
     assert isinstance(fv, pl.DataFrame)
     assert fv.to_dicts() == [{"job": "paper80", "dir": "read", "ios": 100, "iops": 1000.0,
                               "MiB_per_s": 4096000 / (1 << 20), "clat_mean_us": 80.0, "clat_p50_us": 75.0,
                               "clat_p99_us": 160.0}]
     (root / "raw" / "fio.json").write_text("{not json")
-    assert "could not be read" in str(report.fio_view(run))
-    assert "not captured in this run" in str(report.fio_view(paper80))
-    probes = report.probes_table(run)
+    assert "could not be read" in str(views.fio_view(run))
+    assert "not captured in this run" in str(views.fio_view(paper80))
+    probes = views.probes_table(run)
     assert probes.filter(pl.col("probe") == "nvme")["lost_events"].to_list() == ["7"]
 
 
-def test_layers_view_without_and_with_a_probe_file(tmp_path: Path, paper80: report.Run) -> None:
-    view = report.layers_view(paper80)
+def test_layers_view_without_and_with_a_probe_file(tmp_path: Path, paper80: Run) -> None:
+    view = views.layers_view(paper80)
     assert view["status"] == "absent"
-    assert report.layers_text(view) == "layer breakdown: not captured in this run (no raw/layers.csv)"
-    assert isinstance(report.layers_table(view), figures.Note)
+    assert text.layers_view_text(view) == "layer breakdown: not captured in this run (no raw/layers.csv)"
+    assert isinstance(views.layers_table(view), figures.Note)
     assert isinstance(figures.layer_bars(view), figures.Note)
     assert isinstance(figures.zone_layer_bars(view), figures.Note)
     root = make_run(tmp_path / "lay", [("read", 0, 1)])
     (root / "raw" / "layers.csv").write_text("# ztbp layers v1\nts_ns,op\n")
-    v2 = report.layers_view(report.load(root))
+    v2 = views.layers_view(load(root))
     assert v2["status"] in {"unavailable", "ok", "error"}  # never an exception, whatever ztbp.layers gives
     assert v2["message"]
 
@@ -254,13 +260,13 @@ def make_layers_run(root: Path, n: int = 400, seed: int = 5) -> Path:
 
 def test_layers_view_of_a_layer_probe_run(tmp_path: Path) -> None:
     root = make_layers_run(tmp_path / "layers")
-    view = report.layers_view(report.load(root))
+    view = views.layers_view(load(root))
     assert view["status"] == "ok", view["message"]
     csv = pl.read_csv(root / "raw" / "layers.csv", skip_rows=1)
     names = [r["layer"] for r in view["layers"]]
     assert names == ["kernel crossing", "syscall", "vfs", "block", "nvme driver", "device", "completion"]
     assert sum(r["share"] for r in view["layers"]) == pytest.approx(1.0, abs=1e-5)
-    table = report.layers_table(view)
+    table = views.layers_table(view)
     assert isinstance(table, pl.DataFrame)
     expected = [round(float(csv[c].mean())) / 1000 for c in LAYER_COLS if c != "fs_ns"]
     assert table["mean_us"].to_list() == pytest.approx(expected)
@@ -271,7 +277,7 @@ def test_layers_view_of_a_layer_probe_run(tmp_path: Path) -> None:
     assert list(bars.data[0].x) == ["all requests", "op=read, size=4096", "op=read, size=8192"]
     zbars = figures.zone_layer_bars(view)
     assert len(zbars.data[0].x) == csv["zone"].n_unique()
-    assert report.layers_text(view).startswith("layer breakdown: 7 layers, mean end-to-end ")
+    assert text.layers_view_text(view).startswith("layer breakdown: 7 layers, mean end-to-end ")
 
 
 def test_layer_figures_from_the_layers_json_shape() -> None:
@@ -281,7 +287,7 @@ def test_layer_figures_from_the_layers_json_shape() -> None:
     raw = {"layers": layers,
            "groups": [{"op": "read", "size": 4096, "layers": layers[:1]}],
            "zones": [{"zone": 7, "layers": layers}]}
-    groups = report._layer_groups(raw)
+    groups = views._layer_groups(raw)
     view = {"status": "ok", "layers": layers, "groups": [g for g in groups if g["zone"] is None],
             "zones": [g for g in groups if g["zone"] is not None]}
     fig = figures.layer_bars(view)
@@ -290,13 +296,13 @@ def test_layer_figures_from_the_layers_json_shape() -> None:
     assert list(fig.data[1].y) == [18.0, 0.0]
     zfig = figures.zone_layer_bars(view)
     assert list(zfig.data[0].x) == ["zone=7"]
-    table = report.layers_table(view)
+    table = views.layers_table(view)
     assert table["mean_us"].to_list() == [2.0, 18.0]
-    assert "2 layers, mean end-to-end 20.0 µs" in report.layers_text(view)
+    assert "2 layers, mean end-to-end 20.0 µs" in text.layers_view_text(view)
 
 
-def test_device_apply_dry_run_sends_the_top_five(paper80: report.Run) -> None:
-    res = device.apply(paper80.paths, cache_mib=8)
+def test_device_apply_dry_run_sends_the_top_five(paper80: Run) -> None:
+    res = device.apply(paper80.paths, stages.config(paper80, 8, 4))
     cfg = json.loads(Path(res["config"]).read_text())
     assert res["ok"] and res["exit_code"] == 0 and res["dry_run"]
     r = res["result"]
@@ -304,15 +310,15 @@ def test_device_apply_dry_run_sends_the_top_five(paper80: report.Run) -> None:
     top5 = [s["zone"] for s in sorted(cfg["zone_scores"], key=lambda s: -s["share"])][:5]
     assert [r[f"cdw{i}"] for i in range(11, 16)] == top5
     assert sorted(top5) == sorted(HOT_ZONES)
-    text = device.apply_text(res)
-    assert "dry run" in text and "opcode 153 (0x99)" in text and "cdw10=99" in text
+    shown = text.apply_text(res)
+    assert "dry run" in shown and "opcode 153 (0x99)" in shown and "cdw10=99" in shown
 
 
-def test_device_apply_reports_a_refusal(writes_only: report.Run) -> None:
-    res = device.apply(writes_only.paths)
+def test_device_apply_reports_a_refusal(writes_only: Run) -> None:
+    res = device.apply(writes_only.paths, stages.config(writes_only, 64, 4))
     assert not res["ok"] and res["exit_code"] == 7  # ztbp-ctl: no-zones
     assert "no hot zones" in res["message"]
-    assert "refused by ztbp-ctl (exit code 7, no-zones)" in device.apply_text(res)
+    assert "refused by ztbp-ctl (exit code 7, no-zones)" in text.apply_text(res)
 
 
 def test_load_parameters_and_notebook_selection(tmp_path: Path) -> None:
@@ -346,16 +352,16 @@ def test_report_cli_bad_input_is_a_message(tmp_path: Path, capsys: pytest.Captur
     assert "give a run directory" in capsys.readouterr().err
 
 
-def test_probe_stats_of_the_sample_run(paper80: report.Run) -> None:
+def test_probe_stats_of_the_sample_run(paper80: Run) -> None:
     from ztbp.paths import ROOT
 
-    sample = report.load(ROOT / report.SAMPLE_RUN)
-    stats = report.probe_stats_view(sample)
+    sample = load(ROOT / report.SAMPLE_RUN)
+    stats = views.probe_stats_view(sample)
     assert isinstance(stats, pl.DataFrame)
     d = dict(stats.iter_rows())
     assert int(d["rows"]) == sample.events.height  # every row the probe wrote was ingested
     assert int(d["perf_lost"]) == 0 and sample.meta["lost_events"] == {"nvme": 0}
-    assert str(report.probe_stats_view(paper80)) == "probe statistics: not recorded in this run"
+    assert str(views.probe_stats_view(paper80)) == "probe statistics: not recorded in this run"
 
 
 def test_report_several_runs_one_broken(tmp_path: Path, capsys: pytest.CaptureFixture[str],

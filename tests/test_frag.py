@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import make_run
-from ztbp.frag import DIRECTIONS, frag_summary, frag_table, fragments
-from ztbp.ingest import load_events
+from ztbp.analysis.frag import DIRECTIONS, frag_summary, frag_table, fragments
+from ztbp.io.nvme import load_events
 
 
 def test_fragments_merge_overlaps_and_adjacent_ranges(run_factory) -> None:

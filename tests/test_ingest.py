@@ -12,7 +12,7 @@ import pytest
 
 from conftest import make_run, row, write_meta
 from ztbp.cli import main
-from ztbp.ingest import ingest, load_events
+from ztbp.io.nvme import ingest, load_events
 from ztbp.paths import RunPaths
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ztbp import layers
-from ztbp.paths import run_paths
+from ztbp import stages
+from ztbp.io.run import load
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURE = ROOT / "vm" / "capture-layers.sh"
@@ -40,7 +40,7 @@ def ext4_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_layers_add_up_to_the_syscall_latency(ext4_run: Path) -> None:
-    res = layers.layers_report(run_paths(ext4_run))
+    res = stages.layers(load(ext4_run, events=False))
     assert res["requests"] > 500, res["requests"]
     assert res["modes"] == {"sync": res["requests"]} and set(res["stacks"]) == {"ext4"}
     names = [r["layer"] for r in res["layers"]]
@@ -53,7 +53,7 @@ def test_layers_add_up_to_the_syscall_latency(ext4_run: Path) -> None:
 
 
 def test_device_time_agrees_with_the_nvme_probe(ext4_run: Path) -> None:
-    x = layers.layers_report(run_paths(ext4_run))["cross_check"]
+    x = stages.layers(load(ext4_run, events=False))["cross_check"]
     assert x is not None and x["matched"] >= 0.95 * x["rows"], x
     assert abs(x["rel_diff"]) <= 0.10, x
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from conftest import write_meta
 from ztbp import paths
 from ztbp.contract import NVME_COLUMNS, NVME_VERSION_LINE
-from ztbp.ingest import ingest
+from ztbp.io.nvme import ingest
 from ztbp.paths import RunPaths
 
 CAPTURE_SH = paths.ROOT / "vm" / "guest" / "capture.sh"

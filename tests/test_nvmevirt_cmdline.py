@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from ztbp.capture import CaptureError, check_writes, check_zoned, host_geometry
+from ztbp.acquire.capture import CaptureError, check_writes, check_zoned, host_geometry
+from ztbp.acquire.vm import Geometry, NvmevirtPlan, VmError
+from ztbp.acquire.workload import Workload
 from ztbp.cli import main
-from ztbp.vm import Geometry, NvmevirtPlan, VmError
-from ztbp.workload import Workload
 
 MIB = 1 << 20
 

@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ztbp import opcodes
-from ztbp.ingest import load_events
-from ztbp.paths import run_paths
+from ztbp.analysis import opcodes
+from ztbp.io.nvme import load_events
+from ztbp.paths import resolve_run
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -24,7 +24,7 @@ def test_counts_percentiles_and_order_per_op_and_zone_action(run_factory) -> Non
              ("zone_mgmt_send", 0, 0, 700_000, 1, "finish"), ("zone_mgmt_send", 0, 0, 9_000_000, 1, "reset_all")]
     reqs += [("zone_mgmt_recv", 0, 0, 50_000), ("write", 0, 2, 30_000)]
     root = run_factory(list(reversed(reqs)))
-    table = opcodes.opcode_table(load_events(run_paths(root)), 4096)
+    table = opcodes.opcode_table(load_events(resolve_run(root)), 4096)
     keys = [(r["op"], r["zone_action"]) for r in table.iter_rows(named=True)]
     assert keys == [("read", ""), ("write", ""), ("zone_append", ""), ("zone_mgmt_send", "finish"),
                     ("zone_mgmt_send", "reset"), ("zone_mgmt_send", "reset_all"), ("zone_mgmt_recv", "")]

@@ -20,8 +20,8 @@ from typing import Any
 import nbformat
 import pytest
 
-from ztbp import report
 from ztbp.paths import REPORTS, ROOT
+from ztbp.report import render as report
 
 CHROMIUM_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",

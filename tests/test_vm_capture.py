@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from ztbp import paths
+from ztbp.acquire.vm import run_in_guest
 from ztbp.cli import main
 from ztbp.contract import NVME_COLUMNS, NVME_VERSION_LINE, read_meta
 from ztbp.paths import RunPaths
-from ztbp.vm import run_in_guest
 
 pytestmark = pytest.mark.vm
 

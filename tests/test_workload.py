@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from ztbp.acquire.workload import MIB, PRESETS, Workload, WorkloadError, parse_size
 from ztbp.cli import main
-from ztbp.workload import MIB, PRESETS, Workload, WorkloadError, parse_size
 
 
 def sections(text: str) -> dict[str, dict[str, str]]:

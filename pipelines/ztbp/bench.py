@@ -25,14 +25,15 @@ def child(run: Path) -> dict[str, Any]:
     """Run every stage on `run`, timing each; return the timings and this process's peak RSS."""
     import polars as pl
 
-    from .cachesim import Trace
-    from .chains import chains_report
-    from .cluster import ClusterParams, run_cluster
+    from .analysis.cachesim import Trace
+    from .analysis.chains import chains_report
+    from .analysis.cluster import run_cluster
+    from .analysis.frag import frag_table
+    from .analysis.params import ClusterParams
+    from .analysis.zones import zone_table
     from .contract import read_meta
-    from .frag import frag_table
-    from .ingest import ingest
+    from .io.nvme import ingest
     from .paths import RunPaths
-    from .zones import zone_table
 
     rp = RunPaths(run)
     meta = read_meta(rp)
@@ -69,7 +70,7 @@ def child(run: Path) -> dict[str, Any]:
 
 
 def run_bench(events: int, keep: Path | None) -> dict[str, Any]:
-    from .synth import write_run
+    from .acquire.synth import write_run
 
     with tempfile.TemporaryDirectory(prefix="ztbp-bench-") as tmp:
         run = keep or Path(tmp) / "bench-paper80"

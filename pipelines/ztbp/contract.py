@@ -114,3 +114,27 @@ def new_meta(*, device: str, lba_bytes: int, zone_size_lba: int, zone_cap_lba: i
     }
     meta.update(extra)
     return meta
+
+
+# --- raw/layers.csv (probes/layers.bt) ---------------------------------------------------------------------------
+LAYERS_VERSION_LINE = "# ztbp layers v1"
+LAYERS_COLUMNS: tuple[str, ...] = (
+    "ts_ns", "tid", "mode", "op", "bytes", "dev", "sector", "zone", "nrq", "e2e_ns", "crossing_ns", "syscall_ns",
+    "vfs_ns", "fs_ns", "block_ns", "driver_ns", "device_ns", "completion_ns", "stack",
+)
+LAYER_MODES: tuple[str, ...] = ("sync", "io_uring", "aio")
+LAYER_STACKS: tuple[str, ...] = ("ext4", "btrfs", "bdev")
+LAYER_OPS: tuple[str, ...] = ("read", "write")
+
+#: Every versioned probe file of a run: probe name -> (version line, columns). probes/FORMAT.md documents each;
+#: tests/test_contract.py checks the document, this table and the header each probe prints against each other.
+PROBE_FILES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "nvme": (NVME_VERSION_LINE, NVME_COLUMNS),
+    "layers": (LAYERS_VERSION_LINE, LAYERS_COLUMNS),
+}
+
+
+def probe_header(probe: str) -> str:
+    """The two header lines a probe file of `probe` starts with (version line, column names)."""
+    version, cols = PROBE_FILES[probe]
+    return f"{version}\n{','.join(cols)}\n"

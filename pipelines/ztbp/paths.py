@@ -74,10 +74,27 @@ class RunPaths:
     def probe_csv(self, probe: str) -> Path:
         return self.raw / f"{probe}.csv"
 
+    @property
+    def cluster_json(self) -> Path:
+        return self.derived / "cluster.json"
 
-def run_paths(run: str | os.PathLike[str]) -> RunPaths:
-    """Resolve a run given as a path, or as a run id under RUNS."""
+    @property
+    def cache_config(self) -> Path:
+        return self.derived / "cache-config.json"
+
+    @property
+    def bench_json(self) -> Path:
+        return self.raw / "bench.json"
+
+
+def resolve_run(run: str | os.PathLike[str]) -> RunPaths:
+    """The one way to find a run: a path (absolute, or from the current folder), else a path from the repository
+    root (the notebooks' defaults, e.g. tests/data/runs/sample-paper80), else a run id under RUNS."""
     p = Path(run)
-    if not p.exists() and not p.is_absolute() and (RUNS / p).exists():
-        p = RUNS / p
+    if not p.is_absolute() and not p.exists():
+        for base in (ROOT, RUNS):
+            if (base / p).exists():
+                p = base / p
+                break
     return RunPaths(p)
+

@@ -20,24 +20,17 @@ miss (compulsory misses), so the figures are comparable:
 
 from __future__ import annotations
 
-import argparse
 import heapq
-import json
-from pathlib import Path
 from typing import Any
 
 import numba
 import numpy as np
 import polars as pl
 
-from .cli import emit
-from .contract import CONFIG_FORMAT, read_meta
-from .errors import FormatError, ZtbpError
-from .ingest import load_events
-from .paths import RunPaths, run_paths
+from ..errors import ZtbpError
+from .params import SWEEP_MIB
 
 POLICIES = ("lru", "zone_lru", "static_best", "belady")
-SWEEP_MIB = (4, 8, 16, 32, 64, 128, 256, 512)
 NEVER = np.iinfo(np.int64).max
 
 
@@ -286,102 +279,18 @@ class Trace:
         return rows
 
 
-def load_config(path: Path) -> dict[str, Any]:
-    """Read a cache-config.json (probes/FORMAT.md)."""
-    try:
-        cfg = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ZtbpError(f"config {path} does not exist; make one with `ztbp config RUN -o {path}`") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise FormatError(f"config {path} is not valid JSON ({e})") from None
-    if not isinstance(cfg, dict) or cfg.get("format") != CONFIG_FORMAT:
-        raise FormatError(f"config {path}: 'format' must be '{CONFIG_FORMAT}'")
-    zones = cfg.get("hot_zones")
-    if not isinstance(zones, list) or not all(isinstance(z, int) and not isinstance(z, bool) and z >= 0
-                                              for z in zones):
-        raise FormatError(f"config {path}: 'hot_zones' must be a list of zone ids (non-negative integers)")
-    return cfg
-
-
-def mib(text: str) -> float | int:
-    """A size in MiB from the command line: an int when whole (cache-config.json holds whole MiB as integers)."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of MiB") from None
-    return int(v) if v.is_integer() else v
-
-
-def parse_zone_list(s: str) -> list[int]:
-    try:
-        zones = [int(z) for z in s.split(",") if z.strip() != ""]
-    except ValueError:
-        raise ZtbpError(f"--hot-zones {s!r}: expected zone ids separated by commas, e.g. 1,7,11") from None
-    if any(z < 0 for z in zones):
-        raise ZtbpError("--hot-zones: zone ids are non-negative")
-    return zones
-
-
-def resolve_hot_zones(run: RunPaths, hot_zones: str | None, config: str | None) -> tuple[list[int], str]:
-    """Hot zones from --hot-zones, else --config, else `ztbp cluster` of the run."""
-    if hot_zones is not None and config is not None:
-        raise ZtbpError("give --hot-zones or --config, not both")
-    if hot_zones is not None:
-        return parse_zone_list(hot_zones), "--hot-zones"
-    if config is not None:
-        return load_config(Path(config))["hot_zones"], f"config {config}"
-    from .cluster import cached_cluster
-
-    return cached_cluster(run)["hot_zones"], "cluster"
-
-
-def simulate(run: RunPaths, cache_mib: float, page_kib: int, hot_zones: list[int], with_sweep: bool = False
-             ) -> dict[str, Any]:
-    meta = read_meta(run)
+def simulate(events: pl.DataFrame, meta: dict[str, Any], cache_mib: float, page_kib: int, hot_zones: list[int],
+             with_sweep: bool = False) -> dict[str, Any]:
+    """Hit ratios of every policy at cache_mib (and at every size of SWEEP_MIB with with_sweep)."""
     if cache_mib <= 0:
         raise ZtbpError("--cache-mib must be positive")
     bad = [z for z in hot_zones if z >= meta["nr_zones"]]
     if bad:
         raise ZtbpError(f"hot zones {bad} are beyond the device's {meta['nr_zones']} zones")
-    tr = Trace(load_events(run), meta, page_kib)
+    tr = Trace(events, meta, page_kib)
     out: dict[str, Any] = {"requests": tr.requests, "read_commands": tr.read_commands, "cache_mib": cache_mib,
                            "page_kib": page_kib, "cache_pages": tr.capacity(cache_mib), "hot_zones": hot_zones}
     out.update(tr.hit_ratios(cache_mib, hot_zones))
     if with_sweep:
         out["sweep"] = tr.sweep(SWEEP_MIB, hot_zones)
     return out
-
-
-def cachesim_text(r: dict[str, Any]) -> str:
-    lines = [f"cachesim: {r['requests']} page requests from {r['read_commands']} reads; cache {r['cache_mib']} MiB "
-             f"= {r['cache_pages']} pages of {r['page_kib']} KiB; hot zones {r['hot_zones']} "
-             f"(from {r.get('hot_zones_source', '?')})"]
-    for p in POLICIES:
-        lines.append(f"  {p:<12} {r[p]:.4f}")
-    if "sweep" in r:
-        lines.append("  cache MiB      lru  zone_lru  static_best  belady")
-        for s in r["sweep"]:
-            lines.append(f"  {s['cache_mib']:>9} {s['lru']:>8.4f} {s['zone_lru']:>9.4f} {s['static_best']:>12.4f} "
-                         f"{s['belady']:>7.4f}")
-    return "\n".join(lines)
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    rp = run_paths(args.run)
-    hot, source = resolve_hot_zones(rp, args.hot_zones, args.config)
-    r = simulate(rp, args.cache_mib, args.page_kib, hot, args.sweep)
-    r["hot_zones_source"] = source
-    emit(r, args.json, cachesim_text(r))
-    return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("cachesim", help="hit ratios of LRU, zone-recognition LRU, static best and Belady")
-    p.add_argument("run", help="run directory")
-    p.add_argument("--cache-mib", type=mib, default=64, help="device cache size in MiB (default 64, the paper's)")
-    p.add_argument("--page-kib", type=int, default=4, help="cache page size in KiB (default 4)")
-    p.add_argument("--hot-zones", help="hot zone ids, e.g. 1,7,11,15,19 (default: from `ztbp cluster`)")
-    p.add_argument("--config", help="take the hot zones from a cache-config.json")
-    p.add_argument("--sweep", action="store_true", help=f"also every policy at {', '.join(map(str, SWEEP_MIB))} MiB")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=_cmd)

@@ -1,4 +1,4 @@
-"""`ztbp ingest`: raw/nvme.csv -> derived/events.parquet (typed, sorted by submission time).
+"""Ingest: raw/nvme.csv -> derived/events.parquet (typed, sorted by submission time).
 
 Two paths, one result. The fast path lets polars parse the whole file with the contract's schema; when the file
 has anything it cannot take as it is (a truncated last line, a garbage row, an unknown op), the careful path reads
@@ -8,7 +8,6 @@ dropped silently: `derived/ingest.json` and the command's output count every ski
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -16,10 +15,9 @@ from typing import Any
 
 import polars as pl
 
-from .cli import emit
-from .contract import NVME_COLUMNS, NVME_VERSION_LINE, OPS, ZONE_ACTIONS, parse_version_line, read_meta
-from .errors import FormatError, MissingRunError
-from .paths import RunPaths, run_paths
+from ..contract import NVME_COLUMNS, NVME_VERSION_LINE, OPS, ZONE_ACTIONS, parse_version_line, read_meta
+from ..errors import FormatError, MissingRunError
+from ..paths import RunPaths, resolve_run
 
 OP_DTYPE = pl.Enum(list(OPS))
 ACTION_DTYPE = pl.Enum([a + s for a in ZONE_ACTIONS if a for s in ("", "_all")] + [""])
@@ -187,38 +185,7 @@ def _is_fresh(run: RunPaths) -> bool:
 
 def load_events(run: RunPaths | str | Path) -> pl.DataFrame:
     """events.parquet of a run, ingesting first when it is missing or older than raw/nvme.csv."""
-    rp = run if isinstance(run, RunPaths) else run_paths(run)
+    rp = run if isinstance(run, RunPaths) else resolve_run(run)
     if not _is_fresh(rp):
         ingest(rp)
     return pl.read_parquet(rp.events)
-
-
-def summary_text(rep: IngestReport) -> str:
-    out = [f"ingest: {rep.rows} rows read from {rep.source} ({rep.path} path)"]
-    if rep.skipped:
-        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(rep.skip_reasons.items()))
-        out.append(f"ingest: skipped {rep.skipped} lines ({reasons})")
-        for ex in rep.skipped_examples:
-            out.append(f"  line {ex['line']}: {ex['reason']}")
-    else:
-        out.append("ingest: skipped 0 lines")
-    if rep.blank_lines:
-        out.append(f"ingest: ignored {rep.blank_lines} blank lines")
-    if rep.out_of_range_zones:
-        out.append(f"ingest: warning: {rep.out_of_range_zones} rows address a zone ≥ nr_zones of meta.json")
-    lost = ", ".join(f"{k}={v}" for k, v in rep.lost_events.items()) or "not recorded"
-    out.append(f"ingest: lost events (from meta.json): {lost}")
-    return "\n".join(out)
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    rep = ingest(run_paths(args.run))
-    emit(asdict(rep), args.json, summary_text(rep))
-    return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("ingest", help="raw/nvme.csv -> derived/events.parquet, reporting skipped lines")
-    p.add_argument("run", help="run directory")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=_cmd)

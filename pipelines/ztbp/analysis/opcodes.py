@@ -1,4 +1,4 @@
-"""`ztbp opcodes`: latency percentiles and counts per NVMe op and zone action, from the NVMe trace.
+"""Latency percentiles and counts per NVMe op and zone action, from the NVMe trace.
 
 The ZNS commands that matter for a zoned drive — read, write, zone append, zone management send (one line per
 action: reset, finish, open, close, offline, with `_all` for Select All) and zone management receive — each get
@@ -8,15 +8,9 @@ count, errors (non-zero status), bytes, and the mean, p50, p90, p99, p99.9 and m
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 import polars as pl
-
-from .cli import emit
-from .contract import OPS, read_meta
-from .ingest import load_events
-from .paths import run_paths
 
 #: Display order: the ZNS data path first, then zone management, then the rest.
 OP_ORDER: tuple[str, ...] = ("read", "write", "zone_append", "zone_mgmt_send", "zone_mgmt_recv", "write_zeroes",
@@ -47,34 +41,3 @@ def opcode_table(events: pl.DataFrame, lba_bytes: int) -> pl.DataFrame:
 def opcodes_json(table: pl.DataFrame, run_id: str) -> dict[str, Any]:
     return {"run": run_id, "commands": int(table["count"].sum()) if table.height else 0,
             "opcodes": table.to_dicts()}
-
-
-def opcodes_text(table: pl.DataFrame) -> str:
-    if table.height == 0:
-        return "no NVMe I/O command in this trace"
-    lines = [f"{'op':<16} {'action':<10} {'count':>9} {'errors':>6} {'mean µs':>9} {'p50 µs':>9} {'p99 µs':>9} "
-             f"{'p99.9 µs':>9} {'max µs':>9}"]
-    for r in table.iter_rows(named=True):
-        lines.append(f"{r['op']:<16} {r['zone_action'] or '-':<10} {r['count']:>9} {r['errors']:>6} "
-                     + " ".join(f"{r[k] / 1000:>9.1f}" for k in ("mean_ns", "p50_ns", "p99_ns", "p999_ns",
-                                                                    "max_ns")))
-    return "\n".join(lines)
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    rp = run_paths(args.run)
-    meta = read_meta(rp)
-    events = load_events(rp)
-    if args.op:
-        events = events.filter(pl.col("op").cast(pl.Utf8) == args.op)
-    table = opcode_table(events, meta["lba_bytes"])
-    emit(opcodes_json(table, rp.run_id), args.json, opcodes_text(table))
-    return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("opcodes", help="latency percentiles and counts per NVMe op and zone action")
-    p.add_argument("run", help="run directory")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--op", choices=OPS, help="only this op")
-    p.set_defaults(func=_cmd)

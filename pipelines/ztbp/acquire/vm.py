@@ -14,14 +14,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import paths
-from .errors import ZtbpError
+from .. import paths
+from ..errors import ZtbpError
+from ..units import MIB
 
 VMTEST = paths.VM / "vmtest.sh"
 IMAGE_SH = paths.VM / "image.sh"
 QEMU = "qemu-system-x86_64"
 INSTALL_HINT = "install the host packages with `just deps` (bash vm/install-deps.sh; as root)"
-MIB = 1 << 20
 
 
 class VmError(ZtbpError):

@@ -1,21 +1,19 @@
-"""The `ztbp` command line. Each stage module registers its own subcommand with `register(subparsers)`."""
+"""The `ztbp` command line — the only part of the package that knows argparse.
+
+Building the parser imports no stage: each command's options come from light modules (analysis/params.py,
+acquire/workload.py, contract.py), and a command imports its stage only when it runs, so `ztbp --help` and
+`ztbp --version` stay fast.
+"""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from typing import Any
 
-from . import __version__
-from .errors import ZtbpError
-
-#: Stage modules, in the order their commands appear in --help. Each has register(subparsers).
-COMMAND_MODULES: tuple[str, ...] = (
-    "synth", "ingest", "zones", "chains", "frag", "cluster", "cachesim", "config", "layers", "opcodes",
-    "workload", "capture", "report",
-)
+from .. import __version__
+from ..errors import ZtbpError
 
 
 def emit(obj: Any, as_json: bool, text: str | None = None) -> None:
@@ -28,18 +26,17 @@ def emit(obj: Any, as_json: bool, text: str | None = None) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import acquire, analyse, device, report
+
     parser = argparse.ArgumentParser(
         prog="ztbp", description="ZTBP workbench: analyse NVMe traces of zoned SSDs (see probes/FORMAT.md).")
     parser.add_argument("--version", action="version", version=f"ztbp {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(f"ztbp.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"ztbp.{name}":
-                continue  # stage not present in this build
-            raise
-        mod.register(sub)
+    acquire.register_synth(sub)
+    analyse.register(sub)
+    acquire.register(sub)
+    device.register(sub)
+    report.register(sub)
     return parser
 
 
@@ -60,7 +57,3 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     return int(rc or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""`ztbp chains`: sequential chains and the Natural Transfer Size (NTS) test.
+"""Sequential chains and the Natural Transfer Size (NTS) test.
 
 A chain is a run of requests of one op in one namespace, in submission order, where each request starts exactly
 at the LBA where the previous request of the chain ended (slba == previous slba + nlb). Streams may interleave:
@@ -13,24 +13,17 @@ data (nlb = 0) and zone appends (whose LBA the device chooses) are not chained. 
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 import numba
 import numpy as np
 import polars as pl
 
-from .cli import emit
-from .contract import read_meta
-from .errors import ZtbpError
-from .ingest import load_events
-from .paths import run_paths
+from ..errors import ZtbpError
+from .params import CHAIN_OPS, CHAIN_WINDOW
 
-CHAIN_OPS = ("read", "write", "write_zeroes")
-MIB = 1 << 20
-#: A chain stays open for continuation while its last request is among this many most recent requests of its
-#: op (enough for 36 jobs x queue depth 4 of interleaved streams; random traffic rarely hits by chance).
-DEFAULT_WINDOW = 256
+#: enough for 36 jobs x queue depth 4 of interleaved streams; random traffic rarely hits by chance
+DEFAULT_WINDOW = CHAIN_WINDOW
 
 
 @numba.njit(cache=True)
@@ -189,47 +182,3 @@ def chains_report(events: pl.DataFrame, op: str, nts_bytes: int, lba_bytes: int,
     out["size_cdf"] = size_cdf(events, op, lba_bytes).to_dicts()
     out["chain_cdf"] = chain_cdf(chains).to_dicts()
     return out
-
-
-def chains_text(r: dict[str, Any]) -> str:
-    def fmt(b: int) -> str:
-        return f"{b / MIB:.2f} MiB" if b >= MIB else f"{b / 1024:.0f} KiB"
-
-    lines = [
-        f"chains ({r['op']}): {r['chains']} chains from {r['requests']} requests, {fmt(r['bytes'])} in all",
-        f"  NTS {fmt(r['nts_bytes'])}: {r['frac_chains_ge_nts']:.1%} of chains and "
-        f"{r['frac_bytes_ge_nts']:.1%} of bytes are in chains ≥ NTS",
-        f"  chain length p50 {fmt(r['chain_bytes_p50'])}, p90 {fmt(r['chain_bytes_p90'])}",
-        "  chain-length CDF:  ≤ bytes        chains  cum%chains  cum%bytes",
-    ]
-    for row in r["chain_cdf"]:
-        lines.append(f"  {fmt(row['bytes_le']):>18} {row['chains']:>12} {row['cum_frac_chains']:>10.1%} "
-                     f"{row['cum_frac_bytes']:>10.1%}")
-    lines.append("  I/O size CDF:        bytes      requests  cum%")
-    for row in r["size_cdf"]:
-        lines.append(f"  {fmt(row['bytes']):>18} {row['requests']:>13} {row['cum_frac']:>6.1%}")
-    return "\n".join(lines)
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    rp = run_paths(args.run)
-    meta = read_meta(rp)
-    if args.nts_mib <= 0:
-        raise ZtbpError("--nts-mib must be positive (the object-storage study uses 4)")
-    if args.window < 0:
-        raise ZtbpError("--window must be ≥ 0 (0 = unlimited)")
-    r = chains_report(load_events(rp), args.op, int(args.nts_mib * MIB), meta["lba_bytes"], args.window)
-    emit(r, args.json, chains_text(r))
-    return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("chains", help="sequential chains, share ≥ NTS, I/O size and chain-length CDFs")
-    p.add_argument("run", help="run directory")
-    p.add_argument("--op", default="read", choices=CHAIN_OPS, help="which op's chains (default read)")
-    p.add_argument("--nts-mib", type=float, default=4.0, help="Natural Transfer Size in MiB (default 4)")
-    p.add_argument("--window", type=int, default=DEFAULT_WINDOW,
-                   help=f"a chain stays open while its last request is among the N most recent (default "
-                        f"{DEFAULT_WINDOW}; 0 = unlimited)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=_cmd)

@@ -1,6 +1,6 @@
-"""The write-back step from Python: `ztbp config` of a run, then `ztbp-ctl set` (a dry run unless a device is given).
+"""Sending a cache configuration with `ztbp-ctl set` (a dry run unless a device is given).
 
-`apply(run)` is what `just apply RUN [DEV]` does, for the notebooks: it writes `derived/cache-config.json`, builds
+`apply(run, cfg)` is what `just apply RUN [DEV]` does, for the notebooks: it writes `derived/cache-config.json`, builds
 `tools/ztbp-ctl/build/ztbp-ctl` with make when it is missing, runs `ztbp-ctl set --dry-run --top5 --config …`
 (or `ztbp-ctl set DEV --top5 --config …`) and returns ztbp-ctl's JSON with its exit code. A refusal by ztbp-ctl
 (no hot zone, a device without the ZTBP protocol, no permission) is a result with `ok: false` and ztbp-ctl's
@@ -15,10 +15,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .cluster import ClusterParams
-from .config import make_config
-from .errors import ZtbpError
-from .paths import ROOT, TOOLS, RunPaths, run_paths
+from ..errors import ZtbpError
+from ..paths import ROOT, TOOLS, RunPaths
+from .config import write_config
 
 CTL_DIR: Path = TOOLS / "ztbp-ctl"
 CTL: Path = CTL_DIR / "build" / "ztbp-ctl"
@@ -40,14 +39,10 @@ def ensure_ctl() -> Path:
     return CTL
 
 
-def apply(run: RunPaths | str | Path, dev: str | None = None, cache_mib: float = 64, page_kib: int = 4,
-          params: ClusterParams = ClusterParams(), config: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Write the run's cache configuration and send its five best zones to `dev` (dry run when dev is None/"")."""
-    rp = run if isinstance(run, RunPaths) else run_paths(run)
-    cfg = config if config is not None else make_config(rp, cache_mib, page_kib, params)
-    rp.derived.mkdir(parents=True, exist_ok=True)
-    cfg_path = rp.derived / "cache-config.json"
-    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+def apply(run: RunPaths, cfg: dict[str, Any], dev: str | None = None) -> dict[str, Any]:
+    """Write cfg as the run's derived/cache-config.json and send its five best zones to `dev` with ztbp-ctl
+    (a dry run when dev is None or empty: nothing is sent)."""
+    cfg_path = write_config(cfg, run.cache_config)
     ctl = ensure_ctl()
     target = ["--dry-run"] if not dev else [dev]
     argv = [str(ctl), "set", *target, "--top5", "--config", str(cfg_path), "--json"]
@@ -64,20 +59,3 @@ def apply(run: RunPaths | str | Path, dev: str | None = None, cache_mib: float =
     return {"ok": proc.returncode == 0, "exit_code": proc.returncode, "dry_run": not dev, "device": dev or None,
             "command": " ".join(shown), "config": str(cfg_path), "hot_zones": cfg["hot_zones"], "result": out,
             "message": message}
-
-
-def apply_text(res: dict[str, Any]) -> str:
-    """apply()'s result in a few stable lines."""
-    where = "dry run (no device)" if res["dry_run"] else f"device {res['device']}"
-    lines = [f"write-back: {where}: $ {res['command']}"]
-    r = res.get("result") or {}
-    if res["ok"]:
-        dwords = ", ".join(f"cdw{i}={r[f'cdw{i}']}" for i in range(10, 16) if f"cdw{i}" in r)
-        lines.append(f"  ok: opcode {r.get('opcode')} (0x{int(r.get('opcode', 0)):02x}), nsid {r.get('nsid')}, "
-                     f"{dwords}; zones {r.get('zones')}")
-        if res["dry_run"]:
-            lines.append("  nothing was sent; give a device (e.g. device = \"/dev/nvme0n1\") to send it")
-    else:
-        lines.append(f"  refused by ztbp-ctl (exit code {res['exit_code']}, {r.get('error', '?')}): "
-                     f"{res['message']}")
-    return "\n".join(lines)

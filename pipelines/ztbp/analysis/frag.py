@@ -1,4 +1,4 @@
-"""`ztbp frag`: fragmentation per zone — contiguous fragments read and written, and the gaps between them.
+"""Fragmentation per zone — contiguous fragments read and written, and the gaps between them.
 
 For each zone and each direction (read; write = write + write_zeroes), take the LBA ranges [slba, slba + nlb) that
 the run touched, merge overlapping and adjacent ranges, and count the resulting contiguous fragments. The gaps are
@@ -10,17 +10,11 @@ trace holds only the zone start), so they are counted, not fragmented. See docs/
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 import numba
 import numpy as np
 import polars as pl
-
-from .cli import emit
-from .contract import read_meta
-from .ingest import load_events
-from .paths import run_paths
 
 DIRECTIONS: dict[str, tuple[str, ...]] = {"read": ("read",), "write": ("write", "write_zeroes")}
 
@@ -129,32 +123,3 @@ def frag_summary(table: pl.DataFrame) -> dict[str, Any]:
             "fragments_per_zone_max": int(touched[f"{d}_fragments"].max()) if touched.height else 0,
         }
     return res
-
-
-def frag_text(table: pl.DataFrame, summary: dict[str, Any]) -> str:
-    lines = []
-    for d, s in summary.items():
-        lines.append(f"frag ({d}): {s['zones_touched']} zones touched, {s['fragments']} fragments, "
-                     f"{s['fragments_per_zone_mean']:.1f} per zone on average, {s['fragments_per_zone_max']} at most")
-    lines.append(f"{'zone':>5} {'rd frags':>9} {'rd gap mean':>12} {'wr frags':>9} {'wr gap max':>11}")
-    for r in table.filter((pl.col("read_fragments") > 0) | (pl.col("write_fragments") > 0)).iter_rows(named=True):
-        rg = "-" if r["read_gap_bytes_mean"] is None else f"{r['read_gap_bytes_mean'] / 1024:.0f} KiB"
-        wg = "-" if r["write_gap_bytes_max"] is None else f"{r['write_gap_bytes_max'] / 1024:.0f} KiB"
-        lines.append(f"{r['zone']:>5} {r['read_fragments']:>9} {rg:>12} {r['write_fragments']:>9} {wg:>11}")
-    return "\n".join(lines)
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    rp = run_paths(args.run)
-    meta = read_meta(rp)
-    table = frag_table(load_events(rp), meta["nr_zones"], meta["lba_bytes"], meta["zone_size_lba"])
-    summary = frag_summary(table)
-    emit({"summary": summary, "zones": table.to_dicts()}, args.json, frag_text(table, summary))
-    return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("frag", help="contiguous fragments read / written per zone and their gaps")
-    p.add_argument("run", help="run directory")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=_cmd)

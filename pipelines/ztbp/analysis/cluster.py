@@ -1,4 +1,4 @@
-"""`ztbp cluster`: find the read-intensive zones with DBSCAN, eps / min_samples tuned by 5-fold CV (ZTBP Alg. 3).
+"""Find the read-intensive zones with DBSCAN, eps / min_samples tuned by 5-fold CV (ZTBP Alg. 3).
 
 Features ("scaled read accesses"). Every read is an access at an LBA. Accesses are aggregated into cells of
 `zone size / cells_per_zone` (1 MiB for 32 MiB zones); all accesses of a cell share one feature vector, so DBSCAN
@@ -24,10 +24,7 @@ With no pair scoring (a single cluster everywhere, e.g. uniform reads) there is 
 
 from __future__ import annotations
 
-import argparse
-import hashlib
-import json
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,32 +32,12 @@ import numpy as np
 import polars as pl
 from sklearn.cluster import DBSCAN
 from sklearn.neighbors import NearestNeighbors
-from tqdm import tqdm
 
-from .cli import emit
-from .contract import read_meta
-from .errors import ZtbpError
-from .ingest import load_events
-from .paths import RunPaths, run_paths
+from ..errors import ZtbpError
+from .params import ClusterParams
 
-#: The paper's grid: eps in range(0.01, 0.05, 0.01), min_samples in range(20, 50, 10).
-PAPER_EPS = (0.01, 0.02, 0.03, 0.04)
-PAPER_MIN_SAMPLES = (20, 30, 40)
 N_SPLITS = 5
 SILHOUETTE_MAX_POINTS = 4000
-
-
-@dataclass(frozen=True)
-class ClusterParams:
-    eps: tuple[float, ...] = PAPER_EPS
-    min_samples: tuple[int, ...] = PAPER_MIN_SAMPLES
-    cells_per_zone: int = 32
-    hot_factor: float = 2.0
-    hot_zone_share: float = 0.5
-    seed: int = 0
-
-    def key(self) -> str:
-        return hashlib.sha256(json.dumps(self.__dict__, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -169,12 +146,12 @@ def _fold_score(c: Cells, f: int, eps: float, min_samples: int, rng: np.random.G
     return weighted_silhouette(x_te, labels, w), n_clusters
 
 
-def tune(c: Cells, params: ClusterParams, progress: bool) -> list[dict[str, Any]]:
+def tune(c: Cells, params: ClusterParams, on_fit: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
+    """Score every (eps, min_samples) of the grid; on_fit(done, total) is called after every fit."""
     rng = np.random.default_rng(params.seed)
     grid = [(e, m) for e in params.eps for m in params.min_samples]
     rows = []
-    bar = tqdm(total=len(grid) * N_SPLITS, desc="cluster grid", unit="fit", disable=not progress, file=sys.stderr,
-               leave=False)
+    total, done = len(grid) * N_SPLITS, 0
     for eps, ms in grid:
         scores, clusters = [], []
         for f in range(N_SPLITS):
@@ -182,10 +159,11 @@ def tune(c: Cells, params: ClusterParams, progress: bool) -> list[dict[str, Any]
             clusters.append(k)
             if s is not None:
                 scores.append(s)
-            bar.update()
+            done += 1
+            if on_fit is not None:
+                on_fit(done, total)
         rows.append({"eps": eps, "min_samples": ms, "silhouette": float(np.mean(scores)) if scores else None,
                      "folds_scored": len(scores), "clusters_mean": float(np.mean(clusters))})
-    bar.close()
     return rows
 
 
@@ -216,8 +194,8 @@ def hot_zones_from_labels(c: Cells, labels: np.ndarray, params: ClusterParams, c
     return hot, clusters, zt
 
 
-def run_cluster(events: pl.DataFrame, meta: dict[str, Any], params: ClusterParams,
-                progress: bool = False) -> dict[str, Any]:
+def run_cluster(events: pl.DataFrame, meta: dict[str, Any], params: ClusterParams = ClusterParams(),
+                on_fit: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     c = read_cells(events, meta, params)
     reads = int(c.counts.sum())
     base: dict[str, Any] = {"reads": reads, "cells_read": int(c.cell.size),
@@ -226,7 +204,7 @@ def run_cluster(events: pl.DataFrame, meta: dict[str, Any], params: ClusterParam
     if reads < N_SPLITS * 2:
         return {"hot_zones": [], "eps": None, "min_samples": None, "silhouette": None, "grid": [],
                 "clusters": [], "note": f"only {reads} reads: too few to cluster", **base}
-    grid = tune(c, params, progress)
+    grid = tune(c, params, on_fit)
     scored = [g for g in grid if g["silhouette"] is not None]
     if not scored:
         return {"hot_zones": [], "eps": None, "min_samples": None, "silhouette": None, "grid": grid,
@@ -249,90 +227,3 @@ def cell_labels(events: pl.DataFrame, meta: dict[str, Any], eps: float, min_samp
     return pl.DataFrame({"cell": c.cell, "zone": c.cell // params.cells_per_zone,
                          "lba": c.cell * c.cell_lba, "reads": c.counts, "x": x[:, 0], "y": x[:, 1],
                          "label": labels})
-
-
-def cached_cluster(run: RunPaths, params: ClusterParams = ClusterParams(), progress: bool = False) -> dict[str, Any]:
-    """run_cluster with the result kept in derived/cluster.json, keyed by parameters and the trace."""
-    meta = read_meta(run)
-    events = load_events(run)
-    st = run.events.stat()
-    key = f"{params.key()}-{st.st_size}-{st.st_mtime_ns}"
-    path = run.derived / "cluster.json"
-    if path.is_file():
-        try:
-            old = json.loads(path.read_text())
-            if old.get("cache_key") == key:
-                return old["result"]
-        except (json.JSONDecodeError, KeyError):
-            pass
-    res = run_cluster(events, meta, params, progress)
-    path.write_text(json.dumps({"cache_key": key, "result": res}, default=float) + "\n")
-    return res
-
-
-def cluster_text(r: dict[str, Any]) -> str:
-    lines = [f"cluster: {r['reads']} reads in {r['cells_read']} cells of {r['cell_bytes'] // 1024} KiB"]
-    if r.get("note"):
-        lines.append(f"cluster: {r['note']}")
-    if r["grid"]:
-        lines.append("  eps   min_samples  silhouette  folds")
-        for g in r["grid"]:
-            s = "-" if g["silhouette"] is None else f"{g['silhouette']:.4f}"
-            mark = " *" if (g["eps"], g["min_samples"]) == (r["eps"], r["min_samples"]) else ""
-            lines.append(f"  {g['eps']:<5} {g['min_samples']:>11}  {s:>10}  {g['folds_scored']:>5}{mark}")
-    for cl in r["clusters"]:
-        lines.append(f"  cluster {cl['label']}: {cl['cells']} cells, {cl['reads']} reads, density "
-                     f"{cl['density_factor']:.2f}x mean{' HOT' if cl['hot'] else ''}, zones {cl['zones'][:8]}"
-                     f"{'…' if len(cl['zones']) > 8 else ''}")
-    lines.append(f"hot zones: {r['hot_zones']}")
-    return "\n".join(lines)
-
-
-def params_from_args(args: argparse.Namespace) -> ClusterParams:
-    def floats(s: str) -> tuple[float, ...]:
-        try:
-            v = tuple(float(x) for x in s.split(","))
-        except ValueError:
-            raise ZtbpError(f"--eps {s!r}: expected numbers separated by commas, e.g. 0.01,0.02") from None
-        if not v or any(e <= 0 for e in v):
-            raise ZtbpError("--eps values must be positive")
-        return v
-
-    def ints(s: str) -> tuple[int, ...]:
-        try:
-            v = tuple(int(x) for x in s.split(","))
-        except ValueError:
-            raise ZtbpError(f"--min-samples {s!r}: expected integers separated by commas, e.g. 20,30") from None
-        if not v or any(m < 1 for m in v):
-            raise ZtbpError("--min-samples values must be ≥ 1")
-        return v
-
-    if args.hot_factor <= 0:
-        raise ZtbpError("--hot-factor must be positive")
-    return ClusterParams(eps=floats(args.eps), min_samples=ints(args.min_samples),
-                         cells_per_zone=args.cells_per_zone, hot_factor=args.hot_factor, seed=args.seed)
-
-
-def add_cluster_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--eps", default=",".join(map(str, PAPER_EPS)), help="eps grid (default: the paper's)")
-    p.add_argument("--min-samples", default=",".join(map(str, PAPER_MIN_SAMPLES)),
-                   help="min_samples grid (default: the paper's)")
-    p.add_argument("--cells-per-zone", type=int, default=32, help="cells per zone (default 32)")
-    p.add_argument("--hot-factor", type=float, default=2.0,
-                   help="a cluster is hot at this multiple of the mean read density (default 2)")
-    p.add_argument("--seed", type=int, default=0, help="KFold shuffle seed (default 0)")
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    rp = run_paths(args.run)
-    res = cached_cluster(rp, params_from_args(args), progress=not args.json and sys.stderr.isatty())
-    emit(res, args.json, cluster_text(res))
-    return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("cluster", help="DBSCAN hot-zone detection with 5-fold tuned eps / min_samples")
-    p.add_argument("run", help="run directory")
-    add_cluster_args(p)
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=_cmd)

@@ -1,4 +1,4 @@
-"""`ztbp capture`: boot the VM, trace a workload with probes/nvme_zone.bt, write a run directory.
+"""Captures: boot the VM, trace a workload with probes/nvme_zone.bt, write a run directory (`ztbp capture`).
 
 `ztbp capture-host DEV WORKLOAD` runs the same guest script (vm/guest/capture.sh) on a real zoned drive of
 this machine. Both write exactly the run directory of probes/FORMAT.md; meta.json is written first with
@@ -7,23 +7,23 @@ this machine. Both write exactly the run directory of probes/FORMAT.md; meta.jso
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import paths
-from .contract import new_meta, write_meta
-from .errors import ZtbpError
-from .paths import RunPaths
+from .. import paths
+from ..contract import new_meta, write_meta
+from ..errors import ZtbpError
+from ..io.fio import fio_totals
+from ..paths import RunPaths
+from ..units import MIB
 from .vm import Geometry, GuestResult, NvmevirtPlan, VmError, ensure_image, qemu_version, run_in_guest
-from .workload import PRESETS, Workload, add_workload_options, parse_size, workload_from_args
+from .workload import PRESETS, Workload, WorkloadOptions
 
 GUEST_SCRIPT = paths.VM / "guest" / "capture.sh"
 STAGING = ".capture"
@@ -56,26 +56,6 @@ def read_guest_env(run: RunPaths) -> dict[str, str]:
             k, v = line.split("=", 1)
             env[k] = v
     return env
-
-
-def fio_summary(path: Path) -> dict[str, Any]:
-    """Totals of a fio JSON output: read/write I/Os, IOPS, runtime, read latency percentiles."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-    jobs = data.get("jobs", [])
-    summ: dict[str, Any] = {"version": data.get("fio version", "")}
-    for op in ("read", "write"):
-        summ[f"{op}_ios"] = sum(int(j.get(op, {}).get("total_ios", 0)) for j in jobs)
-        summ[f"{op}_iops"] = round(sum(float(j.get(op, {}).get("iops", 0.0)) for j in jobs), 1)
-    summ["runtime_ms"] = max((int(j.get("read", {}).get("runtime", 0)) for j in jobs), default=0)
-    if jobs:
-        pct = jobs[0].get("read", {}).get("clat_ns", {}).get("percentile", {})
-        summ["read_clat_p50_us"] = round(pct.get("50.000000", 0) / 1000, 1)
-        summ["read_clat_p99_us"] = round(pct.get("99.000000", 0) / 1000, 1)
-    summ["errors"] = sum(int(j.get("error", 0)) for j in jobs)
-    return summ
 
 
 def count_commands(csv: Path) -> dict[str, int]:
@@ -123,10 +103,10 @@ def finish_meta(run: RunPaths, meta: dict[str, Any], result_status: int | None, 
                                "recursion_misses": int(genv.get("probe_recursion_misses", 0)),
                                "attach_s": int(genv.get("probe_attach_s", 0)),
                                "drain_s": int(genv.get("probe_drain_s", 0))}
-    fio = fio_summary(run.fio_json)
+    fio = fio_totals(run.fio_json)
     if fio:
         meta["fio"] = fio
-    prefill = fio_summary(run.root / STAGING / "prefill-fio.json")
+    prefill = fio_totals(run.root / STAGING / "prefill-fio.json")
     if prefill:
         meta["prefill"] = {"write_ios": prefill["write_ios"], "seconds": int(genv.get("prefill_s", 0))}
     counts = count_commands(run.nvme_csv)
@@ -188,13 +168,6 @@ class Progress:
 
 
 # ---- ztbp capture (VM) -----------------------------------------------------------------------------------
-def geometry_from_args(args: argparse.Namespace) -> Geometry:
-    return Geometry(
-        zone_bytes=parse_size(args.zone_size), zones=args.zones,
-        zone_cap_bytes=parse_size(args.zone_cap) if args.zone_cap else None,
-        max_open=args.max_open, max_active=args.max_active, lba_bytes=args.lba_size,
-        conv_ns_bytes=parse_size(args.conv_ns) if args.conv_ns else None,
-    )
 
 
 def write_jobs(wl: Workload, folder: Path) -> tuple[Path, Path | None]:
@@ -230,27 +203,51 @@ def capture_env(wl: Workload, job: str, prefill: str | None, *, reset: bool = Tr
     return env
 
 
-def run_capture(args: argparse.Namespace) -> int:
-    if args.workload not in PRESETS:
-        raise CaptureError(f"unknown workload '{args.workload}'; choose one of: {', '.join(PRESETS)}")
-    geometry = geometry_from_args(args)
+@dataclass(frozen=True)
+class VmCapture:
+    """What `ztbp capture` was asked for: the workload, the emulated device and where the run goes."""
+
+    workload: WorkloadOptions
+    geometry: Geometry = Geometry()
+    backend: str = "qemu"
+    nvmevirt_ko: Path | None = None
+    nvmevirt_storage_bytes: int = 1 << 30
+    out: str | None = None
+    timeout: int = 3600
+    verbose: bool = False
+
+
+@dataclass
+class CaptureOutcome:
+    """A finished (or interrupted) capture: its summary and the exit code the CLI returns."""
+
+    summary: dict[str, Any]
+    exit_code: int
+    error: str | None = None
+
+
+def run_capture(req: VmCapture) -> CaptureOutcome:
+    """Trace req.workload in the VM into a new run directory (meta.json first, marked incomplete until done)."""
+    args = req
+    if args.workload.name not in PRESETS:
+        raise CaptureError(f"unknown workload '{args.workload.name}'; choose one of: {', '.join(PRESETS)}")
+    geometry = req.geometry
     plan: NvmevirtPlan | None = None
     extra: list[str] = []
     if args.backend == "nvmevirt":
         if not args.nvmevirt_ko:
             raise CaptureError("--backend nvmevirt needs --nvmevirt-ko FILE: the nvmev.ko you built for the guest "
                                "kernel (see vm/README.md, 'NVMeVirt backend')")
-        ko = Path(args.nvmevirt_ko)
+        ko = args.nvmevirt_ko
         if not ko.is_file():
             raise CaptureError(f"--nvmevirt-ko {ko}: no such file")
-        plan = NvmevirtPlan(storage_mib=parse_size(args.nvmevirt_storage) // (1 << 20),
-                            zone_mib=geometry.zone_bytes // (1 << 20))
+        plan = NvmevirtPlan(storage_mib=args.nvmevirt_storage_bytes // MIB, zone_mib=geometry.zone_bytes // MIB)
         extra = plan.vmtest_args(ko)
         nr_zones, lba = plan.zones, 512
     else:
         geometry.validate()
         nr_zones, lba = geometry.zones, geometry.lba_bytes
-    wl = workload_from_args(args, device="/dev/nvme0n1", zone_bytes=geometry.zone_bytes, nr_zones=nr_zones)
+    wl = args.workload.build(device="/dev/nvme0n1", zone_bytes=geometry.zone_bytes, nr_zones=nr_zones)
     progress = Progress(wl.total_reads, args.verbose)
     progress.say(f"capture {wl.name}: {wl.describe_line()}, backend {args.backend}")
     try:
@@ -275,17 +272,12 @@ def run_capture(args: argparse.Namespace) -> int:
             timeout=args.timeout, files=files, env=env, extra_args=extra, on_line=progress)
     summ = finish_meta(run, meta, result.status, result.interrupted, started, {"qemu": qemu_version()})
     progress.say("teardown done")
-    if args.json:
-        json.dump(summ, sys.stdout, indent=2)
-        print()
-    else:
-        print(summary_line(summ))
     if result.interrupted:
-        return 130
+        return CaptureOutcome(summ, 130)
     if result.status != 0:
-        raise CaptureError(f"the guest reported status {result.status}; the partial run is in {run.root} "
-                           f"(marked incomplete); see {run.console_log}")
-    return 0
+        return CaptureOutcome(summ, 1, f"the guest reported status {result.status}; the partial run is in "
+                                       f"{run.root} (marked incomplete); see {run.console_log}")
+    return CaptureOutcome(summ, 0)
 
 
 # ---- ztbp capture-host -----------------------------------------------------------------------------------
@@ -327,12 +319,25 @@ def host_geometry(dev: str, sysfs: Path = Path("/sys")) -> tuple[int, int, int]:
     return lba, zone_bytes, nr
 
 
-def run_capture_host(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class HostCapture:
+    """What `ztbp capture-host` was asked for: a real zoned namespace of this machine and the workload."""
+
+    device: str
+    workload: WorkloadOptions
+    destructive: bool = False
+    no_prefill: bool = False
+    out: str | None = None
+    verbose: bool = False
+
+
+def run_capture_host(args: HostCapture) -> CaptureOutcome:
+    """Trace a workload on a real zoned drive with the same guest script as a VM capture."""
     dev = args.device
     sysfs = Path(os.environ.get("ZTBP_SYSFS", "/sys"))
     check_zoned(dev, sysfs)
     lba, zone_bytes, nr = host_geometry(dev, sysfs)
-    wl = workload_from_args(args, device=dev, zone_bytes=zone_bytes, nr_zones=nr)
+    wl = args.workload.build(device=dev, zone_bytes=zone_bytes, nr_zones=nr)
     check_writes(dev, wl, args.destructive, args.no_prefill)
     missing = [t for t in ("bpftrace", "fio", "blkzone") if shutil.which(t) is None]
     if missing:
@@ -367,44 +372,7 @@ def run_capture_host(args: argparse.Namespace) -> int:
                 progress(line.rstrip("\n"))
         status = proc.wait()
     summ = finish_meta(run, meta, status, interrupted, started, {})
-    print(summary_line(summ))
-    return 130 if interrupted else (0 if status == 0 else 1)
-
-
-# ---- CLI -------------------------------------------------------------------------------------------------
-def _common(p: argparse.ArgumentParser) -> None:
-    add_workload_options(p)
-    p.add_argument("--out", help="run directory (default: runs/<UTC timestamp>-<workload>)")
-    p.add_argument("-v", "--verbose", action="store_true", help="also show the guest console")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("capture", help="trace a workload in the QEMU VM (zoned NVMe) into a run directory",
-                       description="Boot the VM with a zoned NVMe namespace, run WORKLOAD under the NVMe probe, "
-                                   "write runs/<UTC timestamp>-<workload>/ (probes/FORMAT.md).")
-    p.add_argument("workload", nargs="?", default="paper80", help=f"one of {', '.join(PRESETS)} (default: paper80)")
-    _common(p)
-    g = p.add_argument_group("zoned namespace (QEMU backend)")
-    g.add_argument("--zone-size", default="32M", help="zone size (default: %(default)s)")
-    g.add_argument("--zones", type=int, default=64, help="number of zones (default: %(default)s)")
-    g.add_argument("--zone-cap", default=None, help="zone capacity (default: the zone size)")
-    g.add_argument("--max-open", type=int, default=0, help="max open zones, 0 = no limit")
-    g.add_argument("--max-active", type=int, default=0, help="max active zones, 0 = no limit")
-    g.add_argument("--lba-size", type=int, default=4096, help="logical block size (default: %(default)s)")
-    g.add_argument("--conv-ns", default=None, help="also attach a conventional namespace of this size")
-    p.add_argument("--backend", choices=("qemu", "nvmevirt"), default="qemu", help="device backend")
-    p.add_argument("--nvmevirt-ko", help="NVMeVirt ZNS module built for the guest kernel (backend nvmevirt)")
-    p.add_argument("--nvmevirt-storage", default="1G", help="NVMeVirt storage size (default: %(default)s)")
-    p.add_argument("--timeout", type=int, default=3600, help="kill the guest after this many seconds")
-    p.set_defaults(func=run_capture)
-
-    h = sub.add_parser("capture-host", help="trace a workload on a real zoned drive of this machine",
-                       description="Run the NVMe probe and a workload on a real ZNS namespace. Refuses a "
-                                   "non-zoned device, and any workload that writes unless --destructive.")
-    h.add_argument("device", metavar="DEV", help="zoned namespace, e.g. /dev/nvme0n1")
-    h.add_argument("workload", help=f"one of {', '.join(PRESETS)}")
-    _common(h)
-    h.add_argument("--destructive", action="store_true", help="allow zone resets and writes (destroys data)")
-    h.add_argument("--no-prefill", action="store_true", help="read what is on the drive; no resets, no writes")
-    h.set_defaults(func=run_capture_host)
+    if interrupted:
+        return CaptureOutcome(summ, 130)
+    return CaptureOutcome(summ, 0) if status == 0 else CaptureOutcome(
+        summ, 1, f"the capture script reported status {status}; the partial run is in {run.root}")

@@ -1,4 +1,4 @@
-"""fio job files for the capture workloads (`ztbp workload NAME -o FILE`).
+"""fio job files for the capture workloads (`ztbp workload NAME -o FILE` writes one).
 
 Every read workload reads 4 KiB blocks inside the *read region* (by default the first 1 GiB of the namespace)
 and needs that region written first: `prefill_job()` writes it sequentially with fio's zoned mode after the
@@ -13,15 +13,13 @@ rest to a uniform 4 KiB block in [10 MiB, 1 GiB). The paper ran 36 jobs x QD 4 (
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-from .errors import ZtbpError
+from ..errors import ZtbpError
+from ..units import KIB, MIB, parse_size, parse_zone_list
 
-KIB = 1024
-MIB = 1024 * KIB
+__all__ = ["KIB", "MIB", "PRESETS", "Workload", "WorkloadError", "WorkloadOptions", "parse_size", "parse_zone_list"]
 BLOCK = 4 * KIB
 PAPER_HOT_ZONES: tuple[int, ...] = (1, 7, 11, 15, 19)
 PAPER_READS = 1_000_000
@@ -324,75 +322,22 @@ def _split_counts(count: int, jobs: int) -> list[tuple[int, int, str]]:
     return groups
 
 
-def parse_size(text: str) -> int:
-    """'32M', '1G', '4096' -> bytes."""
-    t = text.strip().upper().removesuffix("IB").removesuffix("B")
-    mult = {"K": KIB, "M": MIB, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
-    num = t[:-1] if t[-1:] in "KMGT" and t[-1:] else t
-    try:
-        value = int(num)
-    except ValueError:
-        raise WorkloadError(f"cannot read size '{text}': use bytes or K/M/G, e.g. 32M") from None
-    if value <= 0:
-        raise WorkloadError(f"size must be positive, got '{text}'")
-    return value * mult
+@dataclass(frozen=True)
+class WorkloadOptions:
+    """What a user chose for a workload before the device is known (the options of `ztbp workload` / `capture`)."""
 
+    name: str = "paper80"
+    reads: int = PAPER_READS
+    jobs: int = 0
+    iodepth: int = 0
+    hot_zones: tuple[int, ...] = PAPER_HOT_ZONES
+    hot_share: float | None = None
+    ioengine: str = "io_uring"
+    seed: int = 1
+    region_bytes: int = READ_REGION
 
-def parse_zone_list(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise WorkloadError(f"cannot read zone list '{text}': use comma-separated zone ids, e.g. 1,7,11") from None
-
-
-def add_workload_options(p: argparse.ArgumentParser) -> None:
-    """Workload options shared by `ztbp workload` and `ztbp capture`."""
-    p.add_argument("--reads", type=int, default=PAPER_READS, help="total 4 KiB reads (default: %(default)s)")
-    p.add_argument("--jobs", type=int, default=0, help="fio jobs (default: the workload's, e.g. 36 for paper80)")
-    p.add_argument("--iodepth", type=int, default=0, help="queue depth per job (default: the workload's)")
-    p.add_argument("--hot-zones", default=",".join(map(str, PAPER_HOT_ZONES)),
-                   help="hot zone ids of paper80/paper60 (default: %(default)s)")
-    p.add_argument("--hot-share", type=float, default=None, help="share of reads on hot zones (default: preset)")
-    p.add_argument("--ioengine", default="io_uring", help="fio ioengine (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=1, help="fio randseed (default: %(default)s)")
-    p.add_argument("--region", default="1G", help="read region from LBA 0 (default: %(default)s)")
-
-
-def workload_from_args(args: argparse.Namespace, *, device: str, zone_bytes: int, nr_zones: int) -> Workload:
-    return Workload(
-        name=args.workload, reads=args.reads, jobs=args.jobs, iodepth=args.iodepth, device=device,
-        zone_bytes=zone_bytes, nr_zones=nr_zones, ioengine=args.ioengine,
-        hot_zones=parse_zone_list(args.hot_zones), hot_share=args.hot_share, seed=args.seed,
-        region_bytes=parse_size(args.region),
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    wl = workload_from_args(args, device=args.device, zone_bytes=parse_size(args.zone_size), nr_zones=args.zones)
-    out = Path(args.output)
-    if out.parent and not out.parent.exists():
-        raise WorkloadError(f"folder {out.parent} does not exist; create it or choose another -o path")
-    out.write_text(wl.fio_job())
-    print(f"wrote {out}: {wl.name}, {wl.describe_line()}")
-    if args.prefill:
-        pre = wl.prefill_job()
-        if pre is None:
-            print(f"{wl.name} reads nothing: no prefill job")
-        else:
-            Path(args.prefill).write_text(pre)
-            print(f"wrote {args.prefill}: prefill of zones {wl.prefill_zones.start}..{wl.prefill_zones.stop - 1}")
-    return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("workload", help="write a fio job file for a capture workload",
-                       description="Write the fio job file of a named workload. " +
-                       "; ".join(f"{k}: {v.help}" for k, v in PRESETS.items()))
-    p.add_argument("workload", metavar="NAME", help=f"one of {', '.join(PRESETS)}")
-    p.add_argument("-o", "--output", required=True, help="fio job file to write")
-    p.add_argument("--prefill", metavar="FILE", help="also write the prefill job (sequential zone fill) here")
-    p.add_argument("--device", default="/dev/nvme0n1", help="block device in the job file (default: %(default)s)")
-    p.add_argument("--zone-size", default="32M", help="zone size (default: %(default)s)")
-    p.add_argument("--zones", type=int, default=64, help="zones of the namespace (default: %(default)s)")
-    add_workload_options(p)
-    p.set_defaults(func=run)
+    def build(self, *, device: str, zone_bytes: int, nr_zones: int) -> Workload:
+        """The workload on a device of this geometry (checked: WorkloadError when it cannot work there)."""
+        return Workload(name=self.name, reads=self.reads, jobs=self.jobs, iodepth=self.iodepth, device=device,
+                        zone_bytes=zone_bytes, nr_zones=nr_zones, ioengine=self.ioengine, hot_zones=self.hot_zones,
+                        hot_share=self.hot_share, seed=self.seed, region_bytes=self.region_bytes)

@@ -17,24 +17,24 @@ does, so the trace holds resets and writes too. `--reads` counts read commands (
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from .contract import NVME_COLUMNS, NVME_VERSION_LINE, new_meta, write_meta
-from .errors import ZtbpError
-from .paths import run_paths
+from ..contract import NVME_COLUMNS, NVME_VERSION_LINE, new_meta, write_meta
+from ..errors import ZtbpError
+from ..paths import RunPaths
+from ..units import MIB
+from .patterns import HOT_ZONES, PATTERNS
 
-PATTERNS = ("paper80", "paper60", "uniform", "seqread", "seqwrite", "zipf")
-HOT_ZONES = (1, 7, 11, 15, 19)
-MIB = 1 << 20
+__all__ = ["HOT_ZONES", "PATTERNS", "SynthGeometry", "synthesize", "write_run"]
+
 
 
 @dataclass(frozen=True)
-class Geometry:
+class SynthGeometry:
     lba_bytes: int = 4096
     zone_size_lba: int = 8192  # 32 MiB
     nr_zones: int = 64
@@ -48,7 +48,7 @@ def _hot_share(pattern: str) -> float:
     return {"paper80": 0.8, "paper60": 0.6}.get(pattern, 0.0)
 
 
-def read_pages(pattern: str, n: int, rng: np.random.Generator, geo: Geometry) -> np.ndarray:
+def read_pages(pattern: str, n: int, rng: np.random.Generator, geo: SynthGeometry) -> np.ndarray:
     """4 KiB page numbers of n random reads for the paper / uniform / zipf patterns."""
     page = 4096
     lo, hi = 10 * MIB // page, 1024 * MIB // page
@@ -83,7 +83,7 @@ def _commands(op: str, slba: np.ndarray, nlb: np.ndarray | int, action: str = ""
     })
 
 
-def _prefill(zones: range, geo: Geometry, chunk_lba: int) -> pl.DataFrame:
+def _prefill(zones: range, geo: SynthGeometry, chunk_lba: int) -> pl.DataFrame:
     """Reset every zone, then fill each sequentially with chunk_lba-sized writes."""
     zone_starts = np.asarray(list(zones), dtype=np.uint64) * geo.zone_size_lba
     resets = _commands("zone_mgmt_send", zone_starts, 0, "reset")
@@ -92,7 +92,7 @@ def _prefill(zones: range, geo: Geometry, chunk_lba: int) -> pl.DataFrame:
     return pl.concat([resets, writes])
 
 
-def _interleaved_streams(zones: list[int], geo: Geometry, chunk_lba: int, n: int, streams: int) -> np.ndarray:
+def _interleaved_streams(zones: list[int], geo: SynthGeometry, chunk_lba: int, n: int, streams: int) -> np.ndarray:
     """Start LBAs of n chunk_lba-sized requests from `streams` sequential streams, round robin."""
     per_zone = geo.zone_size_lba // chunk_lba
     seq = (np.asarray(zones, dtype=np.int64)[:, None] * geo.zone_size_lba
@@ -106,7 +106,7 @@ def _interleaved_streams(zones: list[int], geo: Geometry, chunk_lba: int, n: int
     return np.tile(order, reps)[:n].astype(np.uint64)
 
 
-def synthesize(pattern: str, reads: int, seed: int, geo: Geometry = Geometry()) -> pl.DataFrame:
+def synthesize(pattern: str, reads: int, seed: int, geo: SynthGeometry = SynthGeometry()) -> pl.DataFrame:
     """The commands of a synthetic run, in submission order, without timing columns."""
     if pattern not in PATTERNS:
         raise ZtbpError(f"unknown pattern {pattern!r}; choose one of {', '.join(PATTERNS)}")
@@ -150,8 +150,8 @@ def add_timing(cmds: pl.DataFrame, seed: int, iops: float = 12_500.0) -> pl.Data
     ).select(NVME_COLUMNS)
 
 
-def write_run(run: Path, pattern: str, reads: int, seed: int, geo: Geometry = Geometry()) -> dict:
-    rp = run_paths(run)
+def write_run(run: Path, pattern: str, reads: int, seed: int, geo: SynthGeometry = SynthGeometry()) -> dict:
+    rp = RunPaths(Path(run))
     rp.raw.mkdir(parents=True, exist_ok=True)
     events = add_timing(synthesize(pattern, reads, seed, geo), seed)
     # The contract is completion order; synthetic completions keep submission order.
@@ -169,18 +169,3 @@ def write_run(run: Path, pattern: str, reads: int, seed: int, geo: Geometry = Ge
     meta["lost_events"] = {"nvme": 0}
     write_meta(rp, meta)
     return {"run": str(rp.root), "pattern": pattern, "commands": events.height, "seed": seed}
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    res = write_run(Path(args.run), args.pattern, args.reads, args.seed)
-    print(f"synth: wrote {res['commands']} commands ({args.pattern}, seed {args.seed}) to {res['run']}")
-    return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("synth", help="write a synthetic run in the run-directory contract")
-    p.add_argument("run", help="run directory to create (e.g. runs/synth-paper80)")
-    p.add_argument("--pattern", choices=PATTERNS, default="paper80", help="access pattern (default paper80)")
-    p.add_argument("--reads", type=int, default=1_000_000, help="read commands (default 1,000,000)")
-    p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
-    p.set_defaults(func=_cmd)

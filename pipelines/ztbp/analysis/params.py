@@ -1,0 +1,38 @@
+"""Parameters and defaults of the analyses, importable without the analyses' heavy dependencies (the CLI builds
+its options from these without loading numpy, scikit-learn or numba)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+#: The paper's grid: eps in range(0.01, 0.05, 0.01), min_samples in range(20, 50, 10).
+PAPER_EPS: tuple[float, ...] = (0.01, 0.02, 0.03, 0.04)
+PAPER_MIN_SAMPLES: tuple[int, ...] = (20, 30, 40)
+#: Ops whose sequential chains are measured (zone appends are placed by the device, so they are not chained).
+CHAIN_OPS: tuple[str, ...] = ("read", "write", "write_zeroes")
+#: A chain stays open for continuation while its last request is among this many most recent requests of its op.
+CHAIN_WINDOW = 256
+#: Natural Transfer Size of the object-storage study, MiB.
+NTS_MIB = 4.0
+#: Cache sizes of `cachesim --sweep`, MiB.
+SWEEP_MIB: tuple[int, ...] = (4, 8, 16, 32, 64, 128, 256, 512)
+#: The paper's device cache, MiB, and page, KiB.
+CACHE_MIB = 64
+PAGE_KIB = 4
+#: Keys `ztbp layers --by` can split by, and the column each names.
+LAYER_GROUP_KEYS: dict[str, str] = {"op": "op", "size": "bytes", "zone": "zone", "mode": "mode", "stack": "stack"}
+
+
+@dataclass(frozen=True)
+class ClusterParams:
+    eps: tuple[float, ...] = PAPER_EPS
+    min_samples: tuple[int, ...] = PAPER_MIN_SAMPLES
+    cells_per_zone: int = 32
+    hot_factor: float = 2.0
+    hot_zone_share: float = 0.5
+    seed: int = 0
+
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps(self.__dict__, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,0 +1,157 @@
+"""Acquisition commands: synth, workload, capture (the VM), capture-host (a real zoned drive)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..acquire.patterns import PATTERNS
+from ..acquire.workload import PAPER_HOT_ZONES, PAPER_READS, PRESETS, READ_REGION, WorkloadError, WorkloadOptions
+from ..errors import ZtbpError
+from ..units import MIB, parse_size, parse_zone_list
+
+
+def add_workload_options(p: argparse.ArgumentParser) -> None:
+    """Workload options shared by `ztbp workload` and `ztbp capture`."""
+    p.add_argument("--reads", type=int, default=PAPER_READS, help="total 4 KiB reads (default: %(default)s)")
+    p.add_argument("--jobs", type=int, default=0, help="fio jobs (default: the workload's, e.g. 36 for paper80)")
+    p.add_argument("--iodepth", type=int, default=0, help="queue depth per job (default: the workload's)")
+    p.add_argument("--hot-zones", default=",".join(map(str, PAPER_HOT_ZONES)),
+                   help="hot zone ids of paper80/paper60 (default: %(default)s)")
+    p.add_argument("--hot-share", type=float, default=None, help="share of reads on hot zones (default: preset)")
+    p.add_argument("--ioengine", default="io_uring", help="fio ioengine (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=1, help="fio randseed (default: %(default)s)")
+    p.add_argument("--region", default=f"{READ_REGION // MIB}M", help="read region from LBA 0 (default: %(default)s)")
+
+
+def workload_options(args: argparse.Namespace) -> WorkloadOptions:
+    return WorkloadOptions(name=args.workload, reads=args.reads, jobs=args.jobs, iodepth=args.iodepth,
+                           hot_zones=parse_zone_list(args.hot_zones, "--hot-zones"), hot_share=args.hot_share,
+                           ioengine=args.ioengine, seed=args.seed, region_bytes=parse_size(args.region))
+
+
+def _workload(args: argparse.Namespace) -> int:
+    wl = workload_options(args).build(device=args.device, zone_bytes=parse_size(args.zone_size),
+                                      nr_zones=args.zones)
+    out = Path(args.output)
+    if out.parent and not out.parent.exists():
+        raise WorkloadError(f"folder {out.parent} does not exist; create it or choose another -o path")
+    out.write_text(wl.fio_job())
+    print(f"wrote {out}: {wl.name}, {wl.describe_line()}")
+    if args.prefill:
+        pre = wl.prefill_job()
+        if pre is None:
+            print(f"{wl.name} reads nothing: no prefill job")
+        else:
+            Path(args.prefill).write_text(pre)
+            print(f"wrote {args.prefill}: prefill of zones {wl.prefill_zones.start}..{wl.prefill_zones.stop - 1}")
+    return 0
+
+
+def _finish(outcome: object, as_json: bool) -> int:
+    from ..acquire.capture import CaptureError, CaptureOutcome, summary_line
+
+    assert isinstance(outcome, CaptureOutcome)
+    if as_json:
+        json.dump(outcome.summary, sys.stdout, indent=2)
+        print()
+    else:
+        print(summary_line(outcome.summary))
+    if outcome.error:
+        raise CaptureError(outcome.error)
+    return outcome.exit_code
+
+
+def _capture(args: argparse.Namespace) -> int:
+    from ..acquire.capture import VmCapture, run_capture
+    from ..acquire.vm import Geometry
+
+    geometry = Geometry(
+        zone_bytes=parse_size(args.zone_size), zones=args.zones,
+        zone_cap_bytes=parse_size(args.zone_cap) if args.zone_cap else None,
+        max_open=args.max_open, max_active=args.max_active, lba_bytes=args.lba_size,
+        conv_ns_bytes=parse_size(args.conv_ns) if args.conv_ns else None)
+    req = VmCapture(workload=workload_options(args), geometry=geometry, backend=args.backend,
+                    nvmevirt_ko=Path(args.nvmevirt_ko) if args.nvmevirt_ko else None,
+                    nvmevirt_storage_bytes=parse_size(args.nvmevirt_storage), out=args.out, timeout=args.timeout,
+                    verbose=args.verbose)
+    return _finish(run_capture(req), args.json)
+
+
+def _capture_host(args: argparse.Namespace) -> int:
+    from ..acquire.capture import HostCapture, run_capture_host
+
+    req = HostCapture(device=args.device, workload=workload_options(args), destructive=args.destructive,
+                      no_prefill=args.no_prefill, out=args.out, verbose=args.verbose)
+    return _finish(run_capture_host(req), args.json)
+
+
+def _synth(args: argparse.Namespace) -> int:
+    from ..acquire.synth import write_run
+
+    if args.reads <= 0:
+        raise ZtbpError("--reads must be positive")
+    res = write_run(Path(args.run), args.pattern, args.reads, args.seed)
+    print(f"synth: wrote {res['commands']} commands ({args.pattern}, seed {args.seed}) to {res['run']}")
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    add_workload_options(p)
+    p.add_argument("--out", help="run directory (default: runs/<UTC timestamp>-<workload>)")
+    p.add_argument("-v", "--verbose", action="store_true", help="also show the guest console")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def register_synth(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("synth", help="write a synthetic run in the run-directory contract")
+    p.add_argument("run", help="run directory to create (e.g. runs/synth-paper80)")
+    p.add_argument("--pattern", choices=PATTERNS, default="paper80", help="access pattern (default paper80)")
+    p.add_argument("--reads", type=int, default=1_000_000, help="read commands (default 1,000,000)")
+    p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    p.set_defaults(func=_synth)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("workload", help="write a fio job file for a capture workload",
+                       description="Write the fio job file of a named workload. " +
+                       "; ".join(f"{k}: {v.help}" for k, v in PRESETS.items()))
+    p.add_argument("workload", metavar="NAME", help=f"one of {', '.join(PRESETS)}")
+    p.add_argument("-o", "--output", required=True, help="fio job file to write")
+    p.add_argument("--prefill", metavar="FILE", help="also write the prefill job (sequential zone fill) here")
+    p.add_argument("--device", default="/dev/nvme0n1", help="block device in the job file (default: %(default)s)")
+    p.add_argument("--zone-size", default="32M", help="zone size (default: %(default)s)")
+    p.add_argument("--zones", type=int, default=64, help="zones of the namespace (default: %(default)s)")
+    add_workload_options(p)
+    p.set_defaults(func=_workload)
+
+    p = sub.add_parser("capture", help="trace a workload in the QEMU VM (zoned NVMe) into a run directory",
+                       description="Boot the VM with a zoned NVMe namespace, run WORKLOAD under the NVMe probe, "
+                                   "write runs/<UTC timestamp>-<workload>/ (probes/FORMAT.md).")
+    p.add_argument("workload", nargs="?", default="paper80", help=f"one of {', '.join(PRESETS)} (default: paper80)")
+    _common(p)
+    g = p.add_argument_group("zoned namespace (QEMU backend)")
+    g.add_argument("--zone-size", default="32M", help="zone size (default: %(default)s)")
+    g.add_argument("--zones", type=int, default=64, help="number of zones (default: %(default)s)")
+    g.add_argument("--zone-cap", default=None, help="zone capacity (default: the zone size)")
+    g.add_argument("--max-open", type=int, default=0, help="max open zones, 0 = no limit")
+    g.add_argument("--max-active", type=int, default=0, help="max active zones, 0 = no limit")
+    g.add_argument("--lba-size", type=int, default=4096, help="logical block size (default: %(default)s)")
+    g.add_argument("--conv-ns", default=None, help="also attach a conventional namespace of this size")
+    p.add_argument("--backend", choices=("qemu", "nvmevirt"), default="qemu", help="device backend")
+    p.add_argument("--nvmevirt-ko", help="NVMeVirt ZNS module built for the guest kernel (backend nvmevirt)")
+    p.add_argument("--nvmevirt-storage", default="1G", help="NVMeVirt storage size (default: %(default)s)")
+    p.add_argument("--timeout", type=int, default=3600, help="kill the guest after this many seconds")
+    p.set_defaults(func=_capture)
+
+    h = sub.add_parser("capture-host", help="trace a workload on a real zoned drive of this machine",
+                       description="Run the NVMe probe and a workload on a real ZNS namespace. Refuses a "
+                                   "non-zoned device, and any workload that writes unless --destructive.")
+    h.add_argument("device", metavar="DEV", help="zoned namespace, e.g. /dev/nvme0n1")
+    h.add_argument("workload", help=f"one of {', '.join(PRESETS)}")
+    _common(h)
+    h.add_argument("--destructive", action="store_true", help="allow zone resets and writes (destroys data)")
+    h.add_argument("--no-prefill", action="store_true", help="read what is on the drive; no resets, no writes")
+    h.set_defaults(func=_capture_host)

@@ -1,0 +1,54 @@
+"""Option types and option groups shared by several commands."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..analysis.params import PAPER_EPS, PAPER_MIN_SAMPLES, ClusterParams
+from ..errors import ZtbpError
+
+
+def mib(text: str) -> float | int:
+    """A size in MiB from the command line: an int when whole (cache-config.json holds whole MiB as integers)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of MiB") from None
+    return int(v) if v.is_integer() else v
+
+
+def add_run(p: argparse.ArgumentParser, json_help: str = "machine-readable output") -> None:
+    p.add_argument("run", help="run directory (or a run id under runs/)")
+    p.add_argument("--json", action="store_true", help=json_help)
+
+
+def add_cluster_args(p: argparse.ArgumentParser) -> None:
+    d = ClusterParams()
+    p.add_argument("--eps", default=",".join(map(str, PAPER_EPS)), help="eps grid (default: the paper's)")
+    p.add_argument("--min-samples", default=",".join(map(str, PAPER_MIN_SAMPLES)),
+                   help="min_samples grid (default: the paper's)")
+    p.add_argument("--cells-per-zone", type=int, default=d.cells_per_zone,
+                   help=f"cells per zone (default {d.cells_per_zone})")
+    p.add_argument("--hot-factor", type=float, default=d.hot_factor,
+                   help=f"a cluster is hot at this multiple of the mean read density (default {d.hot_factor:g})")
+    p.add_argument("--seed", type=int, default=d.seed, help=f"KFold shuffle seed (default {d.seed})")
+
+
+def _numbers(text: str, flag: str, kind: type, example: str) -> tuple:
+    try:
+        return tuple(kind(x) for x in text.split(","))
+    except ValueError:
+        raise ZtbpError(f"{flag} {text!r}: expected numbers separated by commas, e.g. {example}") from None
+
+
+def cluster_params(args: argparse.Namespace) -> ClusterParams:
+    eps = _numbers(args.eps, "--eps", float, "0.01,0.02")
+    if not eps or any(e <= 0 for e in eps):
+        raise ZtbpError("--eps values must be positive")
+    ms = _numbers(args.min_samples, "--min-samples", int, "20,30")
+    if not ms or any(m < 1 for m in ms):
+        raise ZtbpError("--min-samples values must be ≥ 1")
+    if args.hot_factor <= 0:
+        raise ZtbpError("--hot-factor must be positive")
+    return ClusterParams(eps=eps, min_samples=ms, cells_per_zone=args.cells_per_zone, hot_factor=args.hot_factor,
+                         seed=args.seed)

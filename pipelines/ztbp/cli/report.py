@@ -1,0 +1,71 @@
+"""`ztbp report`: the notebooks run on one run (or every run) and rendered to an offline HTML report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import ZtbpError
+from . import emit
+
+
+def _report(args: argparse.Namespace) -> int:
+    from ..report.render import load_parameters, render, report_runs, update_notebook_outputs
+
+    if args.update_notebooks:
+        if args.run or args.all:
+            raise ZtbpError("--update-notebooks runs the notebooks on their default run; give no run")
+        done = update_notebook_outputs(args.only.split(",") if args.only else None)
+        print(f"report: stored the checked outputs of {len(done)} notebooks")
+        return 0
+    runs = report_runs(args.all, args.run)
+    if args.output and len(runs) > 1:
+        raise ZtbpError("-o names one report folder; it cannot be used with several runs")
+    params = load_parameters(args.params_file, args.param)
+    if args.send:
+        params["send"] = True
+    results = []
+    bad_runs = []
+    for run in runs:
+        log = (lambda s: print(s, file=sys.stderr)) if args.json else print
+        try:
+            res = render(run, args.output, params, args.only.split(",") if args.only else None, args.timeout, log,
+                         allow_send=args.send)
+        except ZtbpError as e:
+            if len(runs) == 1:
+                raise
+            bad_runs.append(run)  # --all: one broken run does not stop the others
+            print(f"ztbp report: error: {run}: {e}", file=sys.stderr)
+            continue
+        results.append(res)
+        if not args.json:
+            print(f"report: {res['run']}: {res['index']} ({sum(p['ok'] for p in res['pages'])}/"
+                  f"{len(res['pages'])} pages ok)")
+    if args.json and results:
+        emit(results if len(runs) > 1 else results[0], True)
+    failed = [(r["run"], p) for r in results for p in r["pages"] if not p["ok"]]
+    for run_id, p in failed:
+        print(f"ztbp report: error: {run_id}: notebook {p['notebook']} failed: {p['error']}", file=sys.stderr)
+    if bad_runs:
+        print(f"ztbp report: {len(bad_runs)} of {len(runs)} runs could not be reported: {', '.join(bad_runs)}",
+              file=sys.stderr)
+    return 1 if failed or bad_runs else 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="run the notebooks on a run and write an offline HTML report")
+    p.add_argument("run", nargs="*", help="run directory (or run id under runs/)")
+    p.add_argument("--all", action="store_true", help="every run in runs/")
+    p.add_argument("-o", "--output", help="report folder (default reports/<run-id>)")
+    p.add_argument("-f", "--params-file", help="YAML mapping of notebook parameters")
+    p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                   help="one notebook parameter (value read as YAML); repeatable")
+    p.add_argument("--only", help="comma-separated notebooks to run, by number or name (default: all)")
+    p.add_argument("--timeout", type=int, default=900, help="seconds per notebook cell (default 900)")
+    p.add_argument("--send", action="store_true",
+                   help="let the cache notebook send the configuration to its `device` parameter (default: a dry "
+                        "run; nothing is sent while a report renders unless this is given)")
+    p.add_argument("--json", action="store_true", help="print what was written as JSON")
+    p.add_argument("--update-notebooks", action="store_true",
+                   help="maintainers: rerun notebooks/ on the sample run and store the outputs nbval checks")
+    p.set_defaults(func=_report)

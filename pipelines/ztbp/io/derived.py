@@ -1,0 +1,33 @@
+"""Analysis results kept in a run's derived/ folder, keyed by their parameters and the trace they came from.
+
+A result is recomputed when the parameters or derived/events.parquet change; raw/ is never written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from .run import Run
+
+
+def cached(run: Run, name: str, params_key: str, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """compute(), or its earlier result from derived/<name>.json when the parameters and the trace match."""
+    run.events  # noqa: B018 - make sure events.parquet is current before its stat keys the cache
+    st = run.paths.events.stat()
+    key = f"{params_key}-{st.st_size}-{st.st_mtime_ns}"
+    path = run.paths.derived / f"{name}.json"
+    if path.is_file():
+        try:
+            old = json.loads(path.read_text())
+            if old.get("cache_key") == key:
+                return old["result"]
+        except (json.JSONDecodeError, KeyError, OSError):
+            pass
+    res = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"cache_key": key, "result": res}, default=float) + "\n")
+    tmp.replace(path)
+    return res

@@ -1,0 +1,281 @@
+"""Text views of analysis results: what the CLI prints and what the notebooks' summary cells show.
+
+Each function takes a result (a dict or a frame from the analysis room) and returns stable lines of text;
+none computes a figure of its own beyond formatting.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ..analysis.cachesim import POLICIES
+from ..analysis.frag import frag_summary
+from ..io.nvme import IngestReport
+from ..units import MIB
+from ..writeback.config import DEVICE_MAX_ZONES
+
+
+def ingest_text(rep: IngestReport) -> str:
+    out = [f"ingest: {rep.rows} rows read from {rep.source} ({rep.path} path)"]
+    if rep.skipped:
+        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(rep.skip_reasons.items()))
+        out.append(f"ingest: skipped {rep.skipped} lines ({reasons})")
+        for ex in rep.skipped_examples:
+            out.append(f"  line {ex['line']}: {ex['reason']}")
+    else:
+        out.append("ingest: skipped 0 lines")
+    if rep.blank_lines:
+        out.append(f"ingest: ignored {rep.blank_lines} blank lines")
+    if rep.out_of_range_zones:
+        out.append(f"ingest: warning: {rep.out_of_range_zones} rows address a zone ≥ nr_zones of meta.json")
+    lost = ", ".join(f"{k}={v}" for k, v in rep.lost_events.items()) or "not recorded"
+    out.append(f"ingest: lost events (from meta.json): {lost}")
+    return "\n".join(out)
+
+
+def zones_text(table: pl.DataFrame, top: int) -> str:
+    total = max(1, int(table["reads"].sum()))
+    shown = table.sort("reads", descending=True).head(top) if top else table
+    lines = [f"{'zone':>5} {'reads':>10} {'share':>6} {'writes':>8} {'appends':>7} {'resets':>6} "
+             f"{'p50 µs':>8} {'p99 µs':>8}"]
+    for r in shown.iter_rows(named=True):
+        p50 = "-" if r["read_lat_p50_us"] is None else f"{r['read_lat_p50_us']:.1f}"
+        p99 = "-" if r["read_lat_p99_us"] is None else f"{r['read_lat_p99_us']:.1f}"
+        lines.append(f"{r['zone']:>5} {r['reads']:>10} {r['reads'] / total:>6.1%} {r['writes']:>8} "
+                     f"{r['appends']:>7} {r['resets']:>6} {p50:>8} {p99:>8}")
+    if top and table.height > top:
+        lines.append(f"(top {top} of {table.height} zones by reads; --top 0 shows all)")
+    return "\n".join(lines)
+
+
+def chains_text(r: dict[str, Any]) -> str:
+    def fmt(b: int) -> str:
+        return f"{b / MIB:.2f} MiB" if b >= MIB else f"{b / 1024:.0f} KiB"
+
+    lines = [
+        f"chains ({r['op']}): {r['chains']} chains from {r['requests']} requests, {fmt(r['bytes'])} in all",
+        f"  NTS {fmt(r['nts_bytes'])}: {r['frac_chains_ge_nts']:.1%} of chains and "
+        f"{r['frac_bytes_ge_nts']:.1%} of bytes are in chains ≥ NTS",
+        f"  chain length p50 {fmt(r['chain_bytes_p50'])}, p90 {fmt(r['chain_bytes_p90'])}",
+        "  chain-length CDF:  ≤ bytes        chains  cum%chains  cum%bytes",
+    ]
+    for row in r["chain_cdf"]:
+        lines.append(f"  {fmt(row['bytes_le']):>18} {row['chains']:>12} {row['cum_frac_chains']:>10.1%} "
+                     f"{row['cum_frac_bytes']:>10.1%}")
+    lines.append("  I/O size CDF:        bytes      requests  cum%")
+    for row in r["size_cdf"]:
+        lines.append(f"  {fmt(row['bytes']):>18} {row['requests']:>13} {row['cum_frac']:>6.1%}")
+    return "\n".join(lines)
+
+
+def frag_text(table: pl.DataFrame, summary: dict[str, Any]) -> str:
+    lines = []
+    for d, s in summary.items():
+        lines.append(f"frag ({d}): {s['zones_touched']} zones touched, {s['fragments']} fragments, "
+                     f"{s['fragments_per_zone_mean']:.1f} per zone on average, {s['fragments_per_zone_max']} at most")
+    lines.append(f"{'zone':>5} {'rd frags':>9} {'rd gap mean':>12} {'wr frags':>9} {'wr gap max':>11}")
+    for r in table.filter((pl.col("read_fragments") > 0) | (pl.col("write_fragments") > 0)).iter_rows(named=True):
+        rg = "-" if r["read_gap_bytes_mean"] is None else f"{r['read_gap_bytes_mean'] / 1024:.0f} KiB"
+        wg = "-" if r["write_gap_bytes_max"] is None else f"{r['write_gap_bytes_max'] / 1024:.0f} KiB"
+        lines.append(f"{r['zone']:>5} {r['read_fragments']:>9} {rg:>12} {r['write_fragments']:>9} {wg:>11}")
+    return "\n".join(lines)
+
+
+def cluster_text(r: dict[str, Any]) -> str:
+    lines = [f"cluster: {r['reads']} reads in {r['cells_read']} cells of {r['cell_bytes'] // 1024} KiB"]
+    if r.get("note"):
+        lines.append(f"cluster: {r['note']}")
+    if r["grid"]:
+        lines.append("  eps   min_samples  silhouette  folds")
+        for g in r["grid"]:
+            s = "-" if g["silhouette"] is None else f"{g['silhouette']:.4f}"
+            mark = " *" if (g["eps"], g["min_samples"]) == (r["eps"], r["min_samples"]) else ""
+            lines.append(f"  {g['eps']:<5} {g['min_samples']:>11}  {s:>10}  {g['folds_scored']:>5}{mark}")
+    for cl in r["clusters"]:
+        lines.append(f"  cluster {cl['label']}: {cl['cells']} cells, {cl['reads']} reads, density "
+                     f"{cl['density_factor']:.2f}x mean{' HOT' if cl['hot'] else ''}, zones {cl['zones'][:8]}"
+                     f"{'…' if len(cl['zones']) > 8 else ''}")
+    lines.append(f"hot zones: {r['hot_zones']}")
+    return "\n".join(lines)
+
+
+def cachesim_text(r: dict[str, Any]) -> str:
+    lines = [f"cachesim: {r['requests']} page requests from {r['read_commands']} reads; cache {r['cache_mib']} MiB "
+             f"= {r['cache_pages']} pages of {r['page_kib']} KiB; hot zones {r['hot_zones']} "
+             f"(from {r.get('hot_zones_source', '?')})"]
+    for p in POLICIES:
+        lines.append(f"  {p:<12} {r[p]:.4f}")
+    if "sweep" in r:
+        lines.append("  cache MiB      lru  zone_lru  static_best  belady")
+        for s in r["sweep"]:
+            lines.append(f"  {s['cache_mib']:>9} {s['lru']:>8.4f} {s['zone_lru']:>9.4f} {s['static_best']:>12.4f} "
+                         f"{s['belady']:>7.4f}")
+    return "\n".join(lines)
+
+
+def opcodes_text(table: pl.DataFrame) -> str:
+    if table.height == 0:
+        return "no NVMe I/O command in this trace"
+    lines = [f"{'op':<16} {'action':<10} {'count':>9} {'errors':>6} {'mean µs':>9} {'p50 µs':>9} {'p99 µs':>9} "
+             f"{'p99.9 µs':>9} {'max µs':>9}"]
+    for r in table.iter_rows(named=True):
+        lines.append(f"{r['op']:<16} {r['zone_action'] or '-':<10} {r['count']:>9} {r['errors']:>6} "
+                     + " ".join(f"{r[k] / 1000:>9.1f}" for k in ("mean_ns", "p50_ns", "p99_ns", "p999_ns",
+                                                                    "max_ns")))
+    return "\n".join(lines)
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1000:.2f}"
+
+
+def layers_text(res: dict[str, Any]) -> str:
+    lines = [f"{res['requests']} requests ({', '.join(f'{k} {v}' for k, v in res['modes'].items()) or 'none'}; "
+             f"stack {', '.join(res['stacks']) or '-'})",
+             f"{'layer':<16} {'mean µs':>9} {'p50 µs':>9} {'p99 µs':>9} {'share':>7}"]
+    for r in res["layers"]:
+        lines.append(f"{r['layer']:<16} {_us(r['mean_ns']):>9} {_us(r['p50_ns']):>9} {_us(r['p99_ns']):>9} "
+                     f"{r['share']:>7.1%}")
+    e, s = res["end_to_end"], res["sum_check"]
+    lines.append(f"{'end-to-end':<16} {_us(e['mean_ns']):>9} {_us(e['p50_ns']):>9} {_us(e['p99_ns']):>9}")
+    lines.append(f"sum of layer means {_us(s['sum_of_layer_means_ns'])} µs vs measured end-to-end "
+                 f"{_us(s['e2e_mean_ns'])} µs: residual {_us(s['residual_ns'])} µs ({s['residual_frac']:.2%}, "
+                 f"{'within' if s['within_tolerance'] else 'OUTSIDE'} {s['tolerance']:.0%})")
+    x = res.get("cross_check")
+    if x and x.get("matched"):
+        lines.append(f"device vs nvme.csv lat_ns ({x['matched']} of {x['rows']} requests matched): median "
+                     f"{_us(x['layers_device_p50_ns'])} vs {_us(x['nvme_lat_p50_ns'])} µs "
+                     f"({x['rel_diff']:+.1%})")
+    fio = res.get("fio")
+    if fio and fio.get("kernel_e2e_over_fio_clat"):
+        lines.append(f"fio's own mean completion latency {_us(fio['clat_mean_ns'])} µs ({fio['iops']:.0f} IOPS): the "
+                     f"probe's end-to-end covers {fio['kernel_e2e_over_fio_clat']:.1%} of it (the rest is user space "
+                     "and the syscall entry/exit instructions)")
+    b = res.get("bench")
+    if b:
+        lines.append(f"probe overhead ({b['fs']}, {b['engine']}, {b['rounds']} rounds): fio {b['iops_without']:.0f} "
+                     f"IOPS without, {b['iops_with']:.0f} with the layer probe: ratio {b['ratio']:.3f}; lost events "
+                     f"{b['lost_events_with']}")
+    ex = res["excluded"]
+    if ex["negative_layer"] or ex["no_device_time"] or res["read"]["skipped"]:
+        lines.append(f"left out: {ex['negative_layer']} rows with a negative layer, {ex['no_device_time']} without "
+                     f"a device completion stamp, {res['read']['skipped']} lines that did not parse")
+    for g in res.get("groups", []):
+        label = ", ".join(f"{k}={g[k]}" for k in g if k not in ("layers", "stats"))
+        parts = ", ".join(f"{r['layer']} {_us(r['mean_ns'])}" for r in g["layers"])
+        lines.append(f"  {label} ({g['stats']['requests']} requests): {parts} µs")
+    if res["zones"]:
+        lines.append(f"per zone: {len(res['zones'])} zones (see --json)")
+    return "\n".join(lines)
+
+
+def config_written_text(cfg: dict[str, Any], out: Path) -> str:
+    p = cfg["predicted"]
+    lines = [f"config: wrote {out}", f"  hot zones {cfg['hot_zones']} from run {cfg['source_run']}",
+             f"  predicted hit ratio at {cfg['cache_mib']} MiB: lru {p['lru']:.4f} -> zone_lru {p['zone_lru']:.4f} "
+             f"(static best {p['static_best']:.4f}, belady {p['belady']:.4f})"]
+    if len(cfg["hot_zones"]) > DEVICE_MAX_ZONES:
+        lines.append(f"  note: {len(cfg['hot_zones'])} hot zones; the device protocol takes {DEVICE_MAX_ZONES} per "
+                     "SET — `ztbp-ctl set --top5` sends the five with the most reads")
+    if not cfg["hot_zones"]:
+        lines.append("  note: no hot zone was found; applying this configuration clears nothing and sets nothing")
+    return "\n".join(lines)
+
+
+def apply_text(res: dict[str, Any]) -> str:
+    """apply()'s result in a few stable lines."""
+    where = "dry run (no device)" if res["dry_run"] else f"device {res['device']}"
+    lines = [f"write-back: {where}: $ {res['command']}"]
+    r = res.get("result") or {}
+    if res["ok"]:
+        dwords = ", ".join(f"cdw{i}={r[f'cdw{i}']}" for i in range(10, 16) if f"cdw{i}" in r)
+        lines.append(f"  ok: opcode {r.get('opcode')} (0x{int(r.get('opcode', 0)):02x}), nsid {r.get('nsid')}, "
+                     f"{dwords}; zones {r.get('zones')}")
+        if res["dry_run"]:
+            lines.append("  nothing was sent; give a device (e.g. device = \"/dev/nvme0n1\") to send it")
+    else:
+        lines.append(f"  refused by ztbp-ctl (exit code {res['exit_code']}, {r.get('error', '?')}): "
+                     f"{res['message']}")
+    return "\n".join(lines)
+
+
+def scalar(v: Any) -> str:
+    """A meta.json value on one line: nested objects as k=v lists."""
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={scalar(x)}" for k, x in v.items())
+    if isinstance(v, list):
+        return "[" + ", ".join(scalar(x) for x in v) + "]"
+    return str(v)
+
+
+def _wrap(label: str, text: str, width: int = 112) -> str:
+    """`label` padded to 13 columns, then text wrapped at commas into lines of at most `width`."""
+    return textwrap.fill(text, width, initial_indent=f"{label:<13}", subsequent_indent=" " * 13,
+                         break_long_words=False, break_on_hyphens=False)
+
+
+def overview_text(ov: dict[str, Any]) -> str:
+    zone_mib = ov["zone_size_lba"] * ov["lba_bytes"] / MIB
+    cap_mib = ov["zone_cap_lba"] * ov["lba_bytes"] / MIB
+    kind = "synthetic" if ov["synthetic"] else "traced"
+    ops = ", ".join(f"{k} {v:,}" for k, v in ov["by_op"].items()) or "none"
+    lost = ", ".join(f"{k}={v}" for k, v in ov["lost_events"].items()) or "not recorded"
+    lines = [
+        f"run          {ov['run_id']} ({ov['backend']}, {kind}, {'complete' if ov['complete'] else 'INCOMPLETE'})",
+        f"created      {ov['created'] or 'not recorded'}",
+        f"device       {ov['device']}: {ov['nr_zones']} zones of {zone_mib:g} MiB (capacity {cap_mib:g} MiB), "
+        f"{ov['lba_bytes']}-byte LBAs",
+        _wrap("workload", scalar(ov["workload"]) or "not recorded"),
+        f"commands     {ov['commands']:,} in {ov['duration_s']:.2f} s ({ov['commands_per_s']:,.0f}/s): {ops}",
+        f"read         {ov['read_bytes'] / MIB:,.1f} MiB",
+        f"lost events  {lost}",
+    ]
+    if ov["versions"]:
+        lines.append(_wrap("versions", scalar(ov["versions"])))
+    return "\n".join(lines)
+
+
+def quality_text(warnings: list[str]) -> str:
+    if not warnings:
+        return "data quality: no warning"
+    return "\n".join([f"data quality: {len(warnings)} warning{'s' if len(warnings) > 1 else ''}",
+                      *[f"  - {w}" for w in warnings]])
+
+
+def layers_view_text(view: dict[str, Any]) -> str:
+    if view["status"] != "ok":
+        return view["message"]
+    total = sum(r.get("mean_ns", 0) for r in view["layers"])
+    parts = ", ".join(f"{r['layer']} {r.get('share', 0):.1%}" for r in view["layers"])
+    return f"layer breakdown: {len(view['layers'])} layers, mean end-to-end {total / 1000:.1f} µs: {parts}"
+
+
+def chains_headline(cr: dict[str, Any]) -> str:
+    """The headline lines of `ztbp chains` (chains, share ≥ NTS, chain length percentiles)."""
+    return "\n".join(chains_text(cr).splitlines()[:3])
+
+
+def frag_headline(ft: pl.DataFrame) -> str:
+    """The headline lines of `ztbp frag` (per direction: zones touched, fragments per zone)."""
+    s = frag_summary(ft)
+    return "\n".join(frag_text(ft, s).splitlines()[: len(s)])
+
+
+def cache_text(sim: dict[str, Any], source: str = "ztbp cluster") -> str:
+    """`ztbp cachesim` text of a simulate() result."""
+    return cachesim_text({**sim, "hot_zones_source": source})
+
+
+def config_text(cfg: dict[str, Any]) -> str:
+    """The cache configuration in a few stable lines (no creation time)."""
+    p, c = cfg["predicted"], cfg["cluster"]
+    lines = [f"configuration for run {cfg['source_run']}: hot zones {cfg['hot_zones']}",
+             f"  cluster eps {c['eps']}, min_samples {c['min_samples']}, silhouette "
+             f"{'-' if c['silhouette'] is None else format(c['silhouette'], '.4f')}",
+             f"  predicted at {cfg['cache_mib']:g} MiB: lru {p['lru']:.4f}, zone_lru {p['zone_lru']:.4f}, "
+             f"static_best {p['static_best']:.4f}, belady {p['belady']:.4f}"]
+    return "\n".join(lines)

@@ -1,0 +1,241 @@
+"""Views of a run for the notebooks: the overview, data-quality warnings, fio's summary, probe counters, the layer
+breakdown and small tables of analysis results. Notebooks only call these and the figures; nothing here computes
+an analysis of its own (each view calls the analysis room)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import polars as pl
+
+from .. import stages
+from ..analysis.cluster import cell_labels
+from ..analysis.params import ClusterParams
+from ..errors import ZtbpError
+from ..io.fio import fio_rows
+from ..io.run import Run
+from .figures import Note
+from .text import scalar
+
+#: Relative tolerance between fio's completed reads and the traced read commands before a warning.
+FIO_READ_TOLERANCE = 0.01
+
+
+def overview(run: Run) -> dict[str, Any]:
+    """The run in figures: geometry, workload, commands by op, duration, rate, lost events."""
+    m, ev = run.meta, run.events
+    by_op = {str(k): int(v) for k, v in ev.group_by(pl.col("op").cast(pl.String)).len().sort("op").iter_rows()}
+    span_ns = int(ev["ts_ns"].max() - ev["ts_ns"].min()) if ev.height > 1 else 0
+    return {
+        "run_id": run.run_id,
+        "device": m.get("device", "?"),
+        "backend": m.get("backend", "?"),
+        "synthetic": bool(m.get("synthetic")),
+        "complete": bool(m.get("complete", True)),
+        "created": m.get("created"),
+        "lba_bytes": m["lba_bytes"],
+        "zone_size_lba": m["zone_size_lba"],
+        "zone_cap_lba": m["zone_cap_lba"],
+        "nr_zones": m["nr_zones"],
+        "workload": m.get("workload", {}),
+        "commands": ev.height,
+        "by_op": by_op,
+        "duration_s": span_ns / 1e9,
+        "commands_per_s": ev.height / (span_ns / 1e9) if span_ns else 0.0,
+        "read_bytes": int(ev.filter(pl.col("op") == "read")["nlb"].cast(pl.UInt64).sum()) * m["lba_bytes"],
+        "lost_events": m.get("lost_events", {}),
+        "versions": m.get("versions", {}),
+    }
+
+
+def meta_table(run: Run) -> pl.DataFrame:
+    """meta.json as key / value rows (nested objects one level deep)."""
+    rows: list[tuple[str, str]] = []
+    for k, v in run.meta.items():
+        if isinstance(v, dict) and v:
+            rows += [(f"{k}.{k2}", scalar(v2)) for k2, v2 in v.items()]
+        else:
+            rows.append((k, scalar(v)))
+    return pl.DataFrame(rows, schema=["key", "value"], orient="row")
+
+
+def op_table(run: Run) -> pl.DataFrame:
+    """Commands, bytes, latency percentiles and error statuses per op."""
+    return (run.events.group_by(pl.col("op").cast(pl.String))
+            .agg(pl.len().alias("commands"),
+                 (pl.col("nlb").cast(pl.UInt64).sum() * run.lba_bytes).alias("bytes"),
+                 (pl.col("lat_ns").quantile(0.5, "nearest") / 1000).alias("lat_p50_us"),
+                 (pl.col("lat_ns").quantile(0.99, "nearest") / 1000).alias("lat_p99_us"),
+                 (pl.col("status") != 0).sum().alias("errors"))
+            .sort("commands", descending=True))
+
+
+def fio_view(run: Run) -> pl.DataFrame | Note:
+    """The fio summary of raw/fio.json, or a note when the run has none."""
+    path = run.paths.fio_json
+    if not path.is_file():
+        return Note("fio output: not captured in this run (no raw/fio.json)")
+    try:
+        rows = fio_rows(path)
+    except ZtbpError as e:
+        return Note(f"fio output could not be read: {e}")
+    if not rows:
+        return Note("fio output holds no job that did I/O")
+    return pl.DataFrame(rows)
+
+
+def probes_table(run: Run) -> pl.DataFrame:
+    """Every probe of the run: its file, whether the file is there, and its lost-event count."""
+    probes = dict(run.meta.get("probes") or {})
+    for f in sorted(run.paths.raw.glob("*.csv")):
+        probes.setdefault(f.stem, {"file": f"raw/{f.name}"})
+    lost = run.meta.get("lost_events", {})
+    rows = []
+    for name, info in sorted(probes.items()):
+        file = info.get("file", f"raw/{name}.csv") if isinstance(info, dict) else f"raw/{name}.csv"
+        rows.append({"probe": name, "file": file, "present": (run.paths.root / file).is_file(),
+                     "attach": str(info.get("attach", "")) if isinstance(info, dict) else "",
+                     "lost_events": str(lost[name]) if name in lost else "not recorded"})
+    return pl.DataFrame(rows, schema={"probe": pl.String, "file": pl.String, "present": pl.Boolean,
+                                      "attach": pl.String, "lost_events": pl.String})
+
+
+def probe_stats_view(run: Run) -> pl.DataFrame | Note:
+    """The capture's own probe counters from meta.json (`probe_stats`: commands set up, completed, rows written,
+    perf-buffer losses, attach and drain times), else a note."""
+    stats = run.meta.get("probe_stats")
+    if not isinstance(stats, dict) or not stats:
+        return Note("probe statistics: not recorded in this run")
+    return pl.DataFrame([{"counter": str(k), "value": scalar(v)} for k, v in stats.items()])
+
+
+def overhead_view(run: Run) -> pl.DataFrame | Note:
+    """Probe overhead recorded in meta.json (fio IOPS with and without the probe), else a note."""
+    found = {k: v for k, v in run.meta.items() if "overhead" in k}
+    if not found:
+        return Note("probe overhead: not measured in this run (`just bench` measures fio IOPS with and without "
+                    "the probe in one VM boot)")
+    rows = []
+    for k, v in found.items():
+        items = v.items() if isinstance(v, dict) else [("value", v)]
+        rows += [{"key": f"{k}.{k2}", "value": scalar(v2)} for k2, v2 in items]
+    return pl.DataFrame(rows)
+
+
+def ingest_report(run: Run) -> dict[str, Any]:
+    try:
+        return json.loads(run.paths.ingest_report.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def quality_warnings(run: Run) -> list[str]:
+    """What a reader should know before trusting the figures of this run."""
+    out: list[str] = []
+    m = run.meta
+    if not m.get("complete", True):
+        out.append("the capture was interrupted (meta.json complete=false): the data is valid but partial")
+    if m.get("synthetic"):
+        out.append("synthetic run (ztbp synth): the commands were generated, not traced on a device")
+    rep = ingest_report(run)
+    if rep.get("skipped"):
+        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(rep.get("skip_reasons", {}).items()))
+        first = "; ".join(f"line {x['line']}: {x['reason']}" for x in rep.get("skipped_examples", [])[:3])
+        out.append(f"ingest skipped {rep['skipped']} lines of raw/nvme.csv ({reasons}); {first}")
+    if rep.get("out_of_range_zones"):
+        out.append(f"{rep['out_of_range_zones']} commands address a zone ≥ nr_zones ({m['nr_zones']}) of meta.json")
+    lost = m.get("lost_events", {})
+    if "nvme" not in lost:
+        out.append("the nvme probe's lost-event count is not recorded: commands may be missing unnoticed")
+    out += [f"probe {k} lost {v} events: counts are lower bounds" for k, v in lost.items()
+            if isinstance(v, int) and v > 0]
+    if run.events.height == 0:
+        out.append("the trace holds no command")
+    errors = int((run.events["status"] != 0).sum()) if run.events.height else 0
+    if errors:
+        out.append(f"{errors} commands completed with a non-zero NVMe status")
+    if run.paths.fio_json.is_file():
+        try:
+            fio_reads = sum(r["ios"] for r in fio_rows(run.paths.fio_json) if r["dir"] == "read")
+        except ZtbpError as e:
+            out.append(f"raw/fio.json: {e}")
+        else:
+            traced = int((run.events["op"] == "read").sum())
+            if fio_reads and abs(traced - fio_reads) > FIO_READ_TOLERANCE * fio_reads:
+                out.append(f"fio completed {fio_reads} reads but the trace holds {traced} read commands "
+                           f"(more than {FIO_READ_TOLERANCE:.0%} apart)")
+    return out
+
+
+def _layer_groups(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """Grouped layer rows of `ztbp layers --json`: every list of objects that carry their own "layers" list."""
+    out = []
+    for key, val in obj.items():
+        if key == "layers" or not isinstance(val, list):
+            continue
+        for g in val:
+            if isinstance(g, dict) and isinstance(g.get("layers"), list):
+                label = ", ".join(f"{k}={v}" for k, v in g.items()
+                                  if k != "layers" and isinstance(v, str | int | float) and not isinstance(v, bool))
+                out.append({"label": label or key, "layers": g["layers"], "zone": g.get("zone")})
+    return out
+
+
+def layers_view(run: Run) -> dict[str, Any]:
+    """The layer breakdown of the run, if it was captured: status "absent", "error" or "ok"."""
+    if not run.has_layers:
+        return {"status": "absent", "message": "layer breakdown: not captured in this run (no raw/layers.csv)"}
+    try:
+        res = stages.layers(run, ["op", "size"])
+    except ZtbpError as e:
+        return {"status": "error", "message": f"layer breakdown: {e}"}
+    groups = _layer_groups(res)
+    return {"status": "ok", "message": "layer breakdown from raw/layers.csv", "layers": res["layers"],
+            "groups": [g for g in groups if g["zone"] is None], "zones": [g for g in groups if g["zone"] is not None],
+            "raw": res}
+
+
+def layers_table(view: dict[str, Any]) -> pl.DataFrame | Note:
+    """The Table-I table: mean, p50, p99 (µs) and share of every layer."""
+    if view["status"] != "ok":
+        return Note(view["message"])
+    return pl.DataFrame([{"layer": r["layer"], "mean_us": r.get("mean_ns", 0) / 1000,
+                          "p50_us": r.get("p50_ns", 0) / 1000, "p99_us": r.get("p99_ns", 0) / 1000,
+                          "share": r.get("share", 0.0)} for r in view["layers"]])
+
+
+# --- sequentiality ----------------------------------------------------------------------------------------------
+
+def frag_view(ft: pl.DataFrame) -> pl.DataFrame:
+    """The fragmentation table, zones that were read or written only."""
+    return ft.filter((pl.col("read_fragments") > 0) | (pl.col("write_fragments") > 0))
+
+
+# --- clustering and cache ---------------------------------------------------------------------------------------
+
+def cluster_cells(run: Run, cl: dict[str, Any], params: ClusterParams = ClusterParams()) -> pl.DataFrame:
+    """Read cells with the DBSCAN label of the chosen pair (all -1 when no pair was chosen; empty without reads)."""
+    if not cl.get("reads"):
+        return pl.DataFrame(schema={"cell": pl.Int64, "zone": pl.Int64, "lba": pl.Int64, "reads": pl.Int64,
+                                    "x": pl.Float64, "y": pl.Float64, "label": pl.Int64})
+    if cl.get("eps") is None:
+        cells = cell_labels(run.events, run.meta, 1.0, 1, params)  # positions and reads; labels overwritten
+        return cells.with_columns(pl.lit(-1, dtype=cells["label"].dtype).alias("label"))
+    return cell_labels(run.events, run.meta, cl["eps"], cl["min_samples"], params)
+
+
+def clusters_table(cl: dict[str, Any]) -> pl.DataFrame | Note:
+    if not cl.get("clusters"):
+        return Note(cl.get("note") or "DBSCAN found no cluster")
+    return pl.DataFrame([{"cluster": c["label"], "cells": c["cells"], "reads": c["reads"],
+                          "density_x_mean": c["density_factor"], "hot": c["hot"],
+                          "zones": ", ".join(map(str, c["zones"]))} for c in cl["clusters"]])
+
+
+def zone_scores_table(cfg: dict[str, Any]) -> pl.DataFrame | Note:
+    if not cfg.get("zone_scores"):
+        return Note("no hot zone: the configuration is empty")
+    return pl.DataFrame(cfg["zone_scores"])
+
+

@@ -1,0 +1,312 @@
+"""The report driver: papermill runs the notebooks of notebooks/ on a run, nbconvert renders an offline HTML report.
+
+`render(RUN)` writes `reports/<run-id>/`: one executed notebook and one HTML page per notebook (code hidden, a
+button shows it), `index.html` linking them with each notebook's summary, and `plotly.min.js` — the only copy of
+plotly's JavaScript, loaded by every page from the same folder, so a report opens offline and never asks a CDN.
+Parameters for the notebooks' parameters cells come from a flat mapping (`-f params.yaml`, `-p NAME VALUE`); each
+notebook receives the keys its parameters cell declares. The page template is package data
+(`report/templates/page.html.j2`).
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ZtbpError
+from ..io.run import load
+from ..paths import NOTEBOOKS, REPORTS, ROOT, RUNS, RunPaths
+from ..present.figures import REPORT_ENV
+from ..units import MIB
+
+#: Default run of every notebook's parameters cell: the small real capture committed as test data.
+SAMPLE_RUN = "tests/data/runs/sample-paper80"
+#: A notebook's cells tagged with this hold its summary; the report index shows their text output.
+SUMMARY_TAG = "summary"
+PLOTLY_JS = "plotly.min.js"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+@dataclass
+class Page:
+    stem: str
+    title: str
+    description: str
+    ok: bool = False
+    error: str = ""
+    seconds: float = 0.0
+    summary: list[str] = field(default_factory=list)
+
+
+def notebooks(only: list[str] | None = None) -> list[Path]:
+    """The report's notebooks, in order; `only` selects by number or stem (e.g. "1", "6-cache")."""
+    found = sorted(NOTEBOOKS.glob("[0-9]*.ipynb"))
+    if not found:
+        raise ZtbpError(f"no notebook found in {NOTEBOOKS}")
+    if not only:
+        return found
+    out = []
+    for sel in only:
+        hit = [p for p in found if p.stem == sel or p.stem.split("-", 1)[0] == sel]
+        if not hit:
+            raise ZtbpError(f"no notebook {sel!r}; choose from {', '.join(p.stem for p in found)}")
+        out += [p for p in hit if p not in out]
+    return out
+
+
+def _title(nb: Any, stem: str) -> tuple[str, str]:
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            lines = [ln.strip() for ln in cell.source.splitlines()]
+            title = lines[0].lstrip("# ").strip() if lines and lines[0] else stem
+            para = []
+            for ln in lines[1:]:
+                if not ln or ln.startswith("#"):
+                    if para:
+                        break
+                    continue
+                para.append(ln)
+            return title, " ".join(para)
+    return stem, ""
+
+
+def _summary_text(nb: Any) -> list[str]:
+    out = []
+    for cell in nb.cells:
+        if cell.cell_type == "code" and SUMMARY_TAG in cell.get("metadata", {}).get("tags", []):
+            for o in cell.get("outputs", []):
+                if o.get("output_type") == "stream" and o.get("name") == "stdout":
+                    out.append(o.get("text", "").rstrip())
+    return out
+
+
+def _error_of(nb: Any) -> str:
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "error":
+                return f"{o.get('ename')}: {o.get('evalue')}"
+    return ""
+
+
+def declared_parameters(path: Path) -> dict[str, Any]:
+    import papermill
+
+    return dict(papermill.inspect_notebook(str(path)))
+
+
+def load_parameters(path: str | None, pairs: list[list[str]] | None) -> dict[str, Any]:
+    """Parameters from a YAML mapping (-f) overridden by -p NAME VALUE pairs (values parsed as YAML)."""
+    import yaml
+
+    params: dict[str, Any] = {}
+    if path:
+        try:
+            data = yaml.safe_load(Path(path).read_text())
+        except FileNotFoundError:
+            raise ZtbpError(f"parameters file {path} does not exist") from None
+        except yaml.YAMLError as e:
+            raise ZtbpError(f"parameters file {path} is not valid YAML: {e}") from None
+        if data is None:
+            data = {}
+        if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+            raise ZtbpError(f"parameters file {path} must hold a mapping of parameter names to values")
+        params.update(data)
+    for name, value in pairs or []:
+        try:
+            params[name] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            params[name] = value
+    return params
+
+
+@contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def _exporter() -> Any:
+    import jinja2
+    from nbconvert import HTMLExporter
+
+    exp = HTMLExporter(template_name="lab", extra_loaders=[jinja2.FileSystemLoader(str(TEMPLATES))])
+    exp.template_file = "page.html.j2"
+    return exp
+
+
+def write_plotlyjs(out: Path) -> Path:
+    """plotly.js once per report folder (rewritten only when the installed plotly changes)."""
+    from plotly.offline import get_plotlyjs
+
+    js = get_plotlyjs()
+    path = out / PLOTLY_JS
+    if not path.is_file() or path.stat().st_size != len(js.encode()):
+        path.write_text(js)
+    return path
+
+
+def render(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None,
+           parameters: dict[str, Any] | None = None, only: list[str] | None = None, timeout: int = 900,
+           log: Callable[[str], None] = print, allow_send: bool = False) -> dict[str, Any]:
+    """Run every notebook on a run with papermill and write the HTML report. Returns what was written.
+
+    Nothing is sent to a device unless allow_send: the cache notebook's write-back is a dry run otherwise."""
+    import nbformat
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    run = load(run_dir)  # meta.json checked and the trace ingested here: a bad run fails before any kernel starts
+    rp, meta = run.paths, run.meta
+    parameters = dict(parameters or {})
+    if not allow_send and parameters.get("send"):
+        raise ZtbpError("the parameter send=true would send the cache configuration to a device while rendering "
+                        "a report; add --send to `ztbp report` if that is what you want")
+    nbs = notebooks(only)
+    declared = {p: declared_parameters(p) for p in nbs}
+    known = set().union(*declared.values())
+    unknown = sorted(set(parameters) - known)
+    if unknown:
+        raise ZtbpError(f"unknown notebook parameter(s) {', '.join(unknown)}; the notebooks take "
+                        f"{', '.join(sorted(known))}")
+    out = Path(out_dir) if out_dir else REPORTS / rp.run_id
+    out.mkdir(parents=True, exist_ok=True)
+    write_plotlyjs(out)
+    exporter = _exporter()
+    pages: list[Page] = []
+    with _env(REPORT_ENV, "1"):
+        for path in nbs:
+            nb_params = {k: v for k, v in parameters.items() if k in declared[path]}
+            nb_params["run_dir"] = str(rp.root.resolve())
+            executed = out / path.name
+            t0 = time.monotonic()
+            log(f"report: {rp.run_id}: running {path.name} ...")
+            err = ""
+            try:
+                papermill.execute_notebook(str(path), str(executed), parameters=nb_params, kernel_name="python3",
+                                           cwd=str(ROOT), progress_bar=False, log_output=False,
+                                           execution_timeout=timeout)
+            except PapermillExecutionError as e:
+                err = f"{e.ename}: {e.evalue}"
+            except Exception as e:  # noqa: BLE001 - kernel died, timeout, ...: report it on the page
+                err = f"{type(e).__name__}: {e}"
+            nb = nbformat.read(str(executed), as_version=4) if executed.is_file() else nbformat.read(
+                str(path), as_version=4)
+            title, desc = _title(nb, path.stem)
+            page = Page(path.stem, title, desc, ok=not err, error=err or _error_of(nb),
+                        seconds=time.monotonic() - t0, summary=_summary_text(nb))
+            page.ok = not page.error
+            body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": f"{title} — {rp.run_id}"},
+                                                                 "ztbp_title": f"{title} — run {rp.run_id}"})
+            (out / f"{path.stem}.html").write_text(body)
+            log(f"report: {rp.run_id}: {path.stem}.html {'ok' if page.ok else 'FAILED: ' + page.error} "
+                f"({page.seconds:.1f} s)")
+            pages.append(page)
+    index = out / "index.html"
+    index.write_text(index_html(rp, meta, pages))
+    return {"run": rp.run_id, "out": str(out), "index": str(index), "ok": all(p.ok for p in pages),
+            "pages": [{"notebook": p.stem, "html": f"{p.stem}.html", "title": p.title, "ok": p.ok,
+                       "error": p.error, "seconds": round(p.seconds, 2)} for p in pages]}
+
+
+def index_html(rp: RunPaths, meta: dict[str, Any], pages: list[Page]) -> str:
+    wl = meta.get("workload", {})
+    kind = "synthetic" if meta.get("synthetic") else f"traced ({meta.get('backend', '?')})"
+    zone_mib = meta["zone_size_lba"] * meta["lba_bytes"] / MIB
+    cards = []
+    for p in pages:
+        status = ('<span class="ok">ok</span>' if p.ok
+                  else f'<span class="fail">failed: {html.escape(p.error)}</span>')
+        summary = "".join(f"<pre>{html.escape(s)}</pre>" for s in p.summary)
+        desc = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(p.description))
+        cards.append(f'<li class="card"><h2><a href="{html.escape(p.stem)}.html">{html.escape(p.title)}</a> '
+                     f'{status}</h2><p>{desc}</p>{summary}</li>')
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>ZTBP report — {html.escape(rp.run_id)}</title>
+<style>
+body {{ font-family: sans-serif; margin: 24px auto; max-width: 1100px; color: #222; }}
+h1 {{ margin-bottom: 4px; }} .meta {{ color: #555; margin-top: 0; }}
+ul.pages {{ list-style: none; padding: 0; }}
+.card {{ border: 1px solid #ddd; border-radius: 6px; padding: 8px 16px; margin: 12px 0; }}
+.card h2 {{ font-size: 18px; margin: 6px 0; }}
+.card pre {{ background: #f7f7f7; padding: 6px 10px; font-size: 12px; overflow-x: auto; }}
+.ok {{ color: #2e7d32; font-size: 13px; }} .fail {{ color: #c62828; font-size: 13px; }}
+</style></head>
+<body>
+<h1>ZTBP report — {html.escape(rp.run_id)}</h1>
+<p class="meta">{html.escape(kind)} run · workload {html.escape(str(wl.get('name', '?')))} ·
+{meta['nr_zones']} zones of {zone_mib:g} MiB · {meta['lba_bytes']}-byte LBAs ·
+device {html.escape(str(meta.get('device', '?')))}</p>
+<ul class="pages">
+{chr(10).join(cards)}
+</ul>
+<p class="meta">Made by <code>ztbp report</code> (papermill + nbconvert); plotly.js is loaded from
+<code>{PLOTLY_JS}</code> in this folder, so the report opens offline.</p>
+</body></html>
+"""
+
+
+CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
+
+
+def update_notebook_outputs(only: list[str] | None = None, log: Callable[[str], None] = print) -> list[Path]:
+    """Run each notebook on its default parameters (the sample run) and store the outputs of its checked cells.
+
+    nbval (`pytest --nbval-lax notebooks/`) compares the cells marked `# NBVAL_CHECK_OUTPUT` with the outputs
+    stored in the notebook; every other cell is stored without output. Run this after changing a notebook's
+    summary cells or the sample run: `ztbp report --update-notebooks`.
+    """
+    import tempfile
+
+    import nbformat
+    import papermill
+
+    written = []
+    for path in notebooks(only):
+        log(f"report: executing {path.name} on its defaults ...")
+        with tempfile.TemporaryDirectory() as td:
+            executed = papermill.execute_notebook(str(path), str(Path(td) / path.name), kernel_name="python3",
+                                                  cwd=str(NOTEBOOKS), progress_bar=False, log_output=False)
+        by_id = {c.get("id"): c for c in executed.cells}
+        nb = nbformat.read(str(path), as_version=4)
+        code_cells = [c for c in nb.cells if c.cell_type == "code"]
+        for n, cell in enumerate(code_cells, start=1):
+            ran = by_id.get(cell.get("id"))
+            keep = CHECK_MARK in cell.source and ran is not None
+            cell.outputs = [nbformat.from_dict(dict(o)) for o in ran.outputs] if keep else []
+            cell.execution_count = n if keep else None  # nbval refuses stored outputs of an "unrun" cell
+            for o in cell.outputs:
+                if "execution_count" in o:
+                    o["execution_count"] = n
+            cell.metadata.pop("papermill", None)
+            cell.metadata.pop("execution", None)
+        nb.metadata.pop("papermill", None)
+        nbformat.write(nb, str(path))
+        written.append(path)
+    return written
+
+
+def report_runs(all_runs: bool, runs: list[str]) -> list[str]:
+    if all_runs:
+        found = sorted(str(p.parent) for p in RUNS.glob("*/meta.json"))
+        if not found:
+            raise ZtbpError(f"no run in {RUNS}: capture one with `just capture` or make one with `just synth`")
+        return found
+    if not runs:
+        raise ZtbpError("give a run directory, or --all for every run in runs/")
+    return runs
+
+

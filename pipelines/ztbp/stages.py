@@ -1,0 +1,68 @@
+"""One call per analysis on a loaded Run: what the CLI commands and the notebooks both call.
+
+Each function takes a `Run` (events read once, io/run.py), calls the pure analysis of analysis/, and keeps the
+results that are worth keeping in the run's derived/ folder (io/derived.py). Nothing here parses arguments or
+prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .analysis.params import ClusterParams
+from .errors import ZtbpError
+from .io.derived import cached
+from .io.run import Run
+
+
+def cluster(run: Run, params: ClusterParams = ClusterParams(),
+            on_fit: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """DBSCAN hot zones of the run (analysis/cluster.py), kept in derived/cluster.json per parameters and trace."""
+    from .analysis.cluster import run_cluster
+
+    return cached(run, "cluster", params.key(), lambda: run_cluster(run.events, run.meta, params, on_fit))
+
+
+def check_zones(run: Run, zones: list[int]) -> list[int]:
+    bad = [z for z in zones if z >= run.nr_zones]
+    if bad:
+        raise ZtbpError(f"hot zones {bad} are beyond the device's {run.nr_zones} zones")
+    return zones
+
+
+def simulate(run: Run, cache_mib: float, page_kib: int, hot_zones: list[int],
+             with_sweep: bool = False) -> dict[str, Any]:
+    """Hit ratios of every cache policy on the run's reads (analysis/cachesim.py)."""
+    from .analysis.cachesim import simulate as sim
+
+    return sim(run.events, run.meta, cache_mib, page_kib, check_zones(run, hot_zones), with_sweep)
+
+
+def config(run: Run, cache_mib: float, page_kib: int, params: ClusterParams = ClusterParams(),
+           cl: dict[str, Any] | None = None, predicted: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run's cache configuration; pass the clustering and simulation already made to reuse them."""
+    from .writeback.config import make_config
+
+    cl = cl if cl is not None else cluster(run, params)
+    if predicted is None or (predicted.get("hot_zones"), predicted.get("cache_mib"), predicted.get("page_kib")) != (
+            cl["hot_zones"], cache_mib, page_kib):
+        predicted = simulate(run, cache_mib, page_kib, cl["hot_zones"])
+    return make_config(run.meta, run.run_id, cl, predicted, cache_mib, params)
+
+
+def layers(run: Run, by: list[str] | None = None, op: str | None = None, mode: str | None = None
+           ) -> dict[str, Any]:
+    """The Table-I layer breakdown of a run with raw/layers.csv (analysis/layers.py), cross-checked against the
+    run's NVMe trace, fio's own latency and the probe-overhead bench when the run has them."""
+    from .analysis.layers import layers_report
+
+    raw, rep = run.layers
+    try:
+        fio_rows = run.fio_rows()
+    except ZtbpError:
+        fio_rows = None  # an unreadable fio.json drops the fio comparison only
+    return layers_report(raw, rep.as_dict(), run_id=run.run_id, lba_bytes=run.lba_bytes,
+                         lost=run.meta.get("lost_events", {}).get("layers"),
+                         events=run.events if run.paths.nvme_csv.is_file() else None, fio_rows=fio_rows,
+                         bench=run.bench(), by=by, op=op, mode=mode)

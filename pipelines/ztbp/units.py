@@ -1,0 +1,44 @@
+"""Units and size parsing shared by every stage (one definition of KiB / MiB)."""
+
+from __future__ import annotations
+
+from .errors import ZtbpError
+
+KIB = 1 << 10
+MIB = 1 << 20
+GIB = 1 << 30
+_SUFFIX = {"": 1, "B": 1, "K": KIB, "KB": KIB, "KIB": KIB, "M": MIB, "MB": MIB, "MIB": MIB, "G": GIB, "GB": GIB,
+           "GIB": GIB, "T": GIB * KIB, "TB": GIB * KIB, "TIB": GIB * KIB}
+
+
+def parse_size(text: str) -> int:
+    """A size such as 4096, 4k, 32M, 1G (binary units) in bytes; a ZtbpError saying how to write one otherwise."""
+    t = str(text).strip().upper()
+    num = t.rstrip("KMGTIB")
+    suffix = t[len(num):]
+    if not num or suffix not in _SUFFIX:
+        raise ZtbpError(f"cannot read size {text!r}: use bytes or K/M/G, e.g. 32M")
+    try:
+        value = float(num)
+    except ValueError:
+        raise ZtbpError(f"cannot read size {text!r}: use bytes or K/M/G, e.g. 32M") from None
+    out = value * _SUFFIX[suffix]
+    if out <= 0 or not float(out).is_integer():
+        raise ZtbpError(f"size must be positive and whole, got {text!r}")
+    return int(out)
+
+
+def whole_mib(value: float) -> float | int:
+    """A size in MiB kept as an int when whole (cache-config.json holds whole MiB as integers)."""
+    return int(value) if float(value).is_integer() else float(value)
+
+
+def parse_zone_list(text: str, what: str = "zone list") -> tuple[int, ...]:
+    """'1,7,11' -> (1, 7, 11): non-negative zone ids; a ZtbpError saying how to write them otherwise."""
+    try:
+        zones = tuple(int(x) for x in str(text).split(",") if x.strip())
+    except ValueError:
+        raise ZtbpError(f"cannot read {what} {text!r}: use comma-separated zone ids, e.g. 1,7,11") from None
+    if any(z < 0 for z in zones):
+        raise ZtbpError(f"{what} {text!r}: zone ids are non-negative")
+    return zones
