@@ -158,3 +158,31 @@ def test_bare_report_degrades_gracefully(bare_report: tuple[dict[str, Any], Path
     assert "not captured in this run" in (out / "3-layers.html").read_text()
     assert "cluster: only 0 reads: too few to cluster" in _summary(out, "5-clustering")
     assert "refused by ztbp-ctl (exit code 7, no-zones)" in _summary(out, "6-cache")
+
+
+def test_cache_notebook_reads_the_events_once_and_simulates_once(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Notebook 6's cells, run in-process on a fresh copy of a run: events.parquet is read once, the 64 MiB cache is
+    simulated once (the configuration reuses the clustering and the simulation of the notebook)."""
+    import shutil
+
+    from ztbp.analysis import cachesim
+    from ztbp.io import nvme
+
+    run = tmp_path / "run"
+    write_run(run, "paper80", 20_000, seed=3)
+    reads, sims = [], []
+    real_read, real_sim = nvme.pl.read_parquet, cachesim.simulate
+    monkeypatch.setattr(nvme.pl, "read_parquet", lambda *a, **k: reads.append(a) or real_read(*a, **k))
+    monkeypatch.setattr(cachesim, "simulate", lambda *a, **k: sims.append(a[2:]) or real_sim(*a, **k))
+    cells = _code_cells(NOTEBOOKS / "6-cache.ipynb")
+    ns: dict[str, Any] = {}
+    exec(cells[0].source, ns)  # parameters
+    ns["run_dir"] = str(run)
+    for cell in cells[1:]:
+        exec(cell.source, ns)
+    assert ns["run"].event_loads == 1 and len(reads) == 1
+    assert len(sims) == 1, f"the cache was simulated {len(sims)} times: {sims}"
+    assert ns["cfg"]["hot_zones"] == ns["cl"]["hot_zones"] and sorted(ns["cl"]["hot_zones"]) == sorted(HOT_ZONES)
+    assert ns["res"]["dry_run"] is True  # send=False by default: nothing is sent while a report renders
+    shutil.rmtree(run)
