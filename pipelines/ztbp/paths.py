@@ -25,66 +25,37 @@ TEST_DATA: Path = ROOT / "tests" / "data"
 CACHE: Path = Path(os.environ.get("ZTBP_CACHE", Path.home() / ".cache" / "ztbp"))
 
 
+def _inside(*parts: str) -> property:
+    """A path inside the run directory, as a read-only property of RunPaths."""
+    return property(lambda self: self.root.joinpath(*parts), doc="/".join(parts))
+
+
 @dataclass(frozen=True)
 class RunPaths:
-    """Paths inside one run directory (see probes/FORMAT.md)."""
+    """Paths inside one run directory (see probes/FORMAT.md): raw/ holds what the capture wrote and is never
+    edited; derived/ holds what the analyses made from it."""
 
     root: Path
+
+    meta = _inside("meta.json")
+    console_log = _inside("console.log")
+    raw = _inside("raw")
+    nvme_csv = _inside("raw", "nvme.csv")
+    fio_json = _inside("raw", "fio.json")
+    zones_txt = _inside("raw", "zones.txt")
+    bench_json = _inside("raw", "bench.json")
+    derived = _inside("derived")
+    events = _inside("derived", "events.parquet")
+    ingest_report = _inside("derived", "ingest.json")
+    cluster_json = _inside("derived", "cluster.json")
+    cache_config = _inside("derived", "cache-config.json")
 
     @property
     def run_id(self) -> str:
         return self.root.name
 
-    @property
-    def meta(self) -> Path:
-        return self.root / "meta.json"
-
-    @property
-    def raw(self) -> Path:
-        return self.root / "raw"
-
-    @property
-    def derived(self) -> Path:
-        return self.root / "derived"
-
-    @property
-    def nvme_csv(self) -> Path:
-        return self.raw / "nvme.csv"
-
-    @property
-    def fio_json(self) -> Path:
-        return self.raw / "fio.json"
-
-    @property
-    def zones_txt(self) -> Path:
-        return self.raw / "zones.txt"
-
-    @property
-    def console_log(self) -> Path:
-        return self.root / "console.log"
-
-    @property
-    def events(self) -> Path:
-        return self.derived / "events.parquet"
-
-    @property
-    def ingest_report(self) -> Path:
-        return self.derived / "ingest.json"
-
     def probe_csv(self, probe: str) -> Path:
         return self.raw / f"{probe}.csv"
-
-    @property
-    def cluster_json(self) -> Path:
-        return self.derived / "cluster.json"
-
-    @property
-    def cache_config(self) -> Path:
-        return self.derived / "cache-config.json"
-
-    @property
-    def bench_json(self) -> Path:
-        return self.raw / "bench.json"
 
 
 def resolve_run(run: str | os.PathLike[str]) -> RunPaths:

@@ -21,7 +21,8 @@ import polars as pl
 from plotly.io._base_renderers import MimetypeRenderer
 from plotly.subplots import make_subplots
 
-MIB = 1 << 20
+from ..units import MIB
+
 #: Environment variable the report driver sets in the kernel: figures become HTML without plotly.js.
 REPORT_ENV = "ZTBP_REPORT_HTML"
 REPORT_RENDERER = "ztbp_report"
