@@ -45,9 +45,14 @@ test-fast: setup
 lint: setup
     {{VENV}}/bin/ruff check pipelines tests
 
-# every benchmark: the analysis on N synthetic events, then the NVMe and layer probe overheads in the VM
+# every benchmark: CLI start-up, the analysis on N synthetic events, then the NVMe and layer probe overheads in the VM
 [group('test')]
-bench N="10000000": (bench-analysis N) bench-probe bench-layers
+bench N="10000000": bench-cli (bench-analysis N) bench-probe bench-layers
+
+# CLI start-up: `ztbp --version` / `--help` wall time (target ≤ 0.5 s) and the imports behind building the parser
+[group('test')]
+bench-cli ROUNDS="5": setup
+    PATH="{{VENV}}/bin:$PATH" {{PY}} -m ztbp.bench_cli --rounds {{ROUNDS}}
 
 # analysis speed and memory: ingest rate, time of every stage and peak RSS on N synthetic events (default 10 M)
 [group('test')]
