@@ -94,23 +94,32 @@ def _group_list(df: pl.DataFrame, keys: list[str], layers: list[tuple[str, str]]
     return out
 
 
-def cross_check(df: pl.DataFrame, nv: pl.DataFrame | None, lba_bytes: int) -> dict[str, Any] | None:
-    """Device time of the layer probe vs `lat_ns` of the NVMe probe (events `nv`), request by request.
+def match_commands(df: pl.DataFrame, nv: pl.DataFrame, lba_bytes: int) -> pl.DataFrame:
+    """The NVMe command (row `event` of the events `nv`) of each layer row (`row` of `df`) that has one.
 
     A layer row is matched to the NVMe command of its op at its start sector (`slba × lba_bytes / 512`) that was
-    submitted between the row's start and end. Returns the medians of both and their relative difference.
+    submitted between the row's start and end; the first such command when several are.
+    """
+    cmd = nv.with_row_index("event").select(
+        "event", pl.col("ts_ns").cast(pl.Int64).alias("nv_ts"), pl.col("op").cast(pl.Utf8).alias("op"),
+        (pl.col("slba").cast(pl.Int64) * (lba_bytes // 512)).alias("sector"))
+    lay = df.select("ts_ns", "e2e_ns", "op", "sector").with_row_index("row")
+    return (lay.join(cmd, on=["op", "sector"], how="inner")
+            .filter((pl.col("nv_ts") >= pl.col("ts_ns")) & (pl.col("nv_ts") <= pl.col("ts_ns") + pl.col("e2e_ns")))
+            .sort("row", "nv_ts", "event").unique("row", keep="first", maintain_order=True).select("row", "event"))
+
+
+def cross_check(df: pl.DataFrame, nv: pl.DataFrame | None, lba_bytes: int) -> dict[str, Any] | None:
+    """Device time of the layer probe vs `lat_ns` of the NVMe probe (events `nv`), request by request
+    (`match_commands`). Returns the medians of both and their relative difference.
     """
     if nv is None or df.height == 0 or nv.height == 0:
         return None
-    nv = nv.select(pl.col("ts_ns").cast(pl.Int64).alias("nv_ts"), pl.col("lat_ns").cast(pl.Int64),
-                   pl.col("op").cast(pl.Utf8).alias("op"),
-                   (pl.col("slba").cast(pl.Int64) * (lba_bytes // 512)).alias("sector"))
-    lay = df.select("ts_ns", "e2e_ns", "device_ns", "op", "sector").with_row_index("row")
-    m = (lay.join(nv, on=["op", "sector"], how="inner")
-         .filter((pl.col("nv_ts") >= pl.col("ts_ns")) & (pl.col("nv_ts") <= pl.col("ts_ns") + pl.col("e2e_ns")))
-         .unique("row", keep="first"))
-    if m.height == 0:
+    pairs = match_commands(df, nv, lba_bytes)
+    if pairs.height == 0:
         return {"matched": 0, "rows": df.height}
+    m = (pairs.join(df.select("device_ns").with_row_index("row"), on="row")
+         .join(nv.select(pl.col("lat_ns").cast(pl.Int64)).with_row_index("event"), on="event"))
     dev = float(m["device_ns"].median())  # type: ignore[arg-type]
     lat = float(m["lat_ns"].median())  # type: ignore[arg-type]
     return {"matched": m.height, "rows": df.height, "layers_device_p50_ns": round(dev),

@@ -26,7 +26,7 @@ def emit(obj: Any, as_json: bool, text: str | None = None) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import acquire, analyse, device, report
+    from . import acquire, analyse, device, export, report
 
     parser = argparse.ArgumentParser(
         prog="ztbp", description="ZTBP workbench: analyse NVMe traces of zoned SSDs (see probes/FORMAT.md).")
@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     acquire.register(sub)
     device.register(sub)
     report.register(sub)
+    export.register(sub)
     return parser
 
 

@@ -12,7 +12,7 @@ from ..contract import LAYER_MODES, LAYER_OPS, OPS
 from ..errors import ZtbpError
 from ..units import MIB, parse_zone_list
 from . import emit
-from .common import add_cluster_args, add_run, cluster_params, mib
+from .common import add_cluster_args, add_run, cluster_params, mib, progress_bar
 
 
 def _run(args: argparse.Namespace) -> Any:
@@ -68,29 +68,12 @@ def _frag(args: argparse.Namespace) -> int:
     return 0
 
 
-def _progress(enabled: bool) -> Any:
-    """A tqdm bar over the grid's fits on the terminal (None when not a terminal or with --json)."""
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    bar: list[Any] = []
-
-    def on_fit(done: int, total: int) -> None:
-        if not bar:
-            bar.append(tqdm(total=total, desc="cluster grid", unit="fit", file=sys.stderr, leave=False))
-        bar[0].update(done - bar[0].n)
-        if done == total:
-            bar[0].close()
-
-    return on_fit
-
-
 def _cluster(args: argparse.Namespace) -> int:
     from .. import stages
     from ..present.text import cluster_text
 
-    res = stages.cluster(_run(args), cluster_params(args), _progress(not args.json and sys.stderr.isatty()))
+    bar = progress_bar(not args.json and sys.stderr.isatty(), "cluster grid", "fit")
+    res = stages.cluster(_run(args), cluster_params(args), bar)
     emit(res, args.json, cluster_text(res))
     return 0
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
 
 from ..analysis.params import PAPER_EPS, PAPER_MIN_SAMPLES, ClusterParams
 from ..errors import ZtbpError
@@ -52,3 +55,21 @@ def cluster_params(args: argparse.Namespace) -> ClusterParams:
         raise ZtbpError("--hot-factor must be positive")
     return ClusterParams(eps=eps, min_samples=ms, cells_per_zone=args.cells_per_zone, hot_factor=args.hot_factor,
                          seed=args.seed)
+
+
+def progress_bar(enabled: bool, desc: str, unit: str) -> Callable[[int, int], None] | None:
+    """A tqdm bar on stderr fed by a stage's progress(done, total) calls (None when not a terminal or with --json)."""
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    bar: list[Any] = []
+
+    def update(done: int, total: int) -> None:
+        if not bar:
+            bar.append(tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False))
+        bar[0].update(done - bar[0].n)
+        if done >= total:
+            bar[0].close()
+
+    return update

@@ -122,6 +122,52 @@ def ops_over_time(events: pl.DataFrame, bins: int = 60) -> go.Figure | Note:
     return _layout(fig, "Commands over time, by op", 360)
 
 
+#: Most commands the static timeline draws; a wider window is for the Perfetto trace (`ztbp perfetto`).
+TIMELINE_MAX_COMMANDS = 5000
+
+
+def command_timeline(events: pl.DataFrame, nr_zones: int, start_s: float, length_s: float,
+                     zones: tuple[int, ...] | None = None) -> go.Figure | Note:
+    """The commands submitted in [start_s, start_s + length_s) from the first command, one band per zone, each
+    command a bar from submission to completion; commands of a zone that overlap sit on lanes of its band."""
+    from ..analysis.timeline import command_lanes, select_commands, slice_name
+    from ..errors import ZtbpError
+
+    if events.height == 0:
+        return Note("the trace holds no command")
+    start = round(start_s * 1e9)
+    try:
+        cmds, _ = select_commands(events, (start, start + round(length_s * 1e9)), zones, nr_zones)
+    except ZtbpError as e:
+        return Note(str(e))
+    if cmds.height > TIMELINE_MAX_COMMANDS:
+        return Note(f"{cmds.height} commands in this window: narrow it to at most {TIMELINE_MAX_COMMANDS}, or open "
+                    "the whole run in Perfetto (`ztbp perfetto RUN`)")
+    t0 = int(events["ts_ns"].min())
+    shown = sorted(cmds["zone"].unique().to_list())
+    df = cmds.with_columns(pl.Series("lane", command_lanes(cmds)), pl.col("op").cast(pl.Utf8),
+                           pl.col("zone_action").cast(pl.Utf8))
+    df = df.with_columns((pl.col("lane").max().over("zone") + 1).alias("lanes"),
+                         pl.col("zone").replace_strict(shown, list(range(len(shown))), return_dtype=pl.Int64)
+                         .alias("band"))
+    df = df.with_columns((pl.col("band") + 0.1 + 0.8 * (pl.col("lane") + 0.5) / pl.col("lanes")).alias("y"),
+                         (0.8 / pl.col("lanes")).alias("h"), slice_name())
+    fig = go.Figure()
+    for name in sorted(df["name"].unique().to_list()):
+        d = df.filter(pl.col("name") == name)
+        hover = [f"{name} zone {z} slba {s} nlb {n} status {st} lat {lat / 1000:.1f} µs"
+                 for z, s, n, st, lat in d.select("zone", "slba", "nlb", "status", "lat_ns").iter_rows()]
+        fig.add_trace(go.Bar(orientation="h", base=((d["ts_ns"].cast(pl.Int64) - t0) / 1e6).to_list(),
+                             x=(d["lat_ns"].cast(pl.Float64) / 1e6).to_list(), y=d["y"].to_list(),
+                             width=d["h"].to_list(), name=name, hovertext=hover, hoverinfo="text",
+                             marker_color=OP_COLOURS.get(name.removesuffix("_all"), "#7f7f7f")))
+    fig.update_yaxes(tickvals=[i + 0.5 for i in range(len(shown))], ticktext=[f"zone {z}" for z in shown],
+                     range=[0, len(shown)], title="")
+    fig.update_xaxes(title="time since the first command (ms)")
+    fig.update_layout(barmode="overlay", bargap=0)
+    return _layout(fig, f"Commands from {start_s:g} s for {length_s * 1000:g} ms ({cmds.height} commands, "
+                   f"{len(shown)} zones)", max(300, 60 + 40 * len(shown)))
+
 # --- zones ------------------------------------------------------------------------------------------------------
 
 def zone_heat(zt: pl.DataFrame) -> go.Figure | Note:

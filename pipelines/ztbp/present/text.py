@@ -279,3 +279,25 @@ def config_text(cfg: dict[str, Any]) -> str:
              f"  predicted at {cfg['cache_mib']:g} MiB: lru {p['lru']:.4f}, zone_lru {p['zone_lru']:.4f}, "
              f"static_best {p['static_best']:.4f}, belady {p['belady']:.4f}"]
     return "\n".join(lines)
+
+
+def perfetto_text(res: dict[str, Any]) -> str:
+    """What `ztbp perfetto` wrote (and, with --check, what reading it back found)."""
+    lines = [f"perfetto: wrote {res['path']} ({res['bytes'] / MIB:.1f} MiB, {res['seconds']:.1f} s)",
+             f"  {res['commands']} commands in {res['zones']} zones on {res['lanes']} lanes (at most "
+             f"{res['max_lanes_per_zone']} in one zone); {res['wp_points']} write-pointer and {res['qd_points']} "
+             "queue-depth counter values"]
+    if res["requests"]:
+        lines.append(f"  {res['requests']} layer-probe requests ({res['layer_slices']} slices), {res['flows']} "
+                     "linked to their NVMe command by a flow")
+    if res["skipped"]:
+        lines.append("  left out: " + ", ".join(f"{k} {v}" for k, v in res["skipped"].items()))
+    chk = res.get("check")
+    if chk:
+        verdict = {True: "ok", False: "MISMATCH"}
+        lines.append(f"  check: commands per zone {verdict[chk['commands_per_zone_equal']]}, final write pointers "
+                     f"{verdict[chk['wp_final_equal']]} ({chk['wp_zones']} zones), flows with both ends "
+                     f"{verdict[chk['flows_with_both_ends']]} ({chk['flows']})")
+    lines.append("  open it at https://ui.perfetto.dev (Open trace file; the file stays in the browser) "
+                 "or offline with Perfetto's trace_processor")
+    return "\n".join(lines)
