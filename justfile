@@ -100,6 +100,11 @@ apply RUN="runs/synth-paper80" DEV="": setup build
 report RUN="tests/data/runs/sample-paper80" *ARGS: setup
     {{ZTBP}} report {{quote(RUN)}} {{ARGS}}
 
+# write RUN as a Perfetto trace, by default next to its report: reports/<run-id>/<run-id>.pftrace (open it at ui.perfetto.dev); ARGS: --window 1s:1.5s, --zones 1,7, --check
+[group('report')]
+perfetto RUN="tests/data/runs/sample-paper80" OUT="" *ARGS: setup
+    {{ZTBP}} perfetto {{quote(RUN)}} -o {{ if OUT == "" { quote("reports" / file_name(RUN) / file_name(RUN) + ".pftrace") } else { quote(OUT) } }} {{ARGS}}
+
 # the HTML report of every run in runs/
 [group('report')]
 report-all *ARGS: setup

@@ -280,3 +280,17 @@ def test_trace_processor_reads_the_same_counts(sample_trace: tuple[Any, Path]) -
         finals = {int(n.split()[1]): int(v) for n, v in zip(last["name"], last["v"], strict=True)}
         from ztbp.analysis.timeline import final_write_pointers as fwp
         assert finals == fwp(run.events, run.nr_zones, run.zone_size_lba, run.meta["zone_cap_lba"])
+
+
+def test_report_index_links_the_trace_and_says_how_to_open_it(tmp_path: Path) -> None:
+    from ztbp.report import render
+
+    run = load(SAMPLE)
+    trace = render.timeline_trace(run, tmp_path, log=lambda s: None)
+    assert trace["file"] == "sample-paper80.pftrace" and trace["commands"] == 38226
+    assert verify(run, tmp_path / trace["file"])["commands_per_zone_equal"]
+    page = render.index_html(run.paths, run.meta, [], trace)
+    assert 'href="sample-paper80.pftrace"' in page and "ui.perfetto.dev" in page and "trace_processor" in page
+    failed = render.index_html(run.paths, run.meta, [], {"file": None, "error": "no command"})
+    assert "not written: no command" in failed
+    assert "pftrace" not in render.index_html(run.paths, run.meta, [])

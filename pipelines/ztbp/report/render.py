@@ -161,10 +161,11 @@ def write_plotlyjs(out: Path) -> Path:
 
 def render(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None,
            parameters: dict[str, Any] | None = None, only: list[str] | None = None, timeout: int = 900,
-           log: Callable[[str], None] = print, allow_send: bool = False) -> dict[str, Any]:
+           log: Callable[[str], None] = print, allow_send: bool = False, perfetto: bool = True) -> dict[str, Any]:
     """Run every notebook on a run with papermill and write the HTML report. Returns what was written.
 
-    Nothing is sent to a device unless allow_send: the cache notebook's write-back is a dry run otherwise."""
+    Nothing is sent to a device unless allow_send: the cache notebook's write-back is a dry run otherwise. With
+    perfetto, the run's Perfetto trace (`ztbp perfetto`) is written next to the pages and linked from the index."""
     import nbformat
     import papermill
     from papermill.exceptions import PapermillExecutionError
@@ -215,14 +216,45 @@ def render(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | No
             log(f"report: {rp.run_id}: {path.stem}.html {'ok' if page.ok else 'FAILED: ' + page.error} "
                 f"({page.seconds:.1f} s)")
             pages.append(page)
+    trace = timeline_trace(run, out, log) if perfetto else None
     index = out / "index.html"
-    index.write_text(index_html(rp, meta, pages))
-    return {"run": rp.run_id, "out": str(out), "index": str(index), "ok": all(p.ok for p in pages),
+    index.write_text(index_html(rp, meta, pages, trace))
+    return {"run": rp.run_id, "out": str(out), "index": str(index), "ok": all(p.ok for p in pages), "trace": trace,
             "pages": [{"notebook": p.stem, "html": f"{p.stem}.html", "title": p.title, "ok": p.ok,
                        "error": p.error, "seconds": round(p.seconds, 2)} for p in pages]}
 
 
-def index_html(rp: RunPaths, meta: dict[str, Any], pages: list[Page]) -> str:
+def timeline_trace(run: Any, out: Path, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """The run as a Perfetto trace in the report folder (present/perfetto.py); the error text when it fails."""
+    from ..present.perfetto import export
+
+    path = out / f"{run.run_id}.pftrace"
+    try:
+        res = export(run, path)
+    except ZtbpError as e:
+        log(f"report: {run.run_id}: no Perfetto trace: {e}")
+        return {"file": None, "error": str(e)}
+    log(f"report: {run.run_id}: {path.name} ({res.bytes / MIB:.1f} MiB, {res.seconds:.1f} s)")
+    return {"file": path.name, "mib": res.bytes / MIB, "commands": res.commands, "requests": res.requests}
+
+
+def _trace_card(trace: dict[str, Any] | None) -> str:
+    if trace is None:
+        return ""
+    if not trace["file"]:
+        why = html.escape(trace["error"])
+        return f'<li class="card"><h2>Timeline <span class="fail">not written: {why}</span></h2></li>'
+    name = html.escape(trace["file"])
+    layers = f", {trace['requests']} layer-probe requests" if trace["requests"] else ""
+    return (f'<li class="card"><h2><a href="{name}" download>Timeline: {name}</a> <span class="ok">ok</span></h2>'
+            f"<p>The run as a Perfetto trace ({trace['mib']:.1f} MiB, {trace['commands']} commands{layers}): one "
+            "track per zone, every NVMe command a slice, write-pointer and queue-depth counters. Open it at "
+            '<a href="https://ui.perfetto.dev">ui.perfetto.dev</a> ("Open trace file"; the trace stays in the '
+            f"browser), or offline with Perfetto's trace processor: <code>trace_processor {name}</code>. "
+            "Made by <code>ztbp perfetto</code>.</p></li>")
+
+
+def index_html(rp: RunPaths, meta: dict[str, Any], pages: list[Page], trace: dict[str, Any] | None = None) -> str:
     wl = meta.get("workload", {})
     kind = "synthetic" if meta.get("synthetic") else f"traced ({meta.get('backend', '?')})"
     zone_mib = meta["zone_size_lba"] * meta["lba_bytes"] / MIB
@@ -252,6 +284,7 @@ ul.pages {{ list-style: none; padding: 0; }}
 device {html.escape(str(meta.get('device', '?')))}</p>
 <ul class="pages">
 {chr(10).join(cards)}
+{_trace_card(trace)}
 </ul>
 <p class="meta">Made by <code>ztbp report</code> (papermill + nbconvert); plotly.js is loaded from
 <code>{PLOTLY_JS}</code> in this folder, so the report opens offline.</p>
