@@ -49,6 +49,9 @@ class RunPaths:
     ingest_report = _inside("derived", "ingest.json")
     cluster_json = _inside("derived", "cluster.json")
     cache_config = _inside("derived", "cache-config.json")
+    #: the streaming ingest's partitioned Parquet dataset (io/stream.py): tw=<window>/zr=<zone range>/*.parquet
+    events_parts = _inside("derived", "events-parts")
+    events_parts_manifest = _inside("derived", "events-parts", "dataset.json")
 
     @property
     def run_id(self) -> str:

@@ -13,6 +13,7 @@ data (nlb = 0) and zone appends (whose LBA the device chooses) are not chained. 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numba
@@ -129,49 +130,88 @@ def chain_table(events: pl.DataFrame, op: str, lba_bytes: int, window: int = DEF
     })
 
 
-def _pct(s: pl.Series, q: float) -> int:
-    return int(s.quantile(q, "nearest")) if s.len() else 0
+def nearest_rank(n: int, q: float) -> int:
+    """0-based index of polars' quantile(q, "nearest") among n sorted values: (n - 1) * q, rounded half away."""
+    x = (n - 1) * q
+    f = math.floor(x)
+    return int(f + (1 if x - f >= 0.5 else 0))
 
 
-def chain_summary(chains: pl.DataFrame, op: str, nts_bytes: int) -> dict[str, Any]:
-    n = chains.height
-    total = int(chains["bytes"].sum()) if n else 0
-    big = chains.filter(pl.col("bytes") >= nts_bytes)
+def _weighted_pct(values: pl.DataFrame, weight: str, q: float) -> int:
+    """Nearest-rank quantile of the column `bytes` where each row stands for `weight` equal values."""
+    n = int(values[weight].sum()) if values.height else 0
+    if n == 0:
+        return 0
+    t = values.sort("bytes").with_columns(pl.col(weight).cum_sum().alias("_cum"))
+    return int(t.filter(pl.col("_cum") > nearest_rank(n, q))["bytes"][0])
+
+
+def chain_lengths(chains: pl.DataFrame) -> pl.DataFrame:
+    """Chains per chain length: bytes (UInt64), chains (Int64)."""
+    return chains.group_by("bytes").agg(pl.len().cast(pl.Int64).alias("chains"))
+
+
+def chain_summary_weighted(lens: pl.DataFrame, op: str, nts_bytes: int, requests: int, requests_max: int
+                           ) -> dict[str, Any]:
+    """The summary from chains per length (chain_lengths), the requests in chains and the longest chain's."""
+    n = int(lens["chains"].sum()) if lens.height else 0
+    nbytes = pl.col("bytes").cast(pl.UInt64) * pl.col("chains").cast(pl.UInt64)
+    total = int(lens.select(nbytes.sum()).item()) if n else 0
+    big = lens.filter(pl.col("bytes") >= nts_bytes)
     return {
         "op": op,
         "nts_bytes": nts_bytes,
         "chains": n,
-        "requests": int(chains["requests"].sum()) if n else 0,
+        "requests": requests,
         "bytes": total,
-        "frac_chains_ge_nts": big.height / n if n else 0.0,
-        "frac_bytes_ge_nts": int(big["bytes"].sum()) / total if total else 0.0,
-        "chain_bytes_p50": _pct(chains["bytes"], 0.5),
-        "chain_bytes_p90": _pct(chains["bytes"], 0.9),
-        "chain_requests_max": int(chains["requests"].max()) if n else 0,
+        "frac_chains_ge_nts": int(big["chains"].sum()) / n if n else 0.0,
+        "frac_bytes_ge_nts": int(big.select(nbytes.sum()).item()) / total if total else 0.0,
+        "chain_bytes_p50": _weighted_pct(lens, "chains", 0.5),
+        "chain_bytes_p90": _weighted_pct(lens, "chains", 0.9),
+        "chain_requests_max": requests_max,
     }
+
+
+def chain_summary(chains: pl.DataFrame, op: str, nts_bytes: int) -> dict[str, Any]:
+    n = chains.height
+    return chain_summary_weighted(chain_lengths(chains), op, nts_bytes, int(chains["requests"].sum()) if n else 0,
+                                  int(chains["requests"].max()) if n else 0)
+
+
+def size_cdf_weighted(sizes: pl.DataFrame) -> pl.DataFrame:
+    """I/O size CDF from requests per size: bytes, requests, cumulative fraction of requests."""
+    t = sizes.sort("bytes")
+    total = max(1, int(t["requests"].sum())) if t.height else 1
+    return t.with_columns((pl.col("requests").cum_sum() / total).alias("cum_frac"))
 
 
 def size_cdf(events: pl.DataFrame, op: str, lba_bytes: int) -> pl.DataFrame:
     """I/O size CDF of one op: bytes, requests of that size, cumulative fraction of requests."""
     ev = chainable(events, op)
-    t = (ev.group_by((pl.col("nlb").cast(pl.UInt64) * lba_bytes).alias("bytes")).agg(pl.len().alias("requests"))
-         .sort("bytes"))
-    total = max(1, int(t["requests"].sum())) if t.height else 1
-    return t.with_columns((pl.col("requests").cum_sum() / total).alias("cum_frac"))
+    return size_cdf_weighted(ev.group_by((pl.col("nlb").cast(pl.UInt64) * lba_bytes).alias("bytes"))
+                             .agg(pl.len().alias("requests")))
+
+
+def chain_cdf_weighted(lens: pl.DataFrame) -> pl.DataFrame:
+    """Chain-length CDF in power-of-two buckets from chains per length (chain_lengths)."""
+    if lens.height == 0:
+        return pl.DataFrame(schema={"bytes_le": pl.UInt64, "chains": pl.UInt32, "cum_frac_chains": pl.Float64,
+                                    "cum_frac_bytes": pl.Float64})
+    bucket = (2 ** pl.col("bytes").cast(pl.Float64).log(2).ceil()).cast(pl.UInt64)
+    n = int(lens["chains"].sum())
+    nbytes = pl.col("bytes").cast(pl.UInt64) * pl.col("chains").cast(pl.UInt64)
+    total = int(lens.select(nbytes.sum()).item())
+    t = (lens.group_by(bucket.alias("bytes_le"))
+         .agg(pl.col("chains").sum().cast(pl.UInt32), nbytes.sum().alias("_b")).sort("bytes_le"))
+    return t.with_columns(
+        (pl.col("chains").cum_sum() / n).alias("cum_frac_chains"),
+        (pl.col("_b").cum_sum() / total).alias("cum_frac_bytes"),
+    ).drop("_b")
 
 
 def chain_cdf(chains: pl.DataFrame) -> pl.DataFrame:
     """Chain-length CDF in power-of-two buckets: chains ≤ bytes, cumulative fraction of chains and of bytes."""
-    if chains.height == 0:
-        return pl.DataFrame(schema={"bytes_le": pl.UInt64, "chains": pl.UInt32, "cum_frac_chains": pl.Float64,
-                                    "cum_frac_bytes": pl.Float64})
-    bucket = (2 ** pl.col("bytes").cast(pl.Float64).log(2).ceil()).cast(pl.UInt64)
-    t = (chains.group_by(bucket.alias("bytes_le"))
-         .agg(pl.len().cast(pl.UInt32).alias("chains"), pl.col("bytes").sum().alias("_b")).sort("bytes_le"))
-    return t.with_columns(
-        (pl.col("chains").cum_sum() / chains.height).alias("cum_frac_chains"),
-        (pl.col("_b").cum_sum() / int(chains["bytes"].sum())).alias("cum_frac_bytes"),
-    ).drop("_b")
+    return chain_cdf_weighted(chain_lengths(chains))
 
 
 def chains_report(events: pl.DataFrame, op: str, nts_bytes: int, lba_bytes: int,

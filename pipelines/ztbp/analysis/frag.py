@@ -94,19 +94,26 @@ def frag_table(events: pl.DataFrame, nr_zones: int, lba_bytes: int, zone_size_lb
     Zones without a gap have null gap statistics. Pass zone_size_lba (meta.json) for the fast path.
     """
     n_zones = max(nr_zones, int(events["zone"].max()) + 1) if events.height else nr_zones
-    cols: dict[str, np.ndarray] = {}
+    stats = {}
     for d, ops in DIRECTIONS.items():
         ev = events.filter(pl.col("op").is_in(list(ops)) & (pl.col("nlb") > 0))
         keys, zones = _sorted_ranges(ev, zone_size_lba)
-        frags, covered, gaps, gap_sum, gap_max = _zone_fragments(keys, zones, n_zones).T
+        stats[d] = _zone_fragments(keys, zones, n_zones)
+    app = events.filter(pl.col("op") == "zone_append")["zone"].to_numpy().astype(np.int64)
+    return frag_frame(stats, np.bincount(app, minlength=n_zones), n_zones, lba_bytes)
+
+
+def frag_frame(stats: dict[str, np.ndarray], appends: np.ndarray, n_zones: int, lba_bytes: int) -> pl.DataFrame:
+    """The per-zone table from each direction's _zone_fragments figures and the appends per zone."""
+    cols: dict[str, np.ndarray] = {}
+    for d in DIRECTIONS:
+        frags, covered, gaps, gap_sum, gap_max = stats[d].T
         cols[f"{d}_fragments"] = frags.astype(np.uint64)
         cols[f"{d}_bytes_covered"] = (covered * lba_bytes).astype(np.uint64)
         cols[f"{d}_gaps"] = gaps.astype(np.uint64)
         cols[f"{d}_gap_bytes_mean"] = gap_sum / np.maximum(gaps, 1) * lba_bytes
         cols[f"{d}_gap_bytes_max"] = (gap_max * lba_bytes).astype(np.uint64)
-    app = events.filter(pl.col("op") == "zone_append")["zone"].to_numpy().astype(np.int64)
-    df = pl.DataFrame({"zone": np.arange(n_zones, dtype=np.uint32), **cols,
-                       "appends": np.bincount(app, minlength=n_zones).astype(np.uint64)})
+    df = pl.DataFrame({"zone": np.arange(n_zones, dtype=np.uint32), **cols, "appends": appends.astype(np.uint64)})
     return df.with_columns(
         pl.when(pl.col(f"{d}_gaps") > 0).then(pl.col(c)).otherwise(None).alias(c)
         for d in DIRECTIONS for c in (f"{d}_gap_bytes_mean", f"{d}_gap_bytes_max"))

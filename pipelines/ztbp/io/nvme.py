@@ -78,12 +78,14 @@ def _validate(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _fast_path(path: Path, header: list[str]) -> pl.DataFrame | None:
-    """Parse the whole file with the schema; None when anything needs the careful path."""
+def _fast_path(path: Path | bytes, header: list[str]) -> pl.DataFrame | None:
+    """Parse the whole file (or a chunk of its data lines, as bytes) with the schema; None when anything needs the
+    careful path."""
     typed = {**INT_TYPES, "op": OP_DTYPE, "zone_action": ACTION_DTYPE}
     schema = {c: typed.get(c, pl.String) for c in header}
+    whole = isinstance(path, Path)
     try:
-        df = pl.read_csv(path, skip_rows=1, has_header=True, schema=schema,
+        df = pl.read_csv(path, skip_rows=1 if whole else 0, has_header=whole, schema=schema,
                          columns=list(NVME_COLUMNS))
     except Exception:  # noqa: BLE001 - any parse failure means: take the careful path
         return None
@@ -104,10 +106,15 @@ def _careful_path(path: Path, report: IngestReport) -> pl.DataFrame:
     if lines and lines[-1] == b"":
         lines.pop()
     body = [ln.decode("utf-8", "replace").rstrip("\r") for ln in lines[2:]]
-    first_line_no = 3
-    s = pl.DataFrame({"line": body}).with_row_index("line_no", offset=first_line_no)
+    return careful_rows(body, 3, truncated_last, report)
+
+
+def careful_rows(body: list[str], first_line_no: int, truncated_last: bool, report: IngestReport) -> pl.DataFrame:
+    """The rows of data lines `body` (the first is line `first_line_no` of the file) that parse; the rest are
+    counted in `report`. `truncated_last`: the last line of `body` is the file's last and has no newline."""
+    s = pl.DataFrame({"line": body}, schema={"line": pl.String}).with_row_index("line_no", offset=first_line_no)
     blank = s.filter(pl.col("line").str.strip_chars() == "")
-    report.blank_lines = blank.height
+    report.blank_lines += blank.height
     s = s.filter(pl.col("line").str.strip_chars() != "")
     parts = pl.col("line").str.split(",")
     s = s.with_columns(parts.list.len().alias("_n"), parts.alias("_p"))
@@ -144,8 +151,8 @@ def _careful_path(path: Path, report: IngestReport) -> pl.DataFrame:
     return _validate(good)
 
 
-def ingest(run: RunPaths, quiet: bool = True) -> IngestReport:
-    """Read raw/nvme.csv of a run and write derived/events.parquet and derived/ingest.json."""
+def open_source(run: RunPaths) -> tuple[dict[str, Any], list[str], IngestReport]:
+    """meta.json, the header of raw/nvme.csv (checked) and an empty report keyed by the file's size and mtime."""
     meta = read_meta(run)
     src = run.nvme_csv
     if not src.is_file():
@@ -155,6 +162,13 @@ def ingest(run: RunPaths, quiet: bool = True) -> IngestReport:
     st = src.stat()
     report = IngestReport(source=str(src), source_size=st.st_size, source_mtime_ns=st.st_mtime_ns,
                           lost_events={k: int(v) for k, v in meta.get("lost_events", {}).items()})
+    return meta, header, report
+
+
+def ingest(run: RunPaths, quiet: bool = True) -> IngestReport:
+    """Read raw/nvme.csv of a run and write derived/events.parquet and derived/ingest.json."""
+    meta, header, report = open_source(run)
+    src = run.nvme_csv
     df = _fast_path(src, header)
     if df is None:
         df = _careful_path(src, report)

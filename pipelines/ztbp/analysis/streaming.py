@@ -1,0 +1,501 @@
+"""The analyses over a run too large for memory: lazy polars queries on the streaming engine, and chunked passes
+where order matters. Every function gives the same result as its in-memory counterpart (tests/test_streaming.py).
+
+Order-free aggregates take a LazyFrame of events (any order, e.g. every partition of io/stream.py):
+  zone_table_lazy    == zones.zone_table          opcode_table_lazy == opcodes.opcode_table
+  cell_counts_lazy   == the per-cell read counts the clustering works on (cluster.read_cells' counts)
+Exact percentiles (nearest rank, as polars' quantile(q, "nearest")) come from a radix select: a few streaming
+group-bys over 16-bit digits of the value, never holding a column in memory (exact_quantiles).
+
+Order-dependent passes take an iterator of frames in submission order (io/stream.Parts.ordered) and keep only
+bounded state between frames:
+  chains_report_stream == chains.chains_report   (a chain is final once its last request leaves the window)
+  CacheStream          == cachesim's lru, zone_lru, static_best and the LRU sweep, from one pass: exact LRU stack
+                          distances (Mattson) over a Fenwick tree of the live pages' last uses, compacted as it
+                          fills, so memory grows with the distinct pages, not the trace. Belady needs every next
+                          use (a pass backwards over the whole trace): at scale it is estimated by analysis/shards.py.
+Per-zone passes take an iterator of frames that each hold every event of a disjoint set of zones
+(io/stream.Parts.by_zone_range):
+  frag_table_stream    == frag.frag_table
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numba
+import numpy as np
+import polars as pl
+
+from ..errors import ZtbpError
+from .cachesim import page_requests
+from .chains import DEFAULT_WINDOW, _grow, _slot, chain_cdf_weighted, chain_summary_weighted, size_cdf_weighted
+from .frag import DIRECTIONS, NLB_BITS, _zone_fragments, frag_frame
+from .opcodes import KEYS, OP_ORDER, QUANTILES
+from .params import CHAIN_OPS
+from .zones import zone_count_exprs, zone_frame
+
+ENGINE = "streaming"
+DIGIT_BITS = 16
+
+
+# --- exact percentiles ------------------------------------------------------------------------------------------
+
+def _rank_expr(n: pl.Expr, q: float) -> pl.Expr:
+    """chains.nearest_rank as an expression."""
+    x = (n - 1).cast(pl.Float64) * q
+    return (x.floor() + ((x - x.floor()) >= 0.5).cast(pl.Float64)).cast(pl.UInt64)
+
+
+def exact_quantiles(lf: pl.LazyFrame, keys: list[str], value: str, qs: dict[str, float]) -> pl.DataFrame:
+    """Per group of `keys`: the nearest-rank quantile of `value` (a non-negative integer column) for every q of
+    `qs` (output column name -> q), by radix select over 16-bit digits: one streaming group-by per digit that
+    the values use."""
+    lf = lf.select(*keys, pl.col(value).cast(pl.UInt64).alias("_v"))
+    stats = lf.group_by(keys).agg(pl.len().alias("_n"), pl.col("_v").max().alias("_max")).collect(engine=ENGINE)
+    if stats.height == 0:
+        return stats.select(keys).with_columns(pl.lit(None, pl.UInt64).alias(k) for k in qs)
+    top = int(stats["_max"].max())
+    t = pl.concat([stats.select(*keys, "_n").with_columns(pl.lit(name).alias("_q"), _rank_expr(pl.col("_n"), q)
+                                                          .alias("_r"))
+                   for name, q in qs.items()]).with_columns(pl.lit(0, pl.UInt64).alias("_hi"))
+    shifts = [s for s in range(64 - DIGIT_BITS, -1, -DIGIT_BITS) if top >> s or s == 0]
+    for s in shifts:
+        hi = pl.col("_v") // (1 << (s + DIGIT_BITS)) if s + DIGIT_BITS < 64 else pl.lit(0, pl.UInt64)
+        digit = (pl.col("_v") // (1 << s)) % (1 << DIGIT_BITS)
+        want = t.select(*keys, "_hi").unique().lazy()
+        hist = (lf.with_columns(hi.cast(pl.UInt64).alias("_hi"), digit.cast(pl.UInt64).alias("_d"))
+                .join(want, on=[*keys, "_hi"], how="semi")
+                .group_by(*keys, "_hi", "_d").agg(pl.len().cast(pl.UInt64).alias("_c")).collect(engine=ENGINE))
+        j = (t.join(hist, on=[*keys, "_hi"]).sort("_d")
+             .with_columns(pl.col("_c").cum_sum().over([*keys, "_q"]).alias("_cum")))
+        pick = (j.filter(pl.col("_cum") > pl.col("_r")).group_by([*keys, "_q"], maintain_order=True).first())
+        t = pick.select(*keys, "_q", "_n", (pl.col("_r") - (pl.col("_cum") - pl.col("_c"))).alias("_r"),
+                        (pl.col("_hi") * (1 << DIGIT_BITS) + pl.col("_d")).alias("_hi"))
+    # digits that every value shares (above the highest set bit) were skipped: their prefix is 0
+    return t.pivot(on="_q", index=keys, values="_hi").select(*keys, *qs)
+
+
+# --- order-free tables ------------------------------------------------------------------------------------------
+
+def zone_table_lazy(events: pl.LazyFrame, nr_zones: int, lba_bytes: int) -> pl.DataFrame:
+    """zones.zone_table over a LazyFrame, on the streaming engine."""
+    agg = events.group_by("zone").agg(*zone_count_exprs(lba_bytes)).collect(engine=ENGINE)
+    lat = exact_quantiles(events.filter(pl.col("op") == "read"), ["zone"], "lat_ns", {"p50": 0.5, "p99": 0.99})
+    return zone_frame(agg.join(lat, on="zone", how="left").with_columns(
+        (pl.col("p50") / 1000).alias("read_lat_p50_us"), (pl.col("p99") / 1000).alias("read_lat_p99_us")), nr_zones)
+
+
+def opcode_table_lazy(events: pl.LazyFrame, lba_bytes: int) -> pl.DataFrame:
+    """opcodes.opcode_table over a LazyFrame, on the streaming engine."""
+    ev = events.with_columns(pl.col("op").cast(pl.Utf8), pl.col("zone_action").cast(pl.Utf8).fill_null(""))
+    lat = pl.col("lat_ns").cast(pl.Int64)
+    agg = ev.group_by("op", "zone_action").agg(
+        pl.len().cast(pl.Int64).alias("count"),
+        (pl.col("status") != 0).sum().cast(pl.Int64).alias("errors"),
+        (pl.col("nlb").cast(pl.Int64) * lba_bytes).sum().alias("bytes"),
+        lat.mean().round(0).cast(pl.Int64).alias("mean_ns"),
+        lat.max().alias("max_ns"),
+    ).collect(engine=ENGINE)
+    qs = exact_quantiles(ev, ["op", "zone_action"], "lat_ns", dict(QUANTILES))
+    agg = agg.join(qs.with_columns(pl.col(k).cast(pl.Int64) for k, _ in QUANTILES), on=["op", "zone_action"])
+    order = {op: i for i, op in enumerate(OP_ORDER)}
+    rank = pl.col("op").replace_strict(order, default=len(order), return_dtype=pl.Int64)
+    return agg.with_columns(rank.alias("_rank")).sort("_rank", "zone_action").select(KEYS)
+
+
+def cell_counts_lazy(events: pl.LazyFrame, meta: dict[str, Any], cells_per_zone: int) -> pl.DataFrame:
+    """Reads per read cell (cell, reads), as the clustering aggregates them (cluster.read_cells)."""
+    zone_lba = meta["zone_size_lba"]
+    if cells_per_zone <= 0 or zone_lba % cells_per_zone:
+        raise ZtbpError(f"--cells-per-zone {cells_per_zone} must divide the zone size ({zone_lba} LBAs)")
+    n_cells = meta["nr_zones"] * cells_per_zone
+    cell = pl.min_horizontal(pl.col("slba") // (zone_lba // cells_per_zone), pl.lit(n_cells - 1)).cast(pl.Int64)
+    return (events.filter(pl.col("op").cast(pl.String) == "read").group_by(cell.alias("cell"))
+            .agg(pl.len().cast(pl.Int64).alias("reads")).sort("cell").collect(engine=ENGINE))
+
+
+# --- chains -----------------------------------------------------------------------------------------------------
+
+#: nsid is packed beside the LBA in the chain key: at most this many namespaces
+CHAIN_GROUPS = 1 << 12
+
+
+@numba.njit(cache=True)
+def _chain_pass(key_start: np.ndarray, key_end: np.ndarray, nlb: np.ndarray, base: int, window: int,
+                keys: np.ndarray, heads: np.ndarray, used: np.ndarray, below: np.ndarray, acc_req: np.ndarray,
+                acc_lba: np.ndarray, live: np.ndarray, out_lba: np.ndarray, out_req: np.ndarray,
+                counters: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """chains._chain_ids over one frame, resumable: request i (global index base + k) continues the chain of the
+    most recent request j that ends at its start, not yet continued, with i - j <= window. The ring (window + 1
+    slots) holds each recent request's `below` link and, for the last request of an open chain, the chain's
+    requests and LBAs. A chain whose last request leaves the ring is final: written to out_lba / out_req."""
+    ring = below.size
+    n_out = 0
+    for k in range(key_start.size):
+        i = base + k
+        s = i % ring
+        if i >= ring and live[s]:
+            out_lba[n_out] = acc_lba[s]
+            out_req[n_out] = acc_req[s]
+            n_out += 1
+            live[s] = False
+        h = _slot(keys, key_start[k])
+        j = heads[h] if keys[h] != -1 else -1
+        if j >= 0 and i - j > window:
+            heads[h] = -1
+            j = -1
+        if j >= 0:
+            sj = j % ring
+            acc_req[s] = acc_req[sj] + 1
+            acc_lba[s] = acc_lba[sj] + nlb[k]
+            live[sj] = False
+            heads[h] = below[sj]
+        else:
+            acc_req[s] = 1
+            acc_lba[s] = nlb[k]
+            counters[0] += 1
+        live[s] = True
+        h = _slot(keys, key_end[k])
+        if keys[h] == -1:
+            if 2 * (used[0] + 1) > keys.size:
+                keys, heads = _grow(keys, heads)
+                h = _slot(keys, key_end[k])
+            keys[h] = key_end[k]
+            used[0] += 1
+        below[s] = heads[h]
+        heads[h] = i
+    return keys, heads, n_out
+
+
+class ChainStream:
+    """Sequential chains of one op over frames in submission order (see chains.py for the definition)."""
+
+    def __init__(self, op: str, window: int = DEFAULT_WINDOW) -> None:
+        if op not in CHAIN_OPS:
+            raise ZtbpError(f"--op {op!r}: chains are defined for {', '.join(CHAIN_OPS)}")
+        if window <= 0:
+            raise ZtbpError("--window 0 (unlimited) keeps every request open: use the in-memory path")
+        self.op, self.window = op, window
+        self.keys = np.full(1024, -1, dtype=np.int64)
+        self.heads = np.full(1024, -1, dtype=np.int64)
+        self.used = np.zeros(1, dtype=np.int64)
+        ring = window + 1
+        self.below = np.full(ring, -1, dtype=np.int64)
+        self.acc_req = np.zeros(ring, dtype=np.int64)
+        self.acc_lba = np.zeros(ring, dtype=np.int64)
+        self.live = np.zeros(ring, dtype=np.bool_)
+        self.counters = np.zeros(1, dtype=np.int64)
+        self.seen = 0
+        self.final: dict[int, int] = {}  # chain LBAs -> chains
+        self.max_req = 0
+        self.sizes: dict[int, int] = {}  # request LBAs -> requests
+
+    def _emit(self, lba: np.ndarray, req: np.ndarray) -> None:
+        if lba.size == 0:
+            return
+        u, c = np.unique(lba, return_counts=True)
+        for a, b in zip(u.tolist(), c.tolist(), strict=True):
+            self.final[a] = self.final.get(a, 0) + b
+        self.max_req = max(self.max_req, int(req.max()))
+
+    def feed(self, frame: pl.DataFrame) -> None:
+        """frame: events in submission order with op, nsid, slba, nlb (other ops are ignored)."""
+        ev = frame.filter((pl.col("op").cast(pl.String) == self.op) & (pl.col("nlb") > 0))
+        if ev.height == 0:
+            return
+        nsid = ev["nsid"].to_numpy().astype(np.int64)
+        if nsid.max() >= CHAIN_GROUPS:
+            raise ZtbpError(f"nsid {int(nsid.max())} is beyond the streaming chain key ({CHAIN_GROUPS} namespaces)")
+        slba = ev["slba"].to_numpy().astype(np.int64)
+        nlb = ev["nlb"].to_numpy().astype(np.int64)
+        u, c = np.unique(nlb, return_counts=True)
+        for a, b in zip(u.tolist(), c.tolist(), strict=True):
+            self.sizes[a] = self.sizes.get(a, 0) + b
+        out_lba = np.empty(slba.size, dtype=np.int64)
+        out_req = np.empty(slba.size, dtype=np.int64)
+        self.keys, self.heads, n = _chain_pass(slba * CHAIN_GROUPS + nsid, (slba + nlb) * CHAIN_GROUPS + nsid, nlb,
+                                               self.seen, self.window, self.keys, self.heads, self.used, self.below,
+                                               self.acc_req, self.acc_lba, self.live, out_lba, out_req,
+                                               self.counters)
+        self.seen += slba.size
+        self._emit(out_lba[:n], out_req[:n])
+
+    def close(self) -> None:
+        """Every chain still open is final."""
+        self._emit(self.acc_lba[self.live], self.acc_req[self.live])
+        self.live[:] = False
+
+    def report(self, nts_bytes: int, lba_bytes: int) -> dict[str, Any]:
+        """chains.chains_report's dict (with the same values) from the chains seen."""
+        lens = pl.DataFrame({"bytes": np.asarray(list(self.final), dtype=np.uint64) * lba_bytes,
+                             "chains": np.asarray(list(self.final.values()), dtype=np.int64)},
+                            schema={"bytes": pl.UInt64, "chains": pl.Int64})
+        out = chain_summary_weighted(lens, self.op, nts_bytes, self.seen, self.max_req)
+        out["window"] = self.window
+        sizes = pl.DataFrame({"bytes": np.asarray(list(self.sizes), dtype=np.uint64) * lba_bytes,
+                              "requests": np.asarray(list(self.sizes.values()), dtype=np.uint32)},
+                             schema={"bytes": pl.UInt64, "requests": pl.UInt32})
+        out["size_cdf"] = size_cdf_weighted(sizes).to_dicts()
+        out["chain_cdf"] = chain_cdf_weighted(lens).to_dicts()
+        return out
+
+
+def chains_report_stream(frames: Iterable[pl.DataFrame], op: str, nts_bytes: int, lba_bytes: int,
+                         window: int = DEFAULT_WINDOW) -> dict[str, Any]:
+    cs = ChainStream(op, window)
+    for f in frames:
+        cs.feed(f)
+    cs.close()
+    return cs.report(nts_bytes, lba_bytes)
+
+
+# --- fragmentation ----------------------------------------------------------------------------------------------
+
+def frag_table_stream(zone_frames: Iterable[pl.DataFrame], n_zones: int, lba_bytes: int, zone_size_lba: int
+                      ) -> pl.DataFrame:
+    """frag.frag_table from frames that each hold every event of a disjoint set of zones. n_zones: max(nr_zones,
+    highest zone + 1), as frag_table takes it."""
+    stats = {d: np.zeros((n_zones, 5), dtype=np.int64) for d in DIRECTIONS}
+    appends = np.zeros(n_zones, dtype=np.int64)
+    for f in zone_frames:
+        op = pl.col("op").cast(pl.String)
+        for d, ops in DIRECTIONS.items():
+            ev = f.filter(op.is_in(list(ops)) & (pl.col("nlb") > 0))
+            slba = ev["slba"].to_numpy().astype(np.int64)
+            nlb = np.minimum(ev["nlb"].to_numpy().astype(np.int64), (1 << NLB_BITS) - 1)
+            keys = np.sort((slba << NLB_BITS) | nlb)
+            stats[d] += _zone_fragments(keys, (keys >> NLB_BITS) // zone_size_lba, n_zones)
+        app = f.filter(op == "zone_append")["zone"].to_numpy().astype(np.int64)
+        appends += np.bincount(app, minlength=n_zones)
+    return frag_frame(stats, appends, n_zones, lba_bytes)
+
+
+# --- the cache model ---------------------------------------------------------------------------------------------
+
+@numba.njit(cache=True)
+def _fenwick_add(tree: np.ndarray, i: int, v: int) -> None:
+    k = i + 1
+    while k < tree.size:
+        tree[k] += v
+        k += k & (-k)
+
+
+@numba.njit(cache=True)
+def _fenwick_sum(tree: np.ndarray, i: int) -> int:
+    """Sum of positions 0..i-1."""
+    s = 0
+    k = i
+    while k > 0:
+        s += tree[k]
+        k -= k & (-k)
+    return s
+
+
+@numba.njit(cache=True)
+def _stack_pass(ids: np.ndarray, last: np.ndarray, tree: np.ndarray, clock: np.ndarray, hist: np.ndarray
+                ) -> int:
+    """LRU stack distances of `ids`, resumable: last[p] is the time slot of p's last use (-1 never), tree marks the
+    slots in use, clock[0] the next slot. Distances are counted into hist (grown by the caller when it reports
+    the index it needs); returns -1 when done, else the index reached when the tree or hist ran out (k << 1 | 0
+    for tree full, k << 1 | 1 for hist too small) so the caller can compact or grow and resume at k."""
+    for k in range(ids.size):
+        if clock[0] + 1 >= tree.size:
+            return k << 1
+        p = ids[k]
+        j = last[p]
+        t = clock[0]
+        if j >= 0:
+            d = _fenwick_sum(tree, t) - _fenwick_sum(tree, j + 1)
+            if d >= hist.size:
+                return (k << 1) | 1
+            hist[d] += 1
+            _fenwick_add(tree, j, -1)
+        _fenwick_add(tree, t, 1)
+        last[p] = t
+        clock[0] = t + 1
+    return -1
+
+
+@numba.njit(cache=True)
+def _segmented_lru_pass(ids: np.ndarray, hot: np.ndarray, capacity: int, nxt: np.ndarray, prv: np.ndarray,
+                        cached: np.ndarray, seg_len: np.ndarray) -> int:
+    """cachesim's Algorithm-4 list, resumable: page p is node p + 2, nodes 0 and 1 head the normal and hot
+    segments; the state arrays carry over between frames. Returns the hits in this frame."""
+    hits = 0
+    for i in range(ids.size):
+        p = ids[i] + 2
+        s = 1 if hot[i] else 0
+        if cached[p]:
+            hits += 1
+            nxt[prv[p]] = nxt[p]
+            prv[nxt[p]] = prv[p]
+        else:
+            if seg_len[0] + seg_len[1] >= capacity:
+                v = 0 if seg_len[0] > 0 else 1
+                t = prv[v]
+                nxt[prv[t]] = nxt[t]
+                prv[nxt[t]] = prv[t]
+                cached[t] = False
+                seg_len[v] -= 1
+            cached[p] = True
+            seg_len[s] += 1
+        nxt[p] = nxt[s]
+        prv[p] = s
+        prv[nxt[s]] = p
+        nxt[s] = p
+    return hits
+
+
+class PageIds:
+    """Page numbers as ids for the state arrays (indexed by page), with the highest seen; pages at or beyond
+    `limit` (2^25 pages: a 128 GiB device at 4 KiB) are refused rather than allocating beyond memory."""
+
+    def __init__(self, limit: int = 1 << 25) -> None:
+        self.limit = limit
+        self.n = 0
+
+    def __call__(self, pages: np.ndarray) -> np.ndarray:
+        if pages.size and int(pages.max()) >= self.limit:
+            raise ZtbpError(f"page {int(pages.max())} is beyond the streaming cache model's {self.limit} pages: "
+                            "use a larger --page-kib or the in-memory cachesim")
+        if pages.size:
+            self.n = max(self.n, int(pages.max()) + 1)
+        return pages.astype(np.int64)
+
+
+def _grown(a: np.ndarray, n: int, fill: Any) -> np.ndarray:
+    if n <= a.size:
+        return a
+    out = np.full(max(n, 2 * a.size), fill, dtype=a.dtype)
+    out[: a.size] = a
+    return out
+
+
+class CacheStream:
+    """One pass over the reads in submission order: LRU stack distances (every cache size), the zone-recognition
+    LRU at one size, and the page counts of static_best. Same figures as cachesim.simulate without Belady."""
+
+    def __init__(self, meta: dict[str, Any], cache_mib: float, page_kib: int, hot_zones: list[int],
+                 tree_slots: int = 1 << 20) -> None:
+        if page_kib <= 0:
+            raise ZtbpError("--page-kib must be positive")
+        if cache_mib <= 0:
+            raise ZtbpError("--cache-mib must be positive")
+        self.lba_bytes = meta["lba_bytes"]
+        self.page_bytes = page_kib * 1024
+        self.zone_bytes = meta["zone_size_lba"] * meta["lba_bytes"]
+        self.cache_mib, self.page_kib = cache_mib, page_kib
+        self.hot = np.asarray(hot_zones, dtype=np.int64)
+        self.hot_zones = list(hot_zones)
+        self.capacity = int(cache_mib * (1 << 20) // self.page_bytes)
+        self.ids = PageIds()
+        self.requests = 0
+        self.read_commands = 0
+        self.last = np.full(1 << 16, -1, dtype=np.int64)
+        self.tree = np.zeros(tree_slots + 1, dtype=np.int64)  # compacted when full, doubled when half live
+        self.clock = np.zeros(1, dtype=np.int64)
+        self.hist = np.zeros(1 << 16, dtype=np.int64)
+        self.counts = np.zeros(1 << 16, dtype=np.int64)
+        self.nxt = np.arange(2, dtype=np.int64)
+        self.prv = np.arange(2, dtype=np.int64)
+        self.cached = np.zeros(2, dtype=np.bool_)
+        self.seg_len = np.zeros(2, dtype=np.int64)
+        self.zone_lru_hits = 0
+
+    def _size(self, n: int) -> None:
+        self.last = _grown(self.last, n, -1)
+        self.counts = _grown(self.counts, n, 0)
+        if n + 2 > self.nxt.size:
+            m = max(n + 2, 2 * self.nxt.size)
+            self.nxt = _grown(self.nxt, m, 0)
+            self.prv = _grown(self.prv, m, 0)
+            self.cached = _grown(self.cached, m, False)
+
+    def _compact(self) -> None:
+        """Renumber the live last-use slots 0..k-1 in time order and rebuild the tree (grow it when half full)."""
+        live = np.flatnonzero(self.last >= 0)
+        order = live[np.argsort(self.last[live], kind="stable")]
+        k = order.size
+        size = self.tree.size
+        if 2 * (k + 1) > size:
+            size = 2 * size
+        self.last[order] = np.arange(k, dtype=np.int64)
+        ones = np.zeros(size - 1, dtype=np.int64)
+        ones[:k] = 1
+        self.tree = _fenwick_build(ones)
+        self.clock[0] = k
+
+    def feed(self, frame: pl.DataFrame) -> None:
+        """frame: events in submission order (op, slba, nlb); only the reads count."""
+        reads = frame.filter((pl.col("op").cast(pl.String) == "read") & (pl.col("nlb") > 0))
+        self.read_commands += reads.height
+        pages, zones = page_requests(reads.with_columns(pl.col("op").cast(pl.String)), self.lba_bytes,
+                                     self.page_bytes, self.zone_bytes)
+        ids = self.ids(pages)
+        if ids.size == 0:
+            return
+        self._size(self.ids.n)
+        self.requests += ids.size
+        self.counts += np.bincount(ids, minlength=self.counts.size)[: self.counts.size]
+        start = 0
+        while start < ids.size:
+            r = _stack_pass(ids[start:], self.last, self.tree, self.clock, self.hist)
+            if r < 0:
+                break
+            start += r >> 1
+            if r & 1:
+                self.hist = _grown(self.hist, 2 * self.hist.size, 0)
+            else:
+                self._compact()
+        hot = np.isin(zones, self.hot)
+        self.zone_lru_hits += _segmented_lru_pass(ids, hot, self.capacity, self.nxt, self.prv, self.cached,
+                                                  self.seg_len)
+
+    def lru_hits(self, capacity: int) -> int:
+        return int(self.hist[: max(0, capacity)].sum())
+
+    def static_best_hits(self, capacity: int) -> int:
+        counts = self.counts[: self.ids.n]
+        cut = max(0, counts.size - capacity)
+        top = np.partition(counts, cut)[cut:] if cut else counts
+        return int((top[top > 0] - 1).sum())
+
+    def result(self, sweep_mib: tuple[float, ...] = ()) -> dict[str, Any]:
+        """cachesim.simulate's dict (belady left out; see analysis/shards.py)."""
+        n = max(1, self.requests)
+        out: dict[str, Any] = {"requests": self.requests, "read_commands": self.read_commands,
+                               "cache_mib": self.cache_mib, "page_kib": self.page_kib,
+                               "cache_pages": self.capacity, "hot_zones": self.hot_zones,
+                               "lru": self.lru_hits(self.capacity) / n, "zone_lru": self.zone_lru_hits / n,
+                               "static_best": self.static_best_hits(self.capacity) / n}
+        if sweep_mib:
+            caps = [int(m * (1 << 20) // self.page_bytes) for m in sweep_mib]
+            out["lru_sweep"] = [{"cache_mib": m, "lru": self.lru_hits(c) / max(1, self.requests) if self.requests
+                                 else 0.0} for m, c in zip(sweep_mib, caps, strict=True)]
+        return out
+
+
+@numba.njit(cache=True)
+def _fenwick_build(ones: np.ndarray) -> np.ndarray:
+    tree = np.zeros(ones.size + 1, dtype=np.int64)
+    for i in range(ones.size):
+        k = i + 1
+        tree[k] += ones[i]
+        j = k + (k & (-k))
+        if j < tree.size:
+            tree[j] += tree[k]
+    return tree
+
+
+def cachesim_stream(frames: Iterable[pl.DataFrame], meta: dict[str, Any], cache_mib: float, page_kib: int,
+                    hot_zones: list[int], sweep_mib: tuple[float, ...] = (), tree_slots: int = 1 << 20
+                    ) -> dict[str, Any]:
+    bad = [z for z in hot_zones if z >= meta["nr_zones"]]
+    if bad:
+        raise ZtbpError(f"hot zones {bad} are beyond the device's {meta['nr_zones']} zones")
+    cs = CacheStream(meta, cache_mib, page_kib, hot_zones, tree_slots)
+    for f in frames:
+        cs.feed(f)
+    return cs.result(sweep_mib)

@@ -1,0 +1,141 @@
+"""Commands for traces beyond one machine's memory and for many runs: import, stream, shards, batch."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ..analysis.params import CACHE_MIB, PAGE_KIB
+from ..errors import ZtbpError
+from ..io.layout import DEFAULT_CHUNK_BYTES, DEFAULT_WINDOW_S, DEFAULT_ZONE_PARTS
+from ..units import parse_size, parse_zone_list
+from . import emit
+from .common import mib
+
+IMPORT_FORMATS = ("blkparse", "fio-iolog", "alibaba", "tencent", "msr")
+STREAM_ANALYSES = ("zones", "opcodes", "cells", "chains", "frag", "cachesim")
+
+
+def _stream_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--window-s", type=float, default=DEFAULT_WINDOW_S,
+                   help=f"time window of a partition, seconds (default {DEFAULT_WINDOW_S:g})")
+    p.add_argument("--zone-parts", type=int, default=DEFAULT_ZONE_PARTS,
+                   help=f"zone ranges the device is cut into (default {DEFAULT_ZONE_PARTS})")
+    p.add_argument("--chunk-mib", type=int, default=DEFAULT_CHUNK_BYTES >> 20,
+                   help=f"CSV read per chunk, MiB (default {DEFAULT_CHUNK_BYTES >> 20})")
+
+
+def _stream_args(args: argparse.Namespace) -> dict[str, Any]:
+    if args.chunk_mib <= 0:
+        raise ZtbpError("--chunk-mib must be positive")
+    return {"window_s": args.window_s, "zone_parts": args.zone_parts, "chunk_bytes": args.chunk_mib << 20}
+
+
+def _import(args: argparse.Namespace) -> int:
+    from ..io.importers import import_trace
+    from ..io.nvme import ingest
+    from ..io.stream import ingest_stream
+    from ..paths import RunPaths
+    from ..present.scale import import_text
+
+    run = RunPaths(Path(args.run))
+    rep = import_trace(args.source, run, args.format, zone_size_bytes=parse_size(args.zone_size),
+                       lba_bytes=args.lba_bytes, nr_zones=args.nr_zones, device=args.device, overwrite=args.force)
+    out: dict[str, Any] = {"run": str(run.root), "import": rep.as_dict()}
+    if args.stream:
+        m = ingest_stream(run, **_stream_args(args))
+        out["stream"] = {k: m[k] for k in ("rows", "files", "bytes")}
+    elif not args.no_ingest:
+        out["ingest"] = {"rows": ingest(run).rows}
+    emit(out, args.json, import_text(out))
+    return 0
+
+
+def _stream(args: argparse.Namespace) -> int:
+    import time
+
+    from .. import streamed
+    from ..contract import read_meta
+    from ..io.stream import Parts, ingest_stream, is_fresh
+    from ..paths import resolve_run
+    from ..present.scale import stream_text
+
+    run = resolve_run(args.run)
+    meta = read_meta(run)
+    which = tuple(a.strip() for a in args.analyses.split(",") if a.strip())
+    bad = [a for a in which if a not in STREAM_ANALYSES]
+    if bad:
+        raise ZtbpError(f"--analyses: unknown {bad[0]!r}; choose from {','.join(STREAM_ANALYSES)}")
+    out: dict[str, Any] = {"run": str(run.root)}
+    if args.reingest or not is_fresh(run):
+        t = time.perf_counter()
+        m = ingest_stream(run, **_stream_args(args))
+        out["ingest"] = {"rows": m["rows"], "files": m["files"], "bytes": m["bytes"],
+                         "skipped": m["ingest"]["skipped"], "seconds": time.perf_counter() - t}
+    out.update(streamed.analyse(Parts(run.events_parts), meta, which))
+    emit(out, args.json, stream_text(out))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("import", help="import a blkparse / fio iolog / Alibaba / Tencent / MSR trace as a run")
+    p.add_argument("source", help="the trace file")
+    p.add_argument("run", help="run directory to create")
+    p.add_argument("--format", required=True, choices=IMPORT_FORMATS, help="layout of the trace file")
+    p.add_argument("--zone-size", required=True,
+                   help="zone size to cut the address space into, e.g. 256M (the traces have no zones)")
+    p.add_argument("--lba-bytes", type=int, default=512, help="LBA size of the run (default 512)")
+    p.add_argument("--nr-zones", type=int, help="zones of the device (default: enough for the highest LBA)")
+    p.add_argument("--device", help="keep only this device / volume / disk id (blkparse: MAJOR,MINOR)")
+    p.add_argument("--force", action="store_true", help="replace a run already in the directory")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--stream", action="store_true",
+                   help="ingest in chunks to partitioned Parquet (derived/events-parts/) instead of in memory")
+    g.add_argument("--no-ingest", action="store_true", help="only write raw/nvme.csv and meta.json")
+    _stream_options(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_import)
+
+    p = sub.add_parser("stream", help="streaming ingest to partitioned Parquet and the analyses over it, for runs "
+                                      "larger than memory")
+    p.add_argument("run", help="run directory (or a run id under runs/)")
+    p.add_argument("--analyses", default=",".join(STREAM_ANALYSES),
+                   help=f"comma list of {','.join(STREAM_ANALYSES)} (default all)")
+    p.add_argument("--reingest", action="store_true", help="re-ingest even when the dataset is current")
+    _stream_options(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_stream)
+    _register_shards(sub)
+
+
+def _shards(args: argparse.Namespace) -> int:
+    from ..io.run import load
+    from ..present.scale import shards_text
+    from ..stages import check_zones
+
+    rates = tuple(float(r) for r in args.rates.split(","))
+    if not rates or any(not 0 < r <= 1 for r in rates):
+        raise ZtbpError("--rates: sampling rates in (0, 1], e.g. 0.01,0.001")
+    run = load(args.run)
+    hot = (list(parse_zone_list(args.hot_zones, "--hot-zones")) if args.hot_zones is not None
+           else list(run.meta.get("workload", {}).get("hot_zones", [])))
+    from ..analysis.shards import compare
+
+    res = compare(run.events, run.meta, args.cache_mib, args.page_kib, check_zones(run, hot), rates,
+                  seed=args.seed)
+    res["run"] = run.run_id
+    emit(res, args.json, shards_text(res))
+    return 0
+
+
+def _register_shards(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("shards", help="SHARDS spatially sampled cache simulation vs the exact one, every policy")
+    p.add_argument("run", help="run directory (or a run id under runs/)")
+    p.add_argument("--rates", default="0.01,0.001", help="sampling rates (default 0.01,0.001)")
+    p.add_argument("--cache-mib", type=mib, default=CACHE_MIB, help=f"cache size in MiB (default {CACHE_MIB})")
+    p.add_argument("--page-kib", type=int, default=PAGE_KIB, help=f"cache page in KiB (default {PAGE_KIB})")
+    p.add_argument("--hot-zones", help="hot zones for zone_lru (default: the workload's in meta.json)")
+    p.add_argument("--seed", type=int, default=0, help="hash seed of the sampler (default 0)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_shards)

@@ -1,0 +1,168 @@
+"""The streaming path (io/stream.py + analysis/streaming.py) gives exactly the in-memory results.
+
+Runs: the committed real capture (tests/data/runs/sample-paper80), and a varied synthetic trace written in
+completion order (not sorted by submission), with two namespaces, zone appends, resets, write_zeroes, a zone beyond
+the device, sequential streams and a garbage line, cut into many chunks, time windows and zone ranges, with the
+stack-distance tree small enough to be compacted many times.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from conftest import make_run, row
+from ztbp import streamed
+from ztbp.analysis import streaming as st
+from ztbp.analysis.cachesim import simulate
+from ztbp.analysis.chains import chains_report
+from ztbp.analysis.frag import frag_table
+from ztbp.analysis.opcodes import opcode_table
+from ztbp.analysis.params import SWEEP_MIB
+from ztbp.analysis.zones import zone_table
+from ztbp.cli import main
+from ztbp.io.run import load
+from ztbp.io.stream import Parts, byte_chunks, ingest_stream, is_fresh
+from ztbp.paths import TEST_DATA, RunPaths
+
+HOT = [1, 7, 11, 15, 19]
+
+
+def varied_run(root: Path, n: int = 30_000, seed: int = 5) -> Path:
+    """A trace in completion order that exercises every column the analyses read."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    seq = {op: int(z) * 8192 for op, z in (("read", 3), ("write", 40), ("write_zeroes", 41))}
+    for i in range(n):
+        ts = 1_000_000 + 37 * i
+        kind = rng.random()
+        if kind < 0.45:  # hot / cold random reads
+            zone = int(rng.choice(HOT)) if rng.random() < 0.7 else int(rng.integers(0, 64))
+            lines.append(row("read", zone * 8192 + int(rng.integers(0, 8192)), int(rng.choice([1, 1, 2, 8])), ts,
+                             int(rng.integers(10_000, 900_000)), nsid=int(rng.integers(1, 3))))
+        elif kind < 0.75:  # sequential streams, interleaved
+            op = str(rng.choice(["read", "write", "write_zeroes"]))
+            nlb = 32
+            opcode = {"read": 2, "write": 1, "write_zeroes": 8}[op]
+            lines.append(f"{ts},{int(rng.integers(5_000, 90_000))},0,1,7,1,{opcode},{op},{seq[op]},{nlb},,0")
+            seq[op] += nlb if rng.random() < 0.9 else 3 * nlb
+        elif kind < 0.85:
+            lines.append(row("zone_append", int(rng.integers(0, 64)) * 8192, 8, ts, 50_000))
+        elif kind < 0.88:
+            lines.append(row("zone_mgmt_send", int(rng.integers(0, 64)) * 8192, 0, ts, 2_000_000, action="reset"))
+        elif kind < 0.89:
+            lines.append(row("read", 70 * 8192 + 5, 1, ts, 30_000))  # zone 70: beyond the device's 64
+        else:
+            lines.append(row("write", int(rng.integers(0, 64 * 8192)), int(rng.integers(1, 64)), ts, 40_000))
+    # completion order: each line moves up to a few hundred places, so ts_ns is not sorted in the file
+    order = np.argsort(np.arange(n) + rng.integers(0, 300, n), kind="stable")
+    shuffled = [lines[i] for i in order]
+    shuffled.insert(n // 2, "this,is,not,a,row")
+    return make_run(root, lines=shuffled)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("stream")
+    sample = base / "sample"
+    shutil.copytree(TEST_DATA / "runs" / "sample-paper80", sample)
+    shutil.rmtree(sample / "derived", ignore_errors=True)
+    return {"sample": sample, "varied": varied_run(base / "varied")}
+
+
+#: partition windows: the sample run spans seconds, the varied one about a millisecond
+WINDOW_S = {"sample": 0.05, "varied": 0.0001}
+
+
+def both(run_dir: Path, window_s: float) -> tuple[pl.DataFrame, dict, Parts]:
+    run = load(run_dir)
+    rp = RunPaths(run_dir)
+    ingest_stream(rp, window_s=window_s, zone_parts=5, chunk_bytes=64 << 10)
+    return run.events, run.meta, Parts(rp.events_parts)
+
+
+@pytest.mark.parametrize("name", ["sample", "varied"])
+def test_streaming_equals_in_memory(runs: dict[str, Path], name: str) -> None:
+    ev, meta, parts = both(runs[name], WINDOW_S[name])
+    nz, lb = meta["nr_zones"], meta["lba_bytes"]
+    assert parts.rows == ev.height and len(parts.windows()) > 1 and len(parts.zone_ranges()) > 1
+    lf = parts.scan()
+    assert_frame_equal(zone_table(ev, nz, lb), st.zone_table_lazy(lf, nz, lb))
+    assert_frame_equal(opcode_table(ev, lb), st.opcode_table_lazy(lf, lb))
+    for op in ("read", "write", "write_zeroes"):
+        assert chains_report(ev, op, 4 << 20, lb) == streamed.chains(parts, meta, op)
+    assert_frame_equal(frag_table(ev, nz, lb, meta["zone_size_lba"]), streamed.frag(parts, meta))
+    for cache_mib in (1, 4):
+        exact = simulate(ev, meta, cache_mib, 4, HOT, with_sweep=True)
+        where = (pl.col("op").cast(pl.String) == "read") & (pl.col("nlb") > 0)
+        got = st.cachesim_stream(parts.ordered(streamed.PASS_COLUMNS, where), meta, cache_mib, 4, HOT, SWEEP_MIB,
+                                 tree_slots=512)
+        for k in ("requests", "read_commands", "cache_pages", "lru", "zone_lru", "static_best"):
+            assert got[k] == exact[k], k
+        assert [r["lru"] for r in got["lru_sweep"]] == [r["lru"] for r in exact["sweep"]]
+    cells = st.cell_counts_lazy(lf, meta, 32)
+    slba = ev.filter(pl.col("op") == "read")["slba"].to_numpy()
+    counts = np.bincount(np.minimum(slba // (meta["zone_size_lba"] // 32), nz * 32 - 1), minlength=nz * 32)
+    assert cells["cell"].to_list() == np.flatnonzero(counts).tolist()
+    assert cells["reads"].to_list() == counts[counts > 0].tolist()
+
+
+def test_varied_run_took_the_careful_path_and_kept_order(runs: dict[str, Path]) -> None:
+    rp = RunPaths(runs["varied"])
+    m = ingest_stream(rp, window_s=WINDOW_S["varied"], zone_parts=5, chunk_bytes=64 << 10)
+    assert m["ingest"]["skipped"] == 1 and m["ingest"]["skip_reasons"] == {"wrong field count": 1}
+    assert m["out_of_range_zones"] > 0 and is_fresh(rp)
+    ts = pl.concat(Parts(rp.events_parts).ordered(["ts_ns"]))["ts_ns"]
+    assert ts.is_sorted() and ts.len() == m["rows"]
+
+
+def test_exact_quantiles_match_polars() -> None:
+    rng = np.random.default_rng(1)
+    df = pl.DataFrame({"k": rng.integers(0, 7, 5000), "v": np.concatenate([rng.integers(0, 2**40, 2500),
+                                                                            rng.integers(0, 300, 2500)])})
+    qs = {"a": 0.5, "b": 0.9, "c": 0.999, "d": 0.0, "e": 1.0}
+    got = st.exact_quantiles(df.lazy(), ["k"], "v", qs).sort("k")
+    want = df.group_by("k").agg(pl.col("v").quantile(q, "nearest").cast(pl.UInt64).alias(n)
+                                for n, q in qs.items()).sort("k")
+    assert_frame_equal(got, want, check_column_order=False)
+    empty = st.exact_quantiles(df.lazy().filter(pl.col("k") < 0), ["k"], "v", qs)
+    assert empty.height == 0
+
+
+def test_reads_only_in_no_window_leave_chains_empty() -> None:
+    """Negative control: a trace of writes has no read chain and no cache request."""
+    ev = pl.DataFrame({"op": ["write"] * 4, "nsid": [1] * 4, "slba": [0, 8, 16, 24], "nlb": [8] * 4,
+                       "zone": [0] * 4})
+    rep = st.chains_report_stream([ev], "read", 4 << 20, 4096)
+    assert rep["chains"] == 0 and rep["bytes"] == 0 and rep["chain_cdf"] == []
+    meta = {"lba_bytes": 4096, "zone_size_lba": 8192, "nr_zones": 64}
+    res = st.cachesim_stream([ev], meta, 64, 4, [])
+    assert res["requests"] == 0 and res["lru"] == 0.0
+
+
+def test_byte_chunks_cut_at_lines(tmp_path: Path) -> None:
+    f = tmp_path / "x.csv"
+    f.write_bytes(b"h1\nh2\n" + b"".join(f"{i},abc\n".encode() for i in range(1000)) + b"tail-no-newline")
+    chunks = list(byte_chunks(f, 100, skip_lines=2))
+    assert b"".join(c for c, _ in chunks) == f.read_bytes().split(b"\n", 2)[2]
+    assert all(c.endswith(b"\n") for c, _ in chunks[:-1]) and chunks[-1][0].endswith(b"tail-no-newline")
+    starts = [s for _, s in chunks]
+    assert starts[0] == 3 and all(b > a for a, b in zip(starts, starts[1:], strict=False))
+
+
+def test_cli_stream(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["stream", str(runs["sample"]), "--analyses", "zones,chains,cachesim", "--reingest",
+                 "--window-s", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    ev = load(runs["sample"]).events
+    assert out["rows"] == ev.height == out["ingest"]["rows"]
+    assert out["chains"]["chains"] == chains_report(ev, "read", 4 << 20, 4096)["chains"]
+    assert set(out["seconds"]) == {"zones", "chains", "cachesim"}
+    assert main(["stream", str(runs["sample"]), "--analyses", "zones,bogus"]) == 2
+    assert "unknown 'bogus'" in capsys.readouterr().err
