@@ -271,15 +271,13 @@ def test_trace_processor_reads_the_same_counts(sample_trace: tuple[Any, Path]) -
     run = load(SAMPLE)
     with TraceProcessor(trace=str(out), config=TraceProcessorConfig(bin_path=TP_BIN)) as tp:
         rows = tp.query("select t.name as name, count(*) as n from slice s join track t on s.track_id = t.id "
-                        "where t.name like 'zone %' group by t.name").as_pandas_dataframe()
-        got = {int(n.split()[1]): int(c) for n, c in zip(rows["name"], rows["n"], strict=True)}
-        want = {int(z): int(n) for z, n in run.events.group_by("zone").len().iter_rows()}
-        assert got == want
+                        "where t.name like 'zone %' group by t.name")
+        got = {int(r.name.split()[1]): int(r.n) for r in rows}
+        assert got == {int(z): int(n) for z, n in run.events.group_by("zone").len().iter_rows()}
         last = tp.query("select t.name as name, c.value as v from counter c join track t on c.track_id = t.id "
-                        "where t.name like '% wp' order by c.ts").as_pandas_dataframe()
-        finals = {int(n.split()[1]): int(v) for n, v in zip(last["name"], last["v"], strict=True)}
-        from ztbp.analysis.timeline import final_write_pointers as fwp
-        assert finals == fwp(run.events, run.nr_zones, run.zone_size_lba, run.meta["zone_cap_lba"])
+                        "where t.name like '% wp' order by c.ts")
+        finals = {int(r.name.split()[1]): int(r.v) for r in last}
+        assert finals == final_write_pointers(run.events, run.nr_zones, run.zone_size_lba, run.meta["zone_cap_lba"])
 
 
 def test_report_index_links_the_trace_and_says_how_to_open_it(tmp_path: Path) -> None:
