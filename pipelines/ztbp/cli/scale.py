@@ -114,7 +114,10 @@ def _shards(args: argparse.Namespace) -> int:
     from ..present.scale import shards_text
     from ..stages import check_zones
 
-    rates = tuple(float(r) for r in args.rates.split(","))
+    try:
+        rates = tuple(float(r) for r in args.rates.split(","))
+    except ValueError:
+        rates = ()
     if not rates or any(not 0 < r <= 1 for r in rates):
         raise ZtbpError("--rates: sampling rates in (0, 1], e.g. 0.01,0.001")
     run = load(args.run)

@@ -1,0 +1,92 @@
+"""SHARDS spatial sampling (analysis/shards.py): the sampler's known properties, every policy against the exact
+simulation, the streamed sampler against the in-memory one, and the command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from ztbp.acquire.synth import write_run
+from ztbp.analysis import shards
+from ztbp.analysis.cachesim import POLICIES, simulate
+from ztbp.cli import main
+from ztbp.io.run import load
+from ztbp.io.stream import Parts, ingest_stream
+from ztbp.paths import TEST_DATA, RunPaths
+
+SAMPLE = TEST_DATA / "runs" / "sample-paper80"
+HOT = [1, 7, 11, 15, 19]
+
+
+@pytest.fixture(scope="module")
+def paper80(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("shards") / "p80"
+    write_run(run, "paper80", 600_000, seed=11)
+    return run
+
+
+def test_sampler_keeps_whole_pages_at_the_rate() -> None:
+    pages = np.arange(200_000, dtype=np.int64)
+    keep = shards.sampled(pages, 0.01, seed=3)
+    assert abs(int(keep.sum()) - 2000) < 4 * np.sqrt(2000)  # binomial, 4 sigma
+    twice = np.concatenate([pages, pages[::-1]])
+    k2 = shards.sampled(twice, 0.01, seed=3)
+    assert np.array_equal(k2[:200_000], keep) and np.array_equal(k2[200_000:], keep[::-1])  # by page, not request
+    other = shards.sampled(pages, 0.01, seed=4)
+    assert int((keep & other).sum()) < 100  # another seed draws an independent sample
+    assert shards.sampled(pages, 1.0).all()
+    with pytest.raises(Exception, match="in \\(0, 1\\]"):
+        shards.sampled(pages, 0.0)
+
+
+def test_rate_one_is_the_exact_simulation() -> None:
+    ev = load(SAMPLE).events
+    meta = load(SAMPLE).meta
+    exact = simulate(ev, meta, 8, 4, HOT)
+    est = shards.estimate([ev], meta, 8, 4, HOT, rate=1.0)
+    assert est["sampled_requests"] == exact["requests"] and est["cache_pages"] == exact["cache_pages"]
+    for p in POLICIES:
+        assert est["hit_ratio"][p] == pytest.approx(exact[p], abs=0)
+
+
+def test_one_percent_is_close_on_a_large_run(paper80: Path) -> None:
+    r = load(paper80)
+    res = shards.compare(r.events, r.meta, 64, 4, HOT, rates=(0.01, 0.001), seed=0)
+    one = res["rates"][0]
+    assert one["sampled_requests"] == pytest.approx(res["requests"] * 0.01, rel=0.15)
+    for p in POLICIES:  # 1 % of 600 k page requests: every policy within 0.02 of the exact hit ratio
+        assert abs(one["error"][p]) < 0.02, (p, one["error"])
+    assert one["speedup"] > 1 and res["rates"][1]["sampled_requests"] < one["sampled_requests"]
+
+
+def test_no_reuse_gives_no_hit() -> None:
+    """Negative control: every page read once -> exact and sampled hit ratios are 0."""
+    n = 50_000
+    ev = pl.DataFrame({"op": ["read"] * n, "slba": np.arange(n, dtype=np.uint64), "nlb": np.ones(n, np.uint32)})
+    meta = {"lba_bytes": 4096, "zone_size_lba": 8192, "nr_zones": 64}
+    res = shards.compare(ev, meta, 4, 4, [], rates=(0.01,))
+    assert all(v == 0 for v in res["exact"].values())
+    assert all(v == 0 for v in res["rates"][0]["hit_ratio"].values())
+
+
+def test_streamed_sampler_equals_in_memory(paper80: Path) -> None:
+    r = load(paper80)
+    rp = RunPaths(paper80)
+    ingest_stream(rp, window_s=10, zone_parts=4)
+    parts = Parts(rp.events_parts)
+    streamed = shards.estimate(parts.ordered(["op", "slba", "nlb"]), r.meta, 64, 4, HOT, rate=0.01)
+    memory = shards.estimate([r.events], r.meta, 64, 4, HOT, rate=0.01)
+    assert streamed == memory
+
+
+def test_cli_shards(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["shards", str(SAMPLE), "--rates", "0.01", "--cache-mib", "8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["requests"] == 30_000 and out["hot_zones"] == HOT
+    assert set(out["rates"][0]["error"]) == set(POLICIES)
+    assert main(["shards", str(SAMPLE), "--rates", "2"]) == 2
+    assert "(0, 1]" in capsys.readouterr().err
