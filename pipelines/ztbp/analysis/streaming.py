@@ -21,7 +21,7 @@ Per-zone passes take an iterator of frames that each hold every event of a disjo
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numba
@@ -48,33 +48,71 @@ def _rank_expr(n: pl.Expr, q: float) -> pl.Expr:
     return (x.floor() + ((x - x.floor()) >= 0.5).cast(pl.Float64)).cast(pl.UInt64)
 
 
-def exact_quantiles(lf: pl.LazyFrame, keys: list[str], value: str, qs: dict[str, float]) -> pl.DataFrame:
-    """Per group of `keys`: the nearest-rank quantile of `value` (a non-negative integer column) for every q of
-    `qs` (output column name -> q), by radix select over 16-bit digits: one streaming group-by per digit that
-    the values use."""
-    lf = lf.select(*keys, pl.col(value).cast(pl.UInt64).alias("_v"))
-    stats = lf.group_by(keys).agg(pl.len().alias("_n"), pl.col("_v").max().alias("_max")).collect(engine=ENGINE)
-    if stats.height == 0:
-        return stats.select(keys).with_columns(pl.lit(None, pl.UInt64).alias(k) for k in qs)
-    top = int(stats["_max"].max())
-    t = pl.concat([stats.select(*keys, "_n").with_columns(pl.lit(name).alias("_q"), _rank_expr(pl.col("_n"), q)
-                                                          .alias("_r"))
-                   for name, q in qs.items()]).with_columns(pl.lit(0, pl.UInt64).alias("_hi"))
-    shifts = [s for s in range(64 - DIGIT_BITS, -1, -DIGIT_BITS) if top >> s or s == 0]
-    for s in shifts:
+class RadixSelect:
+    """Exact nearest-rank quantiles of a non-negative integer column per group, by radix select over 16-bit digits.
+
+    Each step is a query that counts rows per (group, digit) among the rows whose higher digits are already fixed;
+    `run(query)` evaluates a query — over one LazyFrame on the streaming engine (exact_quantiles), or over every
+    partition on a cluster and summed (batch.py) — so no step holds the column in memory. Digits above the
+    largest value are skipped."""
+
+    def __init__(self, keys: list[str], value: str, qs: dict[str, float]) -> None:
+        self.keys, self.value, self.qs = keys, value, qs
+
+    def prepare(self, lf: pl.LazyFrame) -> pl.LazyFrame:
+        return lf.select(*self.keys, pl.col(self.value).cast(pl.UInt64).alias("_v"))
+
+    def stats_query(self, lf: pl.LazyFrame) -> pl.LazyFrame:
+        """Per group: rows (_n, summed over partitions) and the largest value (_max, max over partitions)."""
+        return self.prepare(lf).group_by(self.keys).agg(pl.len().cast(pl.UInt64).alias("_n"),
+                                                        pl.col("_v").max().alias("_max"))
+
+    def start(self, stats: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
+        """The target rank of every (group, q) and the digit shifts to run."""
+        top = int(stats["_max"].max()) if stats.height else 0
+        t = pl.concat([stats.select(*self.keys, "_n").with_columns(
+            pl.lit(name).alias("_q"), _rank_expr(pl.col("_n"), q).alias("_r")) for name, q in self.qs.items()]
+        ).with_columns(pl.lit(0, pl.UInt64).alias("_hi"))
+        return t, [s for s in range(64 - DIGIT_BITS, -1, -DIGIT_BITS) if top >> s or s == 0]
+
+    def hist_query(self, lf: pl.LazyFrame, t: pl.DataFrame, s: int) -> pl.LazyFrame:
+        """Rows per (group, fixed prefix, next digit) among the rows whose prefix is still wanted (_c, summed)."""
         hi = pl.col("_v") // (1 << (s + DIGIT_BITS)) if s + DIGIT_BITS < 64 else pl.lit(0, pl.UInt64)
         digit = (pl.col("_v") // (1 << s)) % (1 << DIGIT_BITS)
-        want = t.select(*keys, "_hi").unique().lazy()
-        hist = (lf.with_columns(hi.cast(pl.UInt64).alias("_hi"), digit.cast(pl.UInt64).alias("_d"))
-                .join(want, on=[*keys, "_hi"], how="semi")
-                .group_by(*keys, "_hi", "_d").agg(pl.len().cast(pl.UInt64).alias("_c")).collect(engine=ENGINE))
+        want = t.select(*self.keys, "_hi").unique().lazy()
+        return (self.prepare(lf).with_columns(hi.cast(pl.UInt64).alias("_hi"), digit.cast(pl.UInt64).alias("_d"))
+                .join(want, on=[*self.keys, "_hi"], how="semi")
+                .group_by(*self.keys, "_hi", "_d").agg(pl.len().cast(pl.UInt64).alias("_c")))
+
+    def step(self, t: pl.DataFrame, hist: pl.DataFrame) -> pl.DataFrame:
+        """Fix one more digit of every (group, q): the digit whose cumulative count passes the remaining rank."""
+        keys = self.keys
         j = (t.join(hist, on=[*keys, "_hi"]).sort("_d")
              .with_columns(pl.col("_c").cum_sum().over([*keys, "_q"]).alias("_cum")))
-        pick = (j.filter(pl.col("_cum") > pl.col("_r")).group_by([*keys, "_q"], maintain_order=True).first())
-        t = pick.select(*keys, "_q", "_n", (pl.col("_r") - (pl.col("_cum") - pl.col("_c"))).alias("_r"),
-                        (pl.col("_hi") * (1 << DIGIT_BITS) + pl.col("_d")).alias("_hi"))
-    # digits that every value shares (above the highest set bit) were skipped: their prefix is 0
-    return t.pivot(on="_q", index=keys, values="_hi").select(*keys, *qs)
+        pick = j.filter(pl.col("_cum") > pl.col("_r")).group_by([*keys, "_q"], maintain_order=True).first()
+        return pick.select(*keys, "_q", "_n", (pl.col("_r") - (pl.col("_cum") - pl.col("_c"))).alias("_r"),
+                           (pl.col("_hi") * (1 << DIGIT_BITS) + pl.col("_d")).alias("_hi"))
+
+    def result(self, t: pl.DataFrame) -> pl.DataFrame:
+        if t.height == 0:
+            return t.select(self.keys).with_columns(pl.lit(None, pl.UInt64).alias(k) for k in self.qs)
+        return t.pivot(on="_q", index=self.keys, values="_hi").select(*self.keys, *self.qs)
+
+    def run(self, lf_run: Callable[[Callable[[pl.LazyFrame], pl.LazyFrame]], pl.DataFrame]) -> pl.DataFrame:
+        """The quantiles, with lf_run(query) evaluating a query over all the data."""
+        stats = lf_run(self.stats_query)
+        if stats.height == 0:
+            return self.result(stats)
+        t, shifts = self.start(stats)
+        for s in shifts:
+            t = self.step(t, lf_run(lambda lf, t=t, s=s: self.hist_query(lf, t, s)))
+        return self.result(t)
+
+
+def exact_quantiles(lf: pl.LazyFrame, keys: list[str], value: str, qs: dict[str, float]) -> pl.DataFrame:
+    """Per group of `keys`: the nearest-rank quantile of `value` for every q of `qs` (output column -> q), exactly
+    as polars' quantile(q, "nearest"), from streaming group-bys (RadixSelect)."""
+    return RadixSelect(keys, value, qs).run(lambda query: query(lf).collect(engine=ENGINE))
 
 
 # --- order-free tables ------------------------------------------------------------------------------------------

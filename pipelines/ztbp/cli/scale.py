@@ -107,6 +107,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_stream)
     _register_shards(sub)
+    _register_batch(sub)
 
 
 def _shards(args: argparse.Namespace) -> int:
@@ -142,3 +143,59 @@ def _register_shards(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="hash seed of the sampler (default 0)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_shards)
+
+
+BATCH_ANALYSES = ("zones", "opcodes", "chains", "frag", "cluster", "cachesim")
+
+
+def _batch(args: argparse.Namespace) -> int:
+    from ..paths import resolve_run
+    from ..present.scale import aggregates_text, batch_text
+
+    runs = [str(resolve_run(r).root) for r in args.runs]
+    if args.partition_aggregates:
+        return _aggregates(args, runs, aggregates_text)
+    from ..batch import run_batch
+
+    which = tuple(a.strip() for a in args.analyses.split(",") if a.strip())
+    bad = [a for a in which if a not in BATCH_ANALYSES]
+    if bad:
+        raise ZtbpError(f"--analyses: unknown {bad[0]!r}; choose from {','.join(BATCH_ANALYSES)}")
+    res = run_batch(runs, args.scheduler, args.workers, args.sequential, which, args.report, args.report_dir)
+    emit(res, args.json, batch_text(res))
+    return 1 if any(r.get("error") for r in res["runs"]) else 0
+
+
+def _aggregates(args: argparse.Namespace, runs: list[str], text: Any) -> int:
+    from ..batch import client, partition_aggregates
+    from ..contract import read_meta
+    from ..io.stream import load_parts
+    from ..paths import RunPaths
+
+    out = []
+    with client(args.scheduler, args.workers) as c:
+        for r in runs:
+            rp = RunPaths(Path(r))
+            parts = load_parts(rp)
+            agg = partition_aggregates(parts.root, read_meta(rp), c)
+            out.append({"run": r, "files": len(parts.files()), **{k: v.to_dicts() for k, v in agg.items()}})
+    emit(out, args.json, text(out))
+    return 0
+
+
+def _register_batch(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("batch", help="the analyses (and reports) of many runs in parallel on a Dask cluster")
+    p.add_argument("runs", nargs="+", help="run directories (or run ids under runs/)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="an existing Dask scheduler, e.g. tcp://10.0.0.5:8786 (default: a local cluster)")
+    p.add_argument("--workers", type=int, default=2, help="local cluster worker processes (default 2)")
+    p.add_argument("--sequential", action="store_true", help="no cluster: one run after another in this process")
+    p.add_argument("--analyses", default=",".join(BATCH_ANALYSES),
+                   help=f"comma list of {','.join(BATCH_ANALYSES)} (default all)")
+    p.add_argument("--report", action="store_true", help="also render each run's papermill report")
+    p.add_argument("--report-dir", help="folder for the reports (default reports/RUN)")
+    p.add_argument("--partition-aggregates", action="store_true",
+                   help="instead: each run's per-zone and per-cell aggregates over its Parquet partitions on the "
+                        "cluster (streaming-ingests a run first when needed)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_batch)

@@ -69,3 +69,13 @@ def batch_text(res: dict[str, Any]) -> str:
     lines += [f"  {r['run']}: {r['error']}" for r in bad]
     lines.append(f"  {len(res['runs']) - len(bad)} ok, {len(bad)} failed")
     return "\n".join(lines)
+
+
+def aggregates_text(out: list[dict[str, Any]]) -> str:
+    lines = []
+    for r in out:
+        top = sorted(r["zones"], key=lambda z: -z["reads"])[:5]
+        lines.append(f"aggregates: {r['run']}: {len(r['zones'])} zones, {len(r['cells'])} cells read, from "
+                     f"{r['files']} partition files; most-read zones: "
+                     + ", ".join(f"{z['zone']} ({z['reads']:,})" for z in top))
+    return "\n".join(lines)
