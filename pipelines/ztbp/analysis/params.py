@@ -25,13 +25,28 @@ PAGE_KIB = 4
 LAYER_GROUP_KEYS: dict[str, str] = {"op": "op", "size": "bytes", "zone": "zone", "mode": "mode", "stack": "stack"}
 
 
+#: How the (eps, min_samples) grid is scored: "time" (tune on earlier windows, score on later ones) or "kfold" (the
+#: paper's 5-fold split of the accesses). Both are always reported; this one picks the pair.
+VALIDATIONS: tuple[str, ...] = ("time", "kfold")
+#: Family-wise false-positive rate of the zone significance test per run (Holm over the zones that were read).
+ALPHA = 0.01
+#: `ztbp config` learns on this share of the run's reads (in time order) and predicts on the rest.
+TRAIN_SHARE = 0.5
+#: `ztbp config` recommends a configuration when zone-LRU beats LRU on the held-out reads by at least this much.
+RECOMMEND_GAIN = 0.01
+
+
 @dataclass(frozen=True)
 class ClusterParams:
     eps: tuple[float, ...] = PAPER_EPS
     min_samples: tuple[int, ...] = PAPER_MIN_SAMPLES
     cells_per_zone: int = 32
     hot_factor: float = 2.0
-    hot_zone_share: float = 0.5
+    hot_zone_share: float = 0.5   # share of a hot zone's reads in hot clusters
+    hot_cell_share: float = 0.5   # share of a hot zone's cells in hot clusters
+    alpha: float = ALPHA
+    validation: str = "time"
+    widen: bool = True            # widen the grid while the winner sits on its edge
     seed: int = 0
 
     def key(self) -> str:

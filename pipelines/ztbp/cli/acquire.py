@@ -88,12 +88,29 @@ def _capture_host(args: argparse.Namespace) -> int:
     return _finish(run_capture_host(req), args.json)
 
 
+def _region(text: str) -> tuple[int, int] | None:
+    """--region START:END in bytes (K/M/G suffixes), or 'all' for the whole device."""
+    if text.strip().lower() == "all":
+        return None
+    start, sep, end = text.partition(":")
+    if not sep:
+        raise ZtbpError(f"--region {text!r}: give START:END, e.g. 10M:1G, or 'all'")
+    return (0 if start.strip() in ("", "0") else parse_size(start)), parse_size(end)
+
+
 def _synth(args: argparse.Namespace) -> int:
-    from ..acquire.synth import write_run
+    from ..acquire.synth import SynthGeometry, SynthOptions, write_run
 
     if args.reads <= 0:
         raise ZtbpError("--reads must be positive")
-    res = write_run(Path(args.run), args.pattern, args.reads, args.seed)
+    zone_bytes = parse_size(args.zone_size)
+    if zone_bytes % args.lba_size:
+        raise ZtbpError(f"--zone-size {args.zone_size} is not a whole number of {args.lba_size}-byte LBAs")
+    geo = SynthGeometry(lba_bytes=args.lba_size, zone_size_lba=zone_bytes // args.lba_size, nr_zones=args.zones)
+    opts = SynthOptions(hot_zones=None if args.hot_zones is None else parse_zone_list(args.hot_zones, "--hot-zones"),
+                        hot_share=args.hot_share, zipf=args.zipf, region=_region(args.region),
+                        prefill=not args.no_prefill)
+    res = write_run(Path(args.run), args.pattern, args.reads, args.seed, geo, opts)
     print(f"synth: wrote {res['commands']} commands ({args.pattern}, seed {args.seed}) to {res['run']}")
     return 0
 
@@ -111,6 +128,18 @@ def register_synth(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pattern", choices=PATTERNS, default="paper80", help="access pattern (default paper80)")
     p.add_argument("--reads", type=int, default=1_000_000, help="read commands (default 1,000,000)")
     p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    p.add_argument("--hot-zones", help="hot zones (paper80/paper60/hotzones), the hot page's zone (hotpage) or the "
+                                       "zones holding one hot 1 MiB cell each (hotcells), e.g. 1,7,11,15,19")
+    p.add_argument("--hot-share", type=float, help="share of the reads on the hot zones, page or cells "
+                                                   "(default: 0.8 paper80/hotzones, 0.6 paper60, 0.3 hotpage, "
+                                                   "0.5 hotcells)")
+    p.add_argument("--zipf", type=float, help="Zipf exponent of the zipf pattern's page popularity (default 1.1)")
+    p.add_argument("--zone-size", default="32M", help="zone size (default: %(default)s)")
+    p.add_argument("--lba-size", type=int, choices=(512, 4096), default=4096, help="LBA size (default: %(default)s)")
+    p.add_argument("--zones", type=int, default=64, help="zones of the device (default: %(default)s)")
+    p.add_argument("--region", default="10M:1G",
+                   help="cold reads in START:END of the device, or 'all' (default: %(default)s, the paper's)")
+    p.add_argument("--no-prefill", action="store_true", help="no zone resets and fill writes before the reads")
     p.set_defaults(func=_synth)
 
 

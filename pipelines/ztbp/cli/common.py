@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..analysis.params import PAPER_EPS, PAPER_MIN_SAMPLES, ClusterParams
+from ..analysis.params import PAPER_EPS, PAPER_MIN_SAMPLES, VALIDATIONS, ClusterParams
 from ..errors import ZtbpError
 
 
@@ -34,6 +34,14 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
                    help=f"cells per zone (default {d.cells_per_zone})")
     p.add_argument("--hot-factor", type=float, default=d.hot_factor,
                    help=f"a cluster is hot at this multiple of the mean read density (default {d.hot_factor:g})")
+    p.add_argument("--alpha", type=float, default=d.alpha,
+                   help=f"family-wise false-positive rate of the zone significance test per run (default {d.alpha:g})")
+    p.add_argument("--validation", choices=VALIDATIONS, default=d.validation,
+                   help="which validation picks eps / min_samples: time (tune on earlier reads, score on later "
+                        "ones) or kfold (the paper's 5-fold split of the accesses); both are reported "
+                        f"(default {d.validation})")
+    p.add_argument("--no-widen", action="store_true",
+                   help="keep the grid as given even when the winner sits on its edge")
     p.add_argument("--seed", type=int, default=d.seed, help=f"KFold shuffle seed (default {d.seed})")
 
 
@@ -53,8 +61,10 @@ def cluster_params(args: argparse.Namespace) -> ClusterParams:
         raise ZtbpError("--min-samples values must be ≥ 1")
     if args.hot_factor <= 0:
         raise ZtbpError("--hot-factor must be positive")
+    if not 0 < args.alpha < 1:
+        raise ZtbpError("--alpha must be in (0, 1), e.g. 0.01")
     return ClusterParams(eps=eps, min_samples=ms, cells_per_zone=args.cells_per_zone, hot_factor=args.hot_factor,
-                         seed=args.seed)
+                         alpha=args.alpha, validation=args.validation, widen=not args.no_widen, seed=args.seed)
 
 
 def progress_bar(enabled: bool, desc: str, unit: str) -> Callable[[int, int], None] | None:
