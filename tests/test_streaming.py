@@ -117,6 +117,9 @@ def test_varied_run_took_the_careful_path_and_kept_order(runs: dict[str, Path]) 
     rp = RunPaths(runs["varied"])
     m = ingest_stream(rp, window_s=WINDOW_S["varied"], zone_parts=5, chunk_bytes=64 << 10)
     assert m["ingest"]["skipped"] == 1 and m["ingest"]["skip_reasons"] == {"wrong field count": 1}
+    assert m["ingest"]["path"] == "stream-careful"
+    clean = ingest_stream(RunPaths(runs["sample"]), chunk_bytes=256 << 10)
+    assert clean["ingest"]["path"] == "stream-fast" and clean["ingest"]["skipped"] == 0
     assert m["out_of_range_zones"] > 0 and is_fresh(rp)
     ts = pl.concat(Parts(rp.events_parts).ordered(["ts_ns"]))["ts_ns"]
     assert ts.is_sorted() and ts.len() == m["rows"]

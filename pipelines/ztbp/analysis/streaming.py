@@ -156,8 +156,9 @@ def cell_counts_lazy(events: pl.LazyFrame, meta: dict[str, Any], cells_per_zone:
 
 # --- chains -----------------------------------------------------------------------------------------------------
 
-#: nsid is packed beside the LBA in the chain key: at most this many namespaces
-CHAIN_GROUPS = 1 << 12
+#: the chain key packs the nsid above the LBA's 52 bits (the LBA's low bits feed chains._slot's hash)
+LBA_BITS = 52
+CHAIN_GROUPS = 1 << 11
 
 
 @numba.njit(cache=True)
@@ -207,6 +208,19 @@ def _chain_pass(key_start: np.ndarray, key_end: np.ndarray, nlb: np.ndarray, bas
     return keys, heads, n_out
 
 
+def _count_into(counts: dict[int, int], values: np.ndarray) -> None:
+    """counts[v] += occurrences of v in values (non-negative integers)."""
+    top = int(values.max())
+    if top < 4 * values.size + 1024:
+        c = np.bincount(values)
+        u = np.flatnonzero(c)
+        c = c[u]
+    else:
+        u, c = np.unique(values, return_counts=True)
+    for a, b in zip(u.tolist(), c.tolist(), strict=True):
+        counts[a] = counts.get(a, 0) + b
+
+
 class ChainStream:
     """Sequential chains of one op over frames in submission order (see chains.py for the definition)."""
 
@@ -233,9 +247,7 @@ class ChainStream:
     def _emit(self, lba: np.ndarray, req: np.ndarray) -> None:
         if lba.size == 0:
             return
-        u, c = np.unique(lba, return_counts=True)
-        for a, b in zip(u.tolist(), c.tolist(), strict=True):
-            self.final[a] = self.final.get(a, 0) + b
+        _count_into(self.final, lba)
         self.max_req = max(self.max_req, int(req.max()))
 
     def feed(self, frame: pl.DataFrame) -> None:
@@ -248,12 +260,13 @@ class ChainStream:
             raise ZtbpError(f"nsid {int(nsid.max())} is beyond the streaming chain key ({CHAIN_GROUPS} namespaces)")
         slba = ev["slba"].to_numpy().astype(np.int64)
         nlb = ev["nlb"].to_numpy().astype(np.int64)
-        u, c = np.unique(nlb, return_counts=True)
-        for a, b in zip(u.tolist(), c.tolist(), strict=True):
-            self.sizes[a] = self.sizes.get(a, 0) + b
+        if int(slba.max()) + int(nlb.max()) >= 1 << LBA_BITS:
+            raise ZtbpError(f"LBAs beyond 2^{LBA_BITS} do not fit the streaming chain key")
+        _count_into(self.sizes, nlb)
         out_lba = np.empty(slba.size, dtype=np.int64)
         out_req = np.empty(slba.size, dtype=np.int64)
-        self.keys, self.heads, n = _chain_pass(slba * CHAIN_GROUPS + nsid, (slba + nlb) * CHAIN_GROUPS + nsid, nlb,
+        group = nsid << LBA_BITS
+        self.keys, self.heads, n = _chain_pass(slba | group, (slba + nlb) | group, nlb,
                                                self.seen, self.window, self.keys, self.heads, self.used, self.below,
                                                self.acc_req, self.acc_lba, self.live, out_lba, out_req,
                                                self.counters)

@@ -86,7 +86,7 @@ def _fast_path(path: Path | bytes, header: list[str]) -> pl.DataFrame | None:
     whole = isinstance(path, Path)
     try:
         df = pl.read_csv(path, skip_rows=1 if whole else 0, has_header=whole, schema=schema,
-                         columns=list(NVME_COLUMNS))
+                         columns=list(NVME_COLUMNS) if whole else None).select(NVME_COLUMNS)
     except Exception:  # noqa: BLE001 - any parse failure means: take the careful path
         return None
     required = [c for c in NVME_COLUMNS if c != "zone_action"]
