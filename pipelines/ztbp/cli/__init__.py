@@ -26,7 +26,7 @@ def emit(obj: Any, as_json: bool, text: str | None = None) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import acquire, analyse, device, export, report, scale
+    from . import acquire, analyse, device, device_study, export, report, scale
 
     parser = argparse.ArgumentParser(
         prog="ztbp", description="ZTBP workbench: analyse NVMe traces of zoned SSDs (see probes/FORMAT.md).")
@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     analyse.register(sub)
     acquire.register(sub)
     device.register(sub)
+    device_study.register(sub)
     report.register(sub)
     export.register(sub)
     scale.register(sub)

@@ -1,0 +1,66 @@
+"""Parameters and defaults of the device studies (interference profile, zone resets), importable without numpy or
+polars: the CLI builds its options from these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: A pair of zones interferes when together they reach less than this share of the reference bandwidth: midway
+#: between 0.5 (the two zones take turns on one resource) and 1.0 (they run in parallel).
+INTERFERENCE_THRESHOLD = 0.75
+#: What a pair's total bandwidth is compared with: twice the median solo bandwidth, or the pair's own solos.
+REFERENCES: tuple[str, ...] = ("median", "pair")
+#: Below this gap between the pair ratios of interfering and independent pairs (share of summed solo bandwidth),
+#: the profiler reports no structure: the split is within what repeating a measurement moves.
+MIN_SEPARATION = 0.15
+#: FAR (free-space adaptive runtime zone reset, the study's T): while the device's free-space share is above T a
+#: fully invalid zone is reset only once its write pointer is at the zone end; below T the write-pointer
+#: threshold is a linear function of the free space.
+FAR_T = 0.7
+#: FAR's linear threshold below T: T_wp / zone capacity = slope * free share + intercept, clipped to [0, 1].
+#: The study gives no coefficients; the default slope 1 / T joins (0, 0) and (T, 1): continuous at T.
+FAR_INTERCEPT = 0.0
+
+
+@dataclass(frozen=True)
+class ProfileParams:
+    """How the interference profiler measures: one fio job per zone, all at once, for `seconds`."""
+
+    rw: str = "read"
+    block_bytes: int = 128 * 1024
+    iodepth: int = 4
+    seconds: float = 4.0
+    ramp_seconds: float = 0.0
+    ioengine: str = "io_uring"
+    span_mib: float = 0.0  # 0 = the whole zone
+    fresh: bool = False  # each measurement reads blocks no earlier one read (defeats a device read cache)
+    fill_block_bytes: int = 128 * 1024
+
+    def span_bytes(self, zone_bytes: int) -> int:
+        return int(self.span_mib * (1 << 20)) if self.span_mib else zone_bytes
+
+    @property
+    def loops(self) -> bool:
+        """Measurements run for the whole time, looping over their span (writes: fio resets a zone it finds
+        full, zonemode=zbd); fresh reads pass over it once."""
+        return not (self.rw == "read" and self.fresh)
+
+
+@dataclass(frozen=True)
+class FarParams:
+    """FAR's threshold: T (free-space share) and the linear T_wp below it (share of the zone capacity)."""
+
+    t: float = FAR_T
+    slope: float | None = None  # None = 1 / t: the line meets the zone end at T
+    intercept: float = FAR_INTERCEPT
+
+    def __post_init__(self) -> None:
+        if self.slope is None:
+            object.__setattr__(self, "slope", 1 / self.t)
+
+    def threshold(self, free_share: float) -> float:
+        """T_wp as a share of the zone capacity at this free-space share."""
+        if free_share > self.t:
+            return 1.0
+        assert self.slope is not None
+        return min(1.0, max(0.0, self.slope * free_share + self.intercept))

@@ -1,0 +1,444 @@
+"""Inter-zone interference: conflict groups from bandwidth measurements, and what the groups mean for a trace.
+
+The ZNS parallelism study (seeds/zns-interference-profiler-slides.txt) sorts zones into conflict groups: zones
+that share a flash channel or die slow each other down when used at once. Its profiler sets a threshold
+bandwidth, lets the first zone open group 0, and puts each further zone into the first group whose
+representative (the group's first zone) it interferes with, else into a new group. Here:
+
+- `profile_zones` runs that algorithm with an injected `measure(zones) -> MiB/s per zone` (the acquire layer
+  measures with fio; the tests pass synthetic matrices). A pair interferes when together the two zones reach less
+  than `threshold` of twice the median solo bandwidth (reference "median", the default: a threshold bandwidth as
+  in the study, set from the device's own solo figures), or of their own summed solo bandwidth (reference
+  "pair"), or less than `threshold_mib` MiB/s in all.
+- `structure_verdict` says whether the groups are structure or noise: one group holding every zone (one shared
+  bottleneck), every zone alone (no pair interferes), or a split whose interfering and independent pairs are not
+  clearly apart all mean "no structure", and the profiler says so instead of inventing groups.
+- `collision_table` / `dispatch_whatif` take a captured trace and a zone-to-group table: the share of commands
+  issued while another command of the same group was in flight, over time, and a what-if of a group-aware
+  dispatch order under the stated device model.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from .devparams import INTERFERENCE_THRESHOLD, MIN_SEPARATION, REFERENCES
+
+#: zones measured together -> MiB/s of each zone.
+Measure = Callable[[Sequence[int]], Mapping[int, float]]
+UNCLASSIFIED = -1
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Two zones measured together."""
+
+    a: int
+    b: int
+    bw_a: float
+    bw_b: float
+    ratio: float  # (bw_a + bw_b) / reference: solo_a + solo_b, or twice the median solo bandwidth
+    share_a: float  # bw_a / solo_a
+    share_b: float  # bw_b / solo_b
+    interferes: bool
+
+
+def pair_of(a: int, b: int, solo: Mapping[int, float], bw: Mapping[int, float], threshold: float,
+            threshold_mib: float | None = None, typical: float | None = None) -> Pair:
+    """The pair's ratio and verdict. The ratio is the pair's total over its reference: the two zones' own solo
+    bandwidths, or twice the typical (median) solo bandwidth when `typical` is given (steadier when single solo
+    measurements are noisy). With threshold_mib the pair interferes below that total MiB/s; otherwise when the
+    ratio is below `threshold`."""
+    sa, sb = solo[a], solo[b]
+    ba, bb = bw[a], bw[b]
+    ref = 2 * typical if typical is not None else sa + sb
+    ratio = (ba + bb) / ref if ref > 0 else math.nan
+    hit = (ba + bb) < threshold_mib if threshold_mib is not None else ratio < threshold
+    return Pair(a, b, ba, bb, ratio, ba / sa if sa > 0 else math.nan, bb / sb if sb > 0 else math.nan, bool(hit))
+
+
+def conflict_groups(zones: Sequence[int], interferes: Callable[[int, int], bool],
+                    stop: Callable[[], bool] = lambda: False) -> dict[int, int]:
+    """The study's algorithm: zone -> conflict group. The first zone opens group 0; each further zone joins the
+    first group whose representative (first zone) it interferes with, else opens a new group. When `stop()`
+    turns true the remaining zones are left UNCLASSIFIED."""
+    groups: list[int] = []  # representative of each group
+    out: dict[int, int] = {}
+    for z in zones:
+        if stop():
+            out[z] = UNCLASSIFIED
+            continue
+        for g, rep in enumerate(groups):
+            if interferes(rep, z):
+                out[z] = g
+                break
+            if stop():
+                break
+        else:
+            groups.append(z)
+            out[z] = len(groups) - 1
+            continue
+        out.setdefault(z, UNCLASSIFIED)
+    return out
+
+
+@dataclass
+class ProfileResult:
+    zones: list[int]
+    solo: dict[int, float]
+    pairs: list[Pair]
+    groups: dict[int, int]
+    threshold: float
+    threshold_mib: float | None
+    reference: str
+    full_matrix: bool
+    measurements: int
+    stopped_early: bool
+    verdict: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["solo"] = {str(k): round(v, 4) for k, v in self.solo.items()}
+        d["groups"] = {str(k): v for k, v in self.groups.items()}
+        d["pairs"] = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(p).items()}
+                      for p in self.pairs]
+        return d
+
+
+def profile_zones(zones: Sequence[int], measure: Measure, *, threshold: float = INTERFERENCE_THRESHOLD,
+                  threshold_mib: float | None = None, reference: str = "median", full_matrix: bool = False,
+                  min_separation: float = MIN_SEPARATION,
+                  on_step: Callable[[str, int, int], None] | None = None,
+                  stop: Callable[[], bool] = lambda: False) -> ProfileResult:
+    """Solo bandwidth of every zone, then pairs as the algorithm asks for them (or every pair first with
+    full_matrix), then the groups and the verdict. on_step(kind, done, total) reports progress; `stop()` ends the
+    measuring early (a time budget): zones not reached are UNCLASSIFIED."""
+    zones = list(dict.fromkeys(zones))
+    if len(zones) < 2:
+        raise ValueError("a profile needs at least two zones")
+    n_meas = 0
+    solo: dict[int, float] = {}
+    for i, z in enumerate(zones):
+        if stop():
+            break
+        solo[z] = float(measure([z])[z])
+        n_meas += 1
+        if on_step:
+            on_step("solo", i + 1, len(zones))
+    dead = [z for z, v in solo.items() if v <= 0]
+    usable = [z for z in zones if z in solo and solo[z] > 0]
+    if reference not in REFERENCES:
+        raise ValueError(f"reference must be one of {REFERENCES}")
+    typical = float(np.median([solo[z] for z in usable])) if reference == "median" and usable else None
+    pairs: dict[tuple[int, int], Pair] = {}
+    max_pairs = len(usable) * (len(usable) - 1) // 2
+
+    def get(a: int, b: int) -> Pair:
+        nonlocal n_meas
+        key = (min(a, b), max(a, b))
+        if key not in pairs:
+            bw = measure(list(key))
+            n_meas += 1
+            pairs[key] = pair_of(key[0], key[1], solo, bw, threshold, threshold_mib, typical)
+            if on_step:
+                on_step("pair", len(pairs), max_pairs)
+        return pairs[key]
+
+    if full_matrix:
+        for i, a in enumerate(usable):
+            for b in usable[i + 1:]:
+                if not stop():
+                    get(a, b)
+        groups = _groups_from_known(usable, pairs)  # zones whose comparisons the budget cut stay UNCLASSIFIED
+    else:
+        groups = conflict_groups(usable, lambda a, b: get(a, b).interferes, stop)
+    for z in zones:
+        groups.setdefault(z, UNCLASSIFIED)
+    stopped = stop() or any(g == UNCLASSIFIED for z, g in groups.items() if z not in dead)
+    res = ProfileResult(zones=zones, solo=solo, pairs=list(pairs.values()), groups=groups, threshold=threshold,
+                        threshold_mib=threshold_mib, reference=reference, full_matrix=full_matrix,
+                        measurements=n_meas,
+                        stopped_early=stopped)
+    res.verdict = structure_verdict(res.pairs, res.groups, min_separation)
+    if dead:
+        res.verdict["zero_bandwidth_zones"] = dead
+    return res
+
+
+def _groups_from_known(zones: Sequence[int], pairs: Mapping[tuple[int, int], Pair]) -> dict[int, int]:
+    """The algorithm over measured pairs only: a zone whose comparison was never measured stays UNCLASSIFIED."""
+    class Missing(Exception):
+        pass
+
+    def known(a: int, b: int) -> bool:
+        key = (min(a, b), max(a, b))
+        if key not in pairs:
+            raise Missing
+        return pairs[key].interferes
+
+    out: dict[int, int] = {}
+    reps: list[int] = []
+    for z in zones:
+        try:
+            for g, rep in enumerate(reps):
+                if known(rep, z):
+                    out[z] = g
+                    break
+            else:
+                reps.append(z)
+                out[z] = len(reps) - 1
+        except Missing:
+            out[z] = UNCLASSIFIED
+    return out
+
+
+def _mad(x: Sequence[float]) -> float:
+    if not x:
+        return 0.0
+    a = np.asarray(x, dtype=float)
+    return float(1.4826 * np.median(np.abs(a - np.median(a))))
+
+
+def structure_verdict(pairs: Sequence[Pair], groups: Mapping[int, int],
+                      min_separation: float = MIN_SEPARATION) -> dict[str, Any]:
+    """Is there conflict structure, or does the grouping only reflect the threshold cutting noise?
+
+    No structure when: one group holds every classified zone (every zone interferes with the first: a shared
+    bottleneck, nothing to mix); every zone is alone (no pair interferes); or the pair ratios of interfering and
+    independent pairs are less than `min_separation` apart (medians) or overlap beyond twice their spread.
+    """
+    classified = {z: g for z, g in groups.items() if g != UNCLASSIFIED}
+    n, n_groups = len(classified), len(set(classified.values()))
+    lo = [p.ratio for p in pairs if p.interferes and not math.isnan(p.ratio)]
+    hi = [p.ratio for p in pairs if not p.interferes and not math.isnan(p.ratio)]
+    out: dict[str, Any] = {"zones": n, "groups": n_groups, "interfering_pairs": len(lo),
+                           "independent_pairs": len(hi),
+                           "median_ratio_interfering": round(float(np.median(lo)), 4) if lo else None,
+                           "median_ratio_independent": round(float(np.median(hi)), 4) if hi else None}
+    if n < 2:
+        return {**out, "structure": False, "reason": "fewer than two zones were classified"}
+    if n_groups == 1:
+        return {**out, "structure": False,
+                "reason": "no structure: every zone interferes with the first one alike (one shared bottleneck, "
+                          "no parallel units to mix)"}
+    if n_groups == n:
+        return {**out, "structure": False,
+                "reason": "no structure: no pair of zones interferes (the zones run in parallel, or something "
+                          "other than the device limits them)"}
+    gap = float(np.median(hi) - np.median(lo))
+    spread = _mad(lo) + _mad(hi)
+    out.update(separation=round(gap, 4), spread=round(spread, 4))
+    if gap < min_separation or gap < 2 * spread:
+        return {**out, "structure": False,
+                "reason": f"no structure: interfering and independent pairs are only {gap:.2f} apart (pair "
+                          f"ratio medians) against a spread of {spread:.2f}: the threshold cuts noise"}
+    return {**out, "structure": True,
+            "reason": f"{n_groups} conflict groups: interfering pairs reach {np.median(lo):.2f} of their solo "
+                      f"bandwidth, independent pairs {np.median(hi):.2f}"}
+
+
+def pair_matrix(zones: Sequence[int], pairs: Sequence[Pair]) -> list[list[float | None]]:
+    """Square matrix of pair ratios in `zones` order (None where a pair was not measured, 1.0 on the diagonal)."""
+    idx = {z: i for i, z in enumerate(zones)}
+    m: list[list[float | None]] = [[None] * len(zones) for _ in zones]
+    for i in range(len(zones)):
+        m[i][i] = 1.0
+    for p in pairs:
+        if p.a in idx and p.b in idx:
+            m[idx[p.a]][idx[p.b]] = m[idx[p.b]][idx[p.a]] = round(p.ratio, 4)
+    return m
+
+
+def group_table(groups: Mapping[int, int]) -> pl.DataFrame:
+    """The zone-to-group (Z2C) table."""
+    return pl.DataFrame({"zone": list(groups), "group": list(groups.values())},
+                        schema={"zone": pl.UInt32, "group": pl.Int32}).sort("zone")
+
+
+# ---- the answer key of a device whose layout is known ----------------------------------------------------------
+def nvmevirt_layout(zones: Sequence[int], channels: int = 8, luns_per_channel: int = 16,
+                    dies_per_zone: int = 1) -> pl.DataFrame:
+    """Channel and die of each zone of NVMeVirt's ZNS target. Its FTL puts a zone's first die at
+    (zone x dies_per_zone) mod (channels x luns_per_channel) and numbers dies channel-first (channel = die mod
+    channels, LUN = die div channels). The prototype profile has one die per zone, 8 channels x 16 LUNs; with
+    dies_per_zone = all dies (zn540) every zone spans every die and the key has a single group."""
+    total = channels * luns_per_channel
+    rows = []
+    for z in zones:
+        die = (z * dies_per_zone) % total
+        rows.append({"zone": z, "die": die, "channel": die % channels, "lun": die // channels,
+                     "striped": dies_per_zone >= total})
+    return pl.DataFrame(rows)
+
+
+def adjusted_rand(truth: Mapping[int, Any], found: Mapping[int, int]) -> float | None:
+    """Adjusted Rand index of the groups found against a key, over the zones both classify."""
+    from sklearn.metrics import adjusted_rand_score
+
+    zones = [z for z in found if found[z] != UNCLASSIFIED and z in truth]
+    if len(zones) < 2:
+        return None
+    return float(adjusted_rand_score([str(truth[z]) for z in zones], [found[z] for z in zones]))
+
+
+# ---- a trace and a zone-to-group table --------------------------------------------------------------------------
+IO_OPS = ("read", "write", "zone_append")
+
+
+def _io(events: pl.DataFrame, groups: Mapping[int, int]) -> tuple[pl.DataFrame, int]:
+    """I/O commands with their group; how many I/O commands had a zone the table does not know."""
+    table = pl.DataFrame({"zone": list(groups), "group": list(groups.values())},
+                         schema={"zone": pl.UInt32, "group": pl.Int64}).filter(pl.col("group") >= 0)
+    io = (events.filter(pl.col("op").cast(pl.Utf8).is_in(IO_OPS))
+          .select("ts_ns", "lat_ns", "zone", "op", "nlb").sort("ts_ns", maintain_order=True)
+          .join(table, on="zone", how="left"))
+    unmapped = int(io["group"].null_count())
+    return io.filter(pl.col("group").is_not_null()), unmapped
+
+
+def _others_in_flight(start: np.ndarray, end: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """For each command, how many other commands with the same key were in flight when it was issued (started
+    before it, or at the same time and earlier in the trace, and not yet completed)."""
+    out = np.zeros(len(start), dtype=np.int64)
+    order = np.arange(len(start))
+    for k in np.unique(keys):
+        idx = order[keys == k]
+        s, e = start[idx], np.sort(end[idx])
+        began = np.arange(len(idx))  # commands of this key issued earlier (the frame is in issue order)
+        done = np.searchsorted(e, s, side="right")
+        out[idx] = np.maximum(began - done, 0)
+    return out
+
+
+def collision_table(events: pl.DataFrame, groups: Mapping[int, int], bin_s: float = 1.0
+                    ) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """Per time bin: I/O commands issued while something else was in flight (`busy`), those issued while
+    another command of the same conflict group was in flight (`collide`), of the same zone (`same_zone`), and the
+    share you would expect if each other in-flight command fell into a group at random in proportion to the
+    groups' traffic (`expected`). Returns the table and run totals."""
+    io, unmapped = _io(events, groups)
+    if io.is_empty():
+        empty = pl.DataFrame(schema={"t_s": pl.Float64, "commands": pl.Int64, "busy": pl.Int64,
+                                     "collide": pl.Int64, "same_zone": pl.Int64, "share": pl.Float64,
+                                     "expected": pl.Float64})
+        return empty, {"commands": 0, "unmapped": unmapped, "share": None, "expected": None}
+    start = io["ts_ns"].to_numpy().astype(np.int64)
+    end = start + io["lat_ns"].to_numpy().astype(np.int64)
+    g = io["group"].to_numpy()
+    z = io["zone"].to_numpy()
+    total = _others_in_flight(start, end, np.zeros(len(start), dtype=np.int64))
+    same_g = _others_in_flight(start, end, g)
+    same_z = _others_in_flight(start, end, z)
+    keys, counts = np.unique(g, return_counts=True)
+    pg = (counts / counts.sum())[np.searchsorted(keys, g)]  # each command's group's share of the traffic
+    expected = 1 - (1 - pg) ** total
+    t0 = int(start[0])
+    frame = pl.DataFrame({"t_s": ((start - t0) / 1e9 // bin_s) * bin_s, "busy": total > 0, "collide": same_g > 0,
+                          "same_zone": same_z > 0, "expected": np.where(total > 0, expected, 0.0)})
+    per_bin = (frame.group_by("t_s").agg(pl.len().alias("commands"), pl.col("busy").sum(),
+                                         pl.col("collide").sum(), pl.col("same_zone").sum(),
+                                         pl.col("expected").sum())
+               .sort("t_s")
+               .with_columns((pl.col("collide") / pl.col("busy")).alias("share"),
+                             (pl.col("expected") / pl.col("busy")).alias("expected"))
+               .select("t_s", "commands", "busy", "collide", "same_zone", "share", "expected"))
+    busy = int((total > 0).sum())
+    summary = {"commands": len(start), "unmapped": unmapped, "busy": busy,
+               "collide": int((same_g > 0).sum()), "same_zone": int((same_z > 0).sum()),
+               "share": round(float((same_g > 0).sum() / busy), 4) if busy else None,
+               "expected": round(float(expected[total > 0].mean()), 4) if busy else None,
+               "groups": len(set(g.tolist())), "bin_s": bin_s}
+    return per_bin, summary
+
+
+@dataclass(frozen=True)
+class DispatchModel:
+    """The what-if's device: each conflict group serves one command at a time, for the command's own traced
+    latency; at most `queue_depth` commands are dispatched and not completed; commands arrive at their traced
+    issue times. FIFO dispatches in arrival order; group-aware dispatch takes, among the first `window` waiting
+    commands, the oldest whose group is idle (else the oldest)."""
+
+    queue_depth: int = 32
+    window: int = 32
+    max_commands: int = 200_000
+
+
+def _simulate(arrive: np.ndarray, service: np.ndarray, group: np.ndarray, model: DispatchModel,
+              aware: bool) -> dict[str, Any]:
+    n = len(arrive)
+    waiting: deque[int] = deque()
+    busy_until: dict[int, float] = {}
+    group_queue: dict[int, int] = {}
+    in_flight: list[tuple[float, int]] = []  # (completion, index)
+    done = np.zeros(n)
+    nxt, t, dispatched, collide = 0, float(arrive[0]) if n else 0.0, 0, 0
+    while dispatched < n or in_flight:
+        while nxt < n and arrive[nxt] <= t:
+            waiting.append(nxt)
+            nxt += 1
+        while waiting and len(in_flight) < model.queue_depth:
+            pick = 0
+            if aware:
+                for k in range(min(model.window, len(waiting))):
+                    if busy_until.get(int(group[waiting[k]]), -1.0) <= t:
+                        pick = k
+                        break
+            i = waiting[pick]
+            del waiting[pick]
+            gi = int(group[i])
+            begin = max(t, busy_until.get(gi, -1.0))
+            if group_queue.get(gi, 0) > 0:
+                collide += 1
+            finish = begin + float(service[i])
+            busy_until[gi] = finish
+            group_queue[gi] = group_queue.get(gi, 0) + 1
+            heapq.heappush(in_flight, (finish, i))
+            dispatched += 1
+        candidates = []
+        if in_flight:
+            candidates.append(in_flight[0][0])
+        if nxt < n:
+            candidates.append(float(arrive[nxt]))
+        if not candidates:
+            break
+        t = min(candidates)
+        while in_flight and in_flight[0][0] <= t:
+            fin, i = heapq.heappop(in_flight)
+            done[i] = fin
+            group_queue[int(group[i])] -= 1
+    lat = done - arrive
+    span = float(done.max() - arrive[0]) if n else 0.0
+    return {"makespan_s": span / 1e9, "mean_latency_us": float(lat.mean()) / 1e3,
+            "p99_latency_us": float(np.percentile(lat, 99)) / 1e3,
+            "p999_latency_us": float(np.percentile(lat, 99.9)) / 1e3,
+            "dispatched_to_busy_group": collide / n if n else None}
+
+
+def dispatch_whatif(events: pl.DataFrame, groups: Mapping[int, int], model: DispatchModel = DispatchModel()
+                    ) -> dict[str, Any]:
+    """FIFO against group-aware dispatch of the trace's I/O commands under `model` (see DispatchModel)."""
+    io, unmapped = _io(events, groups)
+    total = io.height
+    used = min(total, model.max_commands)
+    io = io.head(used)
+    if io.is_empty():
+        return {"commands": 0, "unmapped": unmapped, "model": asdict(model)}
+    arrive = io["ts_ns"].to_numpy().astype(float)
+    service = io["lat_ns"].to_numpy().astype(float)
+    group = io["group"].to_numpy()
+    fifo = _simulate(arrive, service, group, model, aware=False)
+    aware = _simulate(arrive, service, group, model, aware=True)
+    gain = fifo["makespan_s"] / aware["makespan_s"] if aware["makespan_s"] else None
+    return {"commands": used, "unmapped": unmapped, "left_out": total - used,
+            "model": asdict(model), "fifo": fifo, "group_aware": aware,
+            "makespan_gain": round(gain, 4) if gain else None,
+            "p999_gain": round(fifo["p999_latency_us"] / aware["p999_latency_us"], 4)
+            if aware["p999_latency_us"] else None}

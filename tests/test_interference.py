@@ -1,0 +1,268 @@
+"""Conflict groups from bandwidth measurements (the ZNS parallelism study's algorithm), its no-structure verdict,
+the NVMeVirt answer key, and a trace's collisions and group-aware dispatch what-if — known answers."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from ztbp.acquire.profile import ProfileError, read_z2c, write_profile
+from ztbp.analysis.interference import (
+    UNCLASSIFIED,
+    DispatchModel,
+    adjusted_rand,
+    collision_table,
+    conflict_groups,
+    dispatch_whatif,
+    nvmevirt_layout,
+    pair_matrix,
+    profile_zones,
+)
+from ztbp.cli import main
+
+
+def synthetic(key: Callable[[int], int], same: float = 0.55, other: float = 1.0, noise: float = 0.04,
+              seed: int = 1) -> tuple[Callable[[Sequence[int]], Mapping[int, float]], list[list[int]]]:
+    """A device whose pairs reach `same` of their solo bandwidth when key(a) == key(b), else `other`, with noise;
+    returns the measure function and the log of what it was asked."""
+    rng = random.Random(seed)
+    solo = {z: 40 + 10 * rng.random() for z in range(512)}
+    asked: list[list[int]] = []
+
+    def measure(zones: Sequence[int]) -> Mapping[int, float]:
+        asked.append(list(zones))
+        if len(zones) == 1:
+            return {zones[0]: solo[zones[0]]}
+        a, b = zones
+        r = (same if key(a) == key(b) else other) + rng.gauss(0, noise)
+        return {a: solo[a] * r, b: solo[b] * r}
+
+    return measure, asked
+
+
+def canonical(groups: Mapping[int, int]) -> list[list[int]]:
+    out: dict[int, list[int]] = {}
+    for z, g in groups.items():
+        out.setdefault(g, []).append(z)
+    return sorted(sorted(v) for v in out.values())
+
+
+def test_channel_structure_is_found_with_the_studys_measurement_count() -> None:
+    measure, asked = synthetic(lambda z: z % 8)
+    res = profile_zones(range(16), measure)
+    assert canonical(res.groups) == [[z, z + 8] for z in range(8)]
+    # the first zone opens group 0; zones 1..7 open groups after 1..7 comparisons; zone 8+k joins group k after k+1
+    assert res.measurements == 16 + sum(range(8)) + sum(k + 1 for k in range(8))
+    assert [len(a) for a in asked[:16]] == [1] * 16
+    assert res.verdict["structure"] is True and res.verdict["groups"] == 8
+    lay = nvmevirt_layout(res.zones)
+    assert adjusted_rand(dict(zip(lay["zone"], lay["channel"], strict=True)), res.groups) == pytest.approx(1.0)
+
+
+def test_the_algorithm_follows_the_first_representative_it_interferes_with() -> None:
+    # 2 interferes with 0 and with 1; it must join group 0 (the first group), and 1 (independent of 0) opens group 1
+    hits = {(0, 2), (1, 2)}
+    groups = conflict_groups([0, 1, 2], lambda a, b: (min(a, b), max(a, b)) in hits)
+    assert groups == {0: 0, 1: 1, 2: 0}
+
+
+def test_one_shared_bottleneck_is_no_structure() -> None:
+    measure, _ = synthetic(lambda z: 0, same=0.5)
+    res = profile_zones(range(12), measure)
+    assert set(res.groups.values()) == {0}
+    assert res.verdict["structure"] is False and "one shared bottleneck" in res.verdict["reason"]
+
+
+def test_independent_zones_are_no_structure() -> None:
+    measure, _ = synthetic(lambda z: z, same=0.5, other=1.0)
+    res = profile_zones(range(10), measure)
+    assert sorted(res.groups.values()) == list(range(10))
+    assert res.verdict["structure"] is False and "no pair" in res.verdict["reason"]
+
+
+def test_a_threshold_inside_the_noise_invents_groups_and_the_verdict_says_so() -> None:
+    # every pair reaches ~0.8 of its solo bandwidth: the 0.8 threshold splits noise into groups
+    measure, _ = synthetic(lambda z: 0, same=0.8, noise=0.06, seed=3)
+    res = profile_zones(range(16), measure, threshold=0.8)
+    assert 1 < len(set(res.groups.values())) < 16
+    assert res.verdict["structure"] is False and "noise" in res.verdict["reason"]
+
+
+def test_full_matrix_measures_every_pair_and_agrees_with_the_greedy_profile() -> None:
+    key = lambda z: z % 3  # noqa: E731
+    greedy = profile_zones(range(9), synthetic(key, noise=0.0)[0], reference="pair")
+    full = profile_zones(range(9), synthetic(key, noise=0.0)[0], full_matrix=True, reference="pair")
+    assert full.groups == greedy.groups
+    assert full.measurements == 9 + 36 and len(full.pairs) == 36
+    m = pair_matrix(full.zones, full.pairs)
+    assert m[0][3] == pytest.approx(0.55) and m[0][1] == pytest.approx(1.0) and m[4][4] == 1.0
+
+
+def test_the_median_reference_absorbs_a_noisy_solo_measurement() -> None:
+    # zone 4's solo figure came out twice its true bandwidth; every pair is independent
+    def measure(zones: Sequence[int]) -> Mapping[int, float]:
+        if len(zones) == 1:
+            return {zones[0]: 100.0 if zones[0] == 4 else 50.0}
+        return {z: 50.0 for z in zones}
+
+    assert profile_zones(range(6), measure, reference="pair").groups[4] == 0  # 100 / 150: false interference
+    res = profile_zones(range(6), measure)  # twice the median solo, 100: no interference
+    assert sorted(res.groups.values()) == list(range(6))
+    with pytest.raises(ValueError, match="reference"):
+        profile_zones(range(3), measure, reference="mean")
+
+
+def test_time_budget_leaves_zones_unclassified() -> None:
+    measure, asked = synthetic(lambda z: z % 4)
+    res = profile_zones(range(12), measure, stop=lambda: len(asked) >= 15)
+    assert res.stopped_early
+    assert UNCLASSIFIED in res.groups.values()
+    assert len(asked) == 15
+
+
+def test_threshold_in_mib_per_second() -> None:
+    measure, _ = synthetic(lambda z: z % 2, noise=0.0)
+    # solo 40..50 MiB/s: an interfering pair totals < 55, an independent one > 80
+    res = profile_zones(range(6), measure, threshold_mib=70.0)
+    assert canonical(res.groups) == [[0, 2, 4], [1, 3, 5]]
+
+
+def test_progress_reports_every_measurement() -> None:
+    steps: list[tuple[str, int, int]] = []
+    profile_zones(range(4), synthetic(lambda z: z % 2)[0], on_step=lambda *s: steps.append(s))
+    assert steps[:4] == [("solo", i, 4) for i in range(1, 5)]
+    assert all(kind == "pair" and total == 6 for kind, _, total in steps[4:])
+
+
+def test_nvmevirt_layouts() -> None:
+    lay = nvmevirt_layout([0, 1, 7, 8, 15, 127, 128, 136])
+    assert lay["channel"].to_list() == [0, 1, 7, 0, 7, 7, 0, 0]
+    assert lay["lun"].to_list() == [0, 0, 0, 1, 1, 15, 0, 1]
+    assert lay["die"].to_list() == [0, 1, 7, 8, 15, 127, 0, 8]
+    zn540 = nvmevirt_layout(range(4), channels=8, luns_per_channel=4, dies_per_zone=32)
+    assert zn540["die"].n_unique() == 1 and zn540["striped"].all()
+
+
+def test_adjusted_rand_of_a_wrong_grouping_is_low() -> None:
+    truth = {z: z % 4 for z in range(16)}
+    assert adjusted_rand(truth, {z: z // 4 for z in range(16)}) < 0.1
+    assert adjusted_rand(truth, {z: 0 for z in range(16)}) == pytest.approx(0.0)
+    assert adjusted_rand(truth, {0: UNCLASSIFIED, 1: 1}) is None
+
+
+# ---- a trace against a zone-to-group table ------------------------------------------------------------------
+def trace(rows: list[tuple[int, int, int]]) -> pl.DataFrame:
+    """(ts_ns, lat_ns, zone) reads of one 4 KiB block."""
+    return pl.DataFrame({"ts_ns": [r[0] for r in rows], "lat_ns": [r[1] for r in rows],
+                         "zone": [r[2] for r in rows], "op": ["read"] * len(rows), "nlb": [1] * len(rows)},
+                        schema={"ts_ns": pl.UInt64, "lat_ns": pl.UInt64, "zone": pl.UInt32, "op": pl.Utf8,
+                                "nlb": pl.UInt32})
+
+
+def test_collisions_count_commands_issued_while_their_group_was_busy() -> None:
+    groups = {0: 0, 8: 0, 1: 1}
+    ev = trace([(0, 100, 0),     # alone
+                (10, 100, 8),    # zone 0 in flight: same group -> collides
+                (20, 100, 1),    # two in flight, none of group 1 -> busy, no collision
+                (500, 10, 1),    # alone again
+                (505, 10, 0),    # zone 1 in flight -> busy, no collision
+                (900, 10, 5)])   # zone 5 is not in the table
+    per_bin, s = collision_table(ev, groups, bin_s=1.0)
+    assert s["commands"] == 5 and s["unmapped"] == 1
+    assert s["busy"] == 3 and s["collide"] == 1 and s["same_zone"] == 0
+    assert s["share"] == pytest.approx(1 / 3, abs=1e-4)
+    assert per_bin["busy"].sum() == 3
+    # a random placement of the other in-flight command: P(same group) = traffic share of the group
+    assert 0 < s["expected"] < 1
+
+
+def test_group_aware_dispatch_whatif_known_answer() -> None:
+    # four commands arrive at once: A A B B (groups 0 0 1 1), each takes 10; two may be in flight.
+    ev = trace([(0, 10, 0), (0, 10, 8), (0, 10, 1), (0, 10, 9)])
+    res = dispatch_whatif(ev, {0: 0, 8: 0, 1: 1, 9: 1}, DispatchModel(queue_depth=2, window=4))
+    assert res["fifo"]["makespan_s"] == pytest.approx(30e-9)
+    assert res["group_aware"]["makespan_s"] == pytest.approx(20e-9)
+    assert res["makespan_gain"] == pytest.approx(1.5)
+    assert res["fifo"]["dispatched_to_busy_group"] == pytest.approx(0.25)
+    assert res["group_aware"]["dispatched_to_busy_group"] == 0
+
+
+def test_one_group_gains_nothing_from_group_aware_dispatch() -> None:
+    ev = trace([(i, 10, i % 4) for i in range(40)])
+    res = dispatch_whatif(ev, {z: 0 for z in range(4)}, DispatchModel(queue_depth=4, window=8))
+    assert res["makespan_gain"] == pytest.approx(1.0)
+
+
+# ---- the zone-to-group table on disk -------------------------------------------------------------------------
+def test_profile_files_round_trip(tmp_path: Path) -> None:
+    measure, _ = synthetic(lambda z: z % 2, noise=0.0)
+    res = profile_zones(range(4), measure)
+    doc = {"device": {"name": "nvme0n1", "backend": "test"}, **res.as_dict(),
+           "matrix": pair_matrix(res.zones, res.pairs)}
+    write_profile(tmp_path, doc)
+    assert read_z2c(tmp_path / "z2c.json") == {0: 0, 1: 1, 2: 0, 3: 1}
+    assert read_z2c(tmp_path / "z2c.csv") == {0: 0, 1: 1, 2: 0, 3: 1}
+    assert (tmp_path / "matrix.csv").read_text().splitlines()[0] == "zone,0,1,2,3"
+    assert json.loads((tmp_path / "profile.json").read_text())["verdict"]["structure"] is True
+
+
+def test_bad_zone_to_group_tables_say_what_to_give(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError, match="no such file"):
+        read_z2c(tmp_path / "missing.json")
+    (tmp_path / "bad.csv").write_text("zone,group\n1,x\n")
+    with pytest.raises(ProfileError, match="bad.csv:2"):
+        read_z2c(tmp_path / "bad.csv")
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ProfileError, match="not a zone-to-group table"):
+        read_z2c(tmp_path / "bad.json")
+
+
+def test_conflicts_command_on_the_sample_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    z2c = tmp_path / "z2c.csv"
+    z2c.write_text("zone,group\n" + "".join(f"{z},{z % 8}\n" for z in range(32)))
+    assert main(["conflicts", "tests/data/runs/sample-paper80", "--groups", str(z2c), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    s = out["summary"]
+    assert s["commands"] > 0 and s["groups"] == 8 and 0 <= s["share"] <= 1
+    assert out["whatif"]["fifo"]["makespan_s"] > 0
+    assert main(["conflicts", "tests/data/runs/sample-paper80", "--groups", str(tmp_path / "none.csv")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_profile_text_and_heatmap() -> None:
+    from ztbp.present.device import groups_frame, profile_heatmap, profile_text
+
+    measure, _ = synthetic(lambda z: z % 2, noise=0.0)
+    res = profile_zones(range(4), measure)
+    doc = {"device": {"name": "nvme0n1", "backend": "nvmevirt", "nr_zones": 32, "zone_bytes": 32 << 20},
+           "spec": {"rw": "read", "block_bytes": 131072, "iodepth": 4, "seconds": 4.0, "fresh": False},
+           "timing": {"total_s": 100.0, "boot_s": 30.0, "fill_s": 10.0, "measure_s": 60.0, "measurements": 8},
+           **res.as_dict(), "matrix": pair_matrix(res.zones, res.pairs),
+           "key": {"name": "nvmevirt-prototype", "ari_channel": 1.0, "ari_die": 0.5}}
+    text = profile_text(doc, "/tmp/p")
+    assert "STRUCTURE — 2 conflict groups" in text and "adjusted Rand index 1.000 against the channels" in text
+    assert "group 0: 0, 2" in text and "group 1: 1, 3" in text and "twice the median solo" in text
+    fig = profile_heatmap(doc)
+    assert list(fig.data[0].x) == ["0 (g0)", "2 (g0)", "1 (g1)", "3 (g1)"]  # ordered by group
+    assert groups_frame({"0": 0, "1": -1}).to_dicts()[-1] == {"group": -1, "zones": 1, "zone_ids": "1"}
+
+
+def test_conflicts_text_and_figure() -> None:
+    from ztbp.present.device import collisions_over_time, conflicts_text
+    from ztbp.present.figures import Note
+
+    ev = trace([(0, 100, 0), (10, 100, 8), (20, 100, 1)])
+    per_bin, s = collision_table(ev, {0: 0, 8: 0, 1: 1})
+    res = {"run": "r", "summary": s, "per_bin": per_bin, "whatif": dispatch_whatif(ev, {0: 0, 8: 0, 1: 1})}
+    text = conflicts_text(res)
+    assert "with another command of the same group in flight: 1 = 50.0 %" in text and "FIFO" in text
+    assert collisions_over_time(per_bin).data[0].y[0] == pytest.approx(0.5)
+    empty, s0 = collision_table(ev, {5: 0})
+    assert isinstance(collisions_over_time(empty), Note) and s0["unmapped"] == 3
+    assert "no I/O command falls in a zone of the table" in conflicts_text(
+        {"run": "r", "summary": s0, "per_bin": empty, "whatif": {}})
