@@ -117,6 +117,12 @@ def _rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1 << 20)
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process so far, user + system (on a shared machine, beside the wall time)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def child_ingest(root: Path) -> dict[str, Any]:
     from .io.stream import ingest_stream
 
@@ -124,7 +130,7 @@ def child_ingest(root: Path) -> dict[str, Any]:
     m = ingest_stream(RunPaths(root))
     s = time.perf_counter() - t
     return {"rows": m["rows"], "ingest_s": s, "rows_per_s": m["rows"] / s, "parquet_bytes": m["bytes"],
-            "files": m["files"], "peak_rss_gib": _rss_gib()}
+            "files": m["files"], "peak_rss_gib": _rss_gib(), "cpu_s": _cpu_s()}
 
 
 def child_analyses(root: Path) -> dict[str, Any]:
@@ -152,6 +158,7 @@ def child_analyses(root: Path) -> dict[str, Any]:
             "speedup_vs_exact_stream": res["seconds"]["cachesim"] / sec, "hit_ratio": est["hit_ratio"],
             "error": {p: est["hit_ratio"][p] - exact[p] for p in ("lru", "zone_lru", "static_best")}})
     out["peak_rss_gib"] = _rss_gib()
+    out["cpu_s"] = _cpu_s()
     return out
 
 
@@ -188,8 +195,8 @@ def bench_ingest(work: Path, rows: int) -> dict[str, Any]:
     res = {**w, **_child("ingest", root)}
     res["meets_rss"] = res["peak_rss_gib"] <= TARGET_RSS_GIB
     print(f"  ingest {res['rows']:,} rows in {res['ingest_s']:.1f} s = {res['rows_per_s'] / 1e6:.2f} M rows/s, "
-          f"peak RSS {res['peak_rss_gib']:.2f} GiB, wrote {res['parquet_bytes'] / 2**30:.2f} GiB of Parquet in "
-          f"{res['files']} files", flush=True)
+          f"({res['cpu_s']:.0f} CPU s), peak RSS {res['peak_rss_gib']:.2f} GiB, wrote "
+          f"{res['parquet_bytes'] / 2**30:.2f} GiB of Parquet in {res['files']} files", flush=True)
     return res
 
 
@@ -203,7 +210,7 @@ def bench_analyses(work: Path, events: int) -> dict[str, Any]:
     res["meets_rss"] = res["peak_rss_gib"] <= TARGET_RSS_GIB
     for k, s in res["seconds"].items():
         print(f"  {k:<9} {s:8.1f} s  ({res['rows'] / s / 1e6:.1f} M events/s)")
-    print(f"  peak RSS {res['peak_rss_gib']:.2f} GiB (target ≤ {TARGET_RSS_GIB})")
+    print(f"  peak RSS {res['peak_rss_gib']:.2f} GiB (target ≤ {TARGET_RSS_GIB}); {res['cpu_s']:.0f} CPU s in all")
     for r in res["shards"]:
         print(f"  SHARDS {r['rate']:.3f}: {r['sampled_requests']:,} sampled, {r['seconds']:.1f} s "
               f"({r['speedup_vs_exact_stream']:.1f}x the exact streamed cache pass), error "
