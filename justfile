@@ -25,7 +25,7 @@ setup:
     fi
     echo "setup: .venv ready ($("{{PY}}" --version))"
 
-# install the system packages the VM path needs (qemu, mmdebstrap, ...; apt, as root; waits up to 10 min for another apt to finish)
+# install the system packages the VM path needs (qemu, mmdebstrap, ...; apt, as root)
 [group('setup')]
 deps:
     bash vm/install-deps.sh
@@ -94,11 +94,11 @@ build:
 fuzz SECONDS="600":
     make -s -C tools/ztbp-ctl fuzz-run FUZZ_SECONDS={{SECONDS}}
 
-# write RUN's cache config and send its five best zones to DEV with ztbp-ctl set (dry run when DEV is empty); a config that says "recommend": false is refused (exit code 16) unless FORCE is non-empty
+# write RUN's cache config and send its five best zones to DEV with ztbp-ctl set (dry run when DEV is empty)
 [group('device')]
-apply RUN="runs/synth-paper80" DEV="" FORCE="": setup build
+apply RUN="runs/synth-paper80" DEV="": setup build
     {{ZTBP}} config {{quote(RUN)}} -o {{quote(RUN / "derived" / "cache-config.json")}}
-    tools/ztbp-ctl/build/ztbp-ctl set {{ if DEV == "" { "--dry-run" } else { quote(DEV) } }} --top5 --config {{quote(RUN / "derived" / "cache-config.json")}}{{ if FORCE == "" { "" } else { " --force" } }}
+    tools/ztbp-ctl/build/ztbp-ctl set {{ if DEV == "" { "--dry-run" } else { quote(DEV) } }} --top5 --config {{quote(RUN / "derived" / "cache-config.json")}}
 
 # run every notebook on RUN (papermill) and write the offline HTML report reports/<run-id>/index.html; ARGS: -f params.yaml, -p NAME VALUE, -o DIR, --only 1,6
 [group('report')]
@@ -155,14 +155,14 @@ run READS="1000000": setup deps image
     {{ZTBP}} capture paper80 --reads {{READS}} --out "$run"
     just analyse "$run"
 
-# capture a layer-by-layer run in the VM with `ztbp capture-layers` (FS raw|ext4|btrfs, ENGINE psync|io_uring|libaio, IODEPTH empty = 1 for psync, 4 otherwise) and print its Table-I breakdown
+# capture a layer-by-layer run in the VM (FS raw|ext4|btrfs, ENGINE psync|io_uring|libaio, IODEPTH empty = 1 for psync, 4 otherwise) and print its Table-I breakdown
 [group('capture')]
 capture-layers FS="raw" ENGINE="psync" IODEPTH="" RUNTIME="5": setup deps
     #!/usr/bin/env bash
     set -euo pipefail
     runs="$({{PY}} -c 'from ztbp import paths; print(paths.RUNS)')"
     run="$runs/$(date -u +%Y%m%dT%H%M%SZ)-layers-{{FS}}-{{ENGINE}}"
-    {{ZTBP}} capture-layers --out "$run" --fs {{quote(FS)}} --engine {{quote(ENGINE)}} --runtime {{quote(RUNTIME)}} {{ if IODEPTH == "" { "" } else { "--iodepth " + quote(IODEPTH) } }}
+    bash vm/capture-layers.sh -o "$run" --fs {{quote(FS)}} --engine {{quote(ENGINE)}} --runtime {{quote(RUNTIME)}} {{ if IODEPTH == "" { "" } else { "--iodepth " + quote(IODEPTH) } }}
     {{ZTBP}} layers "$run" --by op,size
     {{ZTBP}} opcodes "$run"
 
@@ -172,5 +172,5 @@ bench-layers FS="ext4" ENGINE="psync" RUNTIME="5": setup deps
     #!/usr/bin/env bash
     set -euo pipefail
     run="$(mktemp -d)/bench-layers"
-    {{ZTBP}} capture-layers --out "$run" --fs {{quote(FS)}} --engine {{quote(ENGINE)}} --runtime {{quote(RUNTIME)}} --bench
+    bash vm/capture-layers.sh -o "$run" --fs {{quote(FS)}} --engine {{quote(ENGINE)}} --runtime {{quote(RUNTIME)}} --bench
     {{ZTBP}} layers "$run" | grep -E '^(probe overhead|[0-9]+ requests)'
