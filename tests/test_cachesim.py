@@ -14,13 +14,19 @@ from hypothesis import strategies as st
 from ztbp import stages
 from ztbp.acquire.synth import write_run
 from ztbp.analysis.cachesim import (
+    GENERAL,
+    MIN_PAGES,
+    Trace,
     belady_hits,
+    libcachesim_hits,
     lru_hits,
     lru_sweep,
     static_best_hits,
+    time_split,
     zone_lru_hits,
 )
 from ztbp.cli import main
+from ztbp.errors import ZtbpError
 from ztbp.io.run import load
 
 traces = st.lists(st.integers(0, 30), min_size=1, max_size=300)
@@ -137,6 +143,53 @@ def test_array_lru_matches_an_ordered_dict_lru(pages, cap) -> None:
     assert lru_hits(pages, cap) == _lru_reference(pages, cap)
 
 
+@settings(max_examples=60, deadline=None)
+@given(traces, st.integers(1, 12))
+def test_lru_equals_libcachesims_lru_exactly(pages, cap) -> None:
+    assert libcachesim_hits(np.array(pages), [cap], ("LRU",))[0]["LRU"] == lru_hits(pages, cap)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 600), min_size=1, max_size=3000), st.integers(1, 400))
+def test_general_policies_are_bounded_by_belady_and_miss_only_cold_with_room(pages, cap) -> None:
+    ids = np.array(pages)
+    names = tuple(GENERAL.values())
+    hits = libcachesim_hits(ids, [cap, 1000], names)
+    for p in names:  # None below the size the policy is run with (libCacheSim gives 0 hits or aborts there)
+        assert (hits[0][p] is None) == (cap < MIN_PAGES[p])
+        assert hits[0][p] is None or 0 <= hits[0][p] <= belady_hits(ids, cap)
+    assert all(hits[1][p] == len(pages) - len(set(pages)) for p in names)  # room for every page: cold misses only
+
+
+def test_lru_equals_libcachesims_lru_on_the_paper_trace(paper_runs) -> None:
+    run = load(paper_runs["paper60"])
+    tr = Trace(run.events, run.meta, 4)
+    for cap in (1024, 16384):
+        assert libcachesim_hits(tr.ids, [cap], ("LRU",))[0]["LRU"] == lru_hits(tr.ids, cap)
+
+
+@settings(max_examples=60, deadline=None)
+@given(traces, st.integers(1, 12), st.integers(0, 300))
+def test_held_out_hits_are_the_hits_after_the_warm_up(pages, cap, cut) -> None:
+    """Counting from request `cut` of one simulation = all hits minus the hits of the first `cut` requests."""
+    from ztbp.analysis.cachesim import _dense, _segmented_lru
+
+    ids, n = _dense(pages)
+    cut = min(cut, len(pages))
+    cold = np.zeros(ids.size, dtype=bool)
+    assert _segmented_lru(ids, cold, n, cap, cut) == lru_hits(pages, cap) - lru_hits(pages[:cut], cap)
+
+
+def test_time_split_cuts_at_the_share_of_reads(run_factory) -> None:
+    run = load(run_factory([("write", 0, 8), ("read", 0, 1), ("read", 8, 1), ("write", 16, 8), ("read", 16, 1),
+                            ("read", 24, 1)]))
+    train, test, k, rest = time_split(run.events, 0.5)
+    assert (k, rest) == (2, 2) and train["op"].to_list() == ["write", "read", "read", "write"]
+    assert test["slba"].to_list() == [16, 24]
+    with pytest.raises(ZtbpError, match="--train-share"):
+        time_split(run.events, 1.0)
+
+
 def test_multi_page_reads_touch_every_page(run_factory) -> None:
     # a 16 KiB read = 4 pages; reading it twice: 4 cold misses then 4 hits
     run = run_factory([("read", 100, 4), ("read", 100, 4)])
@@ -164,7 +217,10 @@ def test_paper_hit_ratios_at_64_mib(paper_runs, pattern, lru_range, min_gain) ->
     assert r["requests"] == 1_000_000 and r["cache_pages"] == 16384
     assert lru_range[0] <= r["lru"] <= lru_range[1]
     assert r["zone_lru"] - r["lru"] >= min_gain
-    assert r["belady"] >= max(r["lru"], r["zone_lru"], r["static_best"])
+    assert r["belady"] >= max(r["lru"], r["zone_lru"], r["static_best"], *(r[p] for p in GENERAL))
+    assert all(r["lru"] < r[p] for p in GENERAL)  # every general policy beats LRU on a hot/cold mix
+    assert r["best_general"]["hit_ratio"] == max(r[p] for p in GENERAL)
+    assert r["zone_lru_vs_best_general"] == pytest.approx(r["zone_lru"] - r["best_general"]["hit_ratio"])
 
 
 def test_cachesim_cli_takes_hot_zones_from_cluster_and_config(paper_runs, tmp_path, capsys) -> None:
@@ -174,16 +230,22 @@ def test_cachesim_cli_takes_hot_zones_from_cluster_and_config(paper_runs, tmp_pa
     assert main(["cachesim", run, "--json"]) == 0
     from_cluster = json.loads(capsys.readouterr().out)
     assert sorted(from_cluster["hot_zones"]) == [1, 7, 11, 15, 19]
+    old_keys = {"requests", "read_commands", "cache_mib", "page_kib", "cache_pages", "hot_zones", "lru", "zone_lru",
+                "static_best", "belady", "hot_zones_source"}
+    assert old_keys | set(GENERAL) | {"best_general", "zone_lru_vs_best_general", "libcachesim"} == set(from_cluster)
     cfg = tmp_path / "cfg.json"
     assert main(["config", run, "-o", str(cfg)]) == 0
     capsys.readouterr()
-    assert main(["cachesim", run, "--config", str(cfg), "--json"]) == 0
+    assert main(["cachesim", run, "--config", str(cfg), "--json", "--no-general"]) == 0
     from_config = json.loads(capsys.readouterr().out)
+    assert not set(GENERAL) & set(from_config)
     assert from_config["zone_lru"] == from_cluster["zone_lru"]
     saved = json.loads(cfg.read_text())
     assert saved["format"] == "ztbp-cache-config/1" and sorted(saved["hot_zones"]) == [1, 7, 11, 15, 19]
     assert saved["predicted"]["zone_lru"] == from_cluster["zone_lru"]
     assert [z["zone"] for z in saved["zone_scores"]] == saved["hot_zones"]
+    assert saved["recommend"] is True and saved["held_out"]["gain"] >= 0.01
+    assert saved["held_out"]["hot_zones"] == saved["hot_zones"] and saved["held_out"]["test_reads"] == 500_000
 
 
 def test_cachesim_rejects_bad_options(run_factory, tmp_path, capsys) -> None:
@@ -206,5 +268,6 @@ def test_whole_cache_sizes_stay_integers_for_ztbp_ctl(paper_runs, tmp_path, caps
     assert main(["config", str(paper_runs["paper80"]), "-o", str(cfg), "--cache-mib", "64"]) == 0
     assert json.loads(cfg.read_text())["cache_mib"] == 64 and isinstance(json.loads(cfg.read_text())["cache_mib"], int)
     capsys.readouterr()
-    assert main(["cachesim", str(paper_runs["paper80"]), "--cache-mib", "32.5", "--hot-zones", "1", "--json"]) == 0
+    assert main(["cachesim", str(paper_runs["paper80"]), "--cache-mib", "32.5", "--hot-zones", "1", "--json",
+                 "--no-general"]) == 0
     assert json.loads(capsys.readouterr().out)["cache_mib"] == 32.5

@@ -104,16 +104,16 @@ def test_cluster_figures(paper80: Run) -> None:
     params = ClusterParams()
     cl = stages.cluster(paper80, params)
     grid = figures.cluster_grid(cl)
-    (hm,) = grid.data
-    z = np.asarray(hm.z, dtype=float)
-    for g in cl["grid"]:
-        i = [str(m) for m in hm.y].index(str(g["min_samples"]))
-        j = [str(e) for e in hm.x].index(str(g["eps"]))
-        if g["silhouette"] is None:
-            assert np.isnan(z[i, j])
-        else:
-            assert z[i, j] == pytest.approx(g["silhouette"])
-    assert sum("★" in t for row in hm.text for t in row) == 1
+    for hm, key in zip(grid.data, ("silhouette", "silhouette_time"), strict=True):  # KFold, then time-blocked
+        z = np.asarray(hm.z, dtype=float)
+        for g in cl["grid"]:
+            i = [str(m) for m in hm.y].index(str(g["min_samples"]))
+            j = [str(e) for e in hm.x].index(str(g["eps"]))
+            if g[key] is None:
+                assert np.isnan(z[i, j])
+            else:
+                assert z[i, j] == pytest.approx(g[key])
+    assert sum("★" in t for hm in grid.data for row in hm.text for t in row) == 1
     cells = views.cluster_cells(paper80, cl, params)
     assert int(cells["reads"].sum()) == cl["reads"]
     fig = figures.cluster_map(cells, cl["hot_zones"], params.cells_per_zone, cl["cell_bytes"])
@@ -128,16 +128,18 @@ def test_cluster_figures(paper80: Run) -> None:
 def test_cache_figures_follow_simulate(paper80: Run) -> None:
     sim = stages.simulate(paper80, 8, 4, list(HOT_ZONES), with_sweep=True)
     fig = figures.cache_sweep(sim)
-    assert [t.name for t in fig.data] == list(figures.POLICY_NAMES.values())
-    for t, p in zip(fig.data, figures.POLICY_NAMES, strict=True):
+    policies = {**figures.POLICY_NAMES, **figures.GENERAL_NAMES}  # the project's, then libCacheSim's
+    assert [t.name for t in fig.data] == list(policies.values())
+    for t, p in zip(fig.data, policies, strict=True):
         assert list(t.y) == [r[p] for r in sim["sweep"]]
+        assert t.line.dash == ("dash" if p in figures.GENERAL_NAMES else "solid")
     (vline,) = fig.layout.shapes
     assert vline.x0 == 8 and 10 ** fig.layout.annotations[0].x == pytest.approx(8)  # the chosen cache size
     belady = next(t for t in fig.data if t.name == "Belady")
     for t in fig.data:  # Belady bounds every policy at every size
         assert all(b >= y - 1e-12 for b, y in zip(belady.y, t.y, strict=True))
     bars = figures.hit_ratio_bars(sim)
-    assert list(bars.data[0].y) == [sim[p] for p in figures.POLICY_NAMES]
+    assert list(bars.data[0].y) == [sim[p] for p in policies]
     assert "cachesim:" in text.cache_text(sim) and "(from ztbp cluster)" in text.cache_text(sim)
 
 
@@ -302,7 +304,8 @@ def test_layer_figures_from_the_layers_json_shape() -> None:
 
 
 def test_device_apply_dry_run_sends_the_top_five(paper80: Run) -> None:
-    res = device.apply(paper80.paths, stages.config(paper80, 8, 4))
+    made = stages.config(paper80, 8, 4)
+    res = device.apply(paper80.paths, made, force=not made["recommend"])
     cfg = json.loads(Path(res["config"]).read_text())
     assert res["ok"] and res["exit_code"] == 0 and res["dry_run"]
     r = res["result"]
@@ -312,6 +315,21 @@ def test_device_apply_dry_run_sends_the_top_five(paper80: Run) -> None:
     assert sorted(top5) == sorted(HOT_ZONES)
     shown = text.apply_text(res)
     assert "dry run" in shown and "opcode 153 (0x99)" in shown and "cdw10=99" in shown
+
+
+def test_device_apply_refuses_a_configuration_that_is_not_recommended(tmp_path: Path) -> None:
+    """A config that says "recommend": false (here: a threshold no cache reaches) is refused by ztbp-ctl with exit
+    code 16 and its reason, and sent with force."""
+    write_run(tmp_path / "z", "paper80", 20_000, seed=4)
+    run = load(tmp_path / "z")
+    cfg = stages.config(run, 64, 4, min_gain=0.5)  # a threshold no cache reaches
+    assert cfg["recommend"] is False and "below the threshold +0.50" in cfg["recommend_reason"]
+    res = device.apply(run.paths, cfg)
+    assert not res["ok"] and res["exit_code"] == 16 and res["result"]["error"] == "not-recommended"
+    assert cfg["recommend_reason"] in res["message"]
+    assert "refused by ztbp-ctl (exit code 16, not-recommended)" in text.apply_text(res)
+    forced = device.apply(run.paths, cfg, force=True)
+    assert forced["ok"] and forced["command"].endswith("--force") and forced["result"]["zones"] == cfg["hot_zones"]
 
 
 def test_device_apply_reports_a_refusal(writes_only: Run) -> None:

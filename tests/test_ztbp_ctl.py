@@ -45,6 +45,7 @@ EXIT = {
     "config-format": 13,
     "config-schema": 14,
     "geometry-mismatch": 15,
+    "not-recommended": 16,
     "device-open": 20,
     "permission": 21,
     "not-a-device": 22,
@@ -287,9 +288,35 @@ def test_accepts_what_ztbp_config_writes(tmp_path: Path) -> None:
     doc = json.loads(cfg.read_text())
     ranked = sorted(range(len(doc["zone_scores"])),
                     key=lambda i: (-doc["zone_scores"][i]["share"], -doc["zone_scores"][i]["reads"], i))
-    out = dry(Ctl(TOOL / "build" / "ztbp-ctl", sanitized=False), "set", "--top5", "--config", str(cfg))
+    force = () if doc["recommend"] else ("--force",)
+    out = dry(Ctl(TOOL / "build" / "ztbp-ctl", sanitized=False), "set", "--top5", "--config", str(cfg), *force)
     assert out["zones"] == [doc["zone_scores"][i]["zone"] for i in ranked[:5]]
     assert set(out["zones"]) <= set(doc["hot_zones"]) and all(z < doc["nr_zones"] for z in out["zones"])
+
+
+def test_not_recommended_config_is_refused_unless_forced(ctl: Ctl, write_cfg: Any) -> None:
+    reason = "zone-LRU with zones [7, 1, 11, 15, 19] gains -0.0042 hit ratio over LRU on the held-out 50% of the reads"
+    path = write_cfg(config(recommend=False, recommend_reason=reason))
+    expect_fail(ctl.run("set", "--dry-run", "--config", path), "not-recommended",
+                f"the config is not recommended: {reason} (--force sends it anyway)")
+    proc = ctl.run("set", "--dry-run", "--config", path, "--json")
+    assert proc.returncode == EXIT["not-recommended"]
+    assert json.loads(proc.stdout)["error"] == "not-recommended"
+    assert dry(ctl, "set", "--config", path, "--force")["zones"] == [7, 1, 11, 15, 19]
+    # refused before any device is opened: a missing device does not matter
+    expect_fail(ctl.run("set", "/dev/does-not-exist", "--config", path), "not-recommended")
+    assert dry(ctl, "set", "--config", write_cfg(config(recommend=True, recommend_reason="gains +0.05")))["zones"]
+    assert dry(ctl, "set", "--config", write_cfg(config(recommend=False)), "--force")["cdw10"] == SUB["set"]
+    expect_fail(ctl.run("set", "--dry-run", "--config", write_cfg(config(recommend=False))), "not-recommended",
+                '"recommend": false')
+
+
+def test_not_recommended_reason_stays_on_one_line(ctl: Ctl, write_cfg: Any) -> None:
+    path = write_cfg(config(recommend=False, recommend_reason="line one\nline two\u0000" + "é" * 300))
+    proc = ctl.run("set", "--dry-run", "--config", path)
+    expect_fail(proc, "not-recommended", "line one line two")
+    assert proc.stderr.count("\n") == 1
+    proc.stderr.encode("utf-8")  # cut on a character boundary
 
 
 # ---- validation errors and exit codes ----------------------------------------------------------------
@@ -452,6 +479,10 @@ def test_config_format_line(ctl: Ctl, write_cfg: Any, doc: dict[str, Any], fragm
         ({"source_run": 5}, '"source_run"'),
         ({"created": None, "predicted": []}, '"predicted"'),
         ({"cluster": "dbscan"}, '"cluster"'),
+        ({"recommend": "false"}, '"recommend" must be true or false'),
+        ({"recommend": 0}, '"recommend" must be true or false'),
+        ({"recommend_reason": 3}, '"recommend_reason"'),
+        ({"held_out": [0.1]}, '"held_out"'),
     ],
 )
 def test_config_schema(ctl: Ctl, write_cfg: Any, over: dict[str, Any], fragment: str) -> None:

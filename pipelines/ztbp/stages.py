@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .analysis.params import ClusterParams
+from .analysis.params import RECOMMEND_GAIN, TRAIN_SHARE, ClusterParams
 from .errors import ZtbpError
 from .io.derived import cached
 from .io.run import Run
@@ -32,23 +32,36 @@ def check_zones(run: Run, zones: list[int]) -> list[int]:
 
 
 def simulate(run: Run, cache_mib: float, page_kib: int, hot_zones: list[int],
-             with_sweep: bool = False) -> dict[str, Any]:
-    """Hit ratios of every cache policy on the run's reads (analysis/cachesim.py)."""
+             with_sweep: bool = False, general: bool = True) -> dict[str, Any]:
+    """Hit ratios of every cache policy on the run's reads (analysis/cachesim.py); general: also libCacheSim's
+    general policies."""
     from .analysis.cachesim import simulate as sim
 
-    return sim(run.events, run.meta, cache_mib, page_kib, check_zones(run, hot_zones), with_sweep)
+    return sim(run.events, run.meta, cache_mib, page_kib, check_zones(run, hot_zones), with_sweep, general)
 
 
 def config(run: Run, cache_mib: float, page_kib: int, params: ClusterParams = ClusterParams(),
-           cl: dict[str, Any] | None = None, predicted: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The run's cache configuration; pass the clustering and simulation already made to reuse them."""
-    from .writeback.config import make_config
+           train_share: float = TRAIN_SHARE, min_gain: float = RECOMMEND_GAIN,
+           predicted: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run's cache configuration, learnt on the first `train_share` of its reads and judged on the rest: the
+    zones found there, the five sent, their hit ratios on the held-out reads and whether to send them. Pass a
+    simulation of the whole run already made (`simulate`) to reuse it when it is for the zones sent."""
+    from .analysis.cachesim import Trace, time_split
+    from .analysis.cluster import run_cluster
+    from .writeback.config import make_config, sent_zones
 
-    cl = cl if cl is not None else cluster(run, params)
+    if min_gain < 0 or min_gain > 1:
+        raise ZtbpError(f"--min-gain {min_gain}: give a hit-ratio gain in [0, 1], e.g. 0.01")
+    train, _, train_reads, test_reads = time_split(run.events, train_share)
+    cl = run_cluster(train, run.meta, params)
+    zones = [s["zone"] for s in sent_zones(cl.get("zone_scores", []))]
+    held = Trace(run.events, run.meta, page_kib).held_out(cache_mib, zones, train_reads)
+    held_out = {"train_share": train_share, "train_reads": train_reads, "test_reads": test_reads,
+                "hot_zones": zones, **held, "gain": held["zone_lru"] - held["lru"]}
     if predicted is None or (predicted.get("hot_zones"), predicted.get("cache_mib"), predicted.get("page_kib")) != (
-            cl["hot_zones"], cache_mib, page_kib):
-        predicted = simulate(run, cache_mib, page_kib, cl["hot_zones"])
-    return make_config(run.meta, run.run_id, cl, predicted, cache_mib, params)
+            zones, cache_mib, page_kib):
+        predicted = simulate(run, cache_mib, page_kib, zones, general=False)
+    return make_config(run.meta, run.run_id, cl, predicted, held_out, cache_mib, params, min_gain)
 
 
 def layers(run: Run, by: list[str] | None = None, op: str | None = None, mode: str | None = None

@@ -12,7 +12,7 @@ from ..contract import LAYER_MODES, LAYER_OPS, OPS
 from ..errors import ZtbpError
 from ..units import MIB, parse_zone_list
 from . import emit
-from .common import add_cluster_args, add_run, cluster_params, mib, progress_bar
+from .common import add_cluster_args, add_config_args, add_run, cluster_params, mib, progress_bar
 
 
 def _run(args: argparse.Namespace) -> Any:
@@ -99,7 +99,7 @@ def _cachesim(args: argparse.Namespace) -> int:
 
     run = _run(args)
     hot, source = _hot_zones(run, args.hot_zones, args.config)
-    r = stages.simulate(run, args.cache_mib, args.page_kib, hot, args.sweep)
+    r = stages.simulate(run, args.cache_mib, args.page_kib, hot, args.sweep, not args.no_general)
     r["hot_zones_source"] = source
     emit(r, args.json, cachesim_text(r))
     return 0
@@ -113,7 +113,8 @@ def _config(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.is_dir():
         raise ZtbpError(f"-o {out} is a directory; give a file name, e.g. {out / 'cache-config.json'}")
-    cfg = stages.config(_run(args), args.cache_mib, args.page_kib, cluster_params(args))
+    cfg = stages.config(_run(args), args.cache_mib, args.page_kib, cluster_params(args), args.train_share,
+                        args.min_gain)
     write_config(cfg, out)
     emit(cfg, args.json, config_written_text(cfg, out))
     return 0
@@ -178,12 +179,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_run(p)
     p.set_defaults(func=_frag)
 
-    p = sub.add_parser("cluster", help="DBSCAN hot-zone detection with 5-fold tuned eps / min_samples")
+    p = sub.add_parser("cluster", help="hot zones: DBSCAN tuned on the run and a zone significance test")
     add_run(p)
     add_cluster_args(p)
     p.set_defaults(func=_cluster)
 
-    p = sub.add_parser("cachesim", help="hit ratios of LRU, zone-recognition LRU, static best and Belady")
+    p = sub.add_parser("cachesim", help="hit ratios of LRU, zone-recognition LRU, static best, Belady and "
+                                        "libCacheSim's general policies")
     add_run(p)
     p.add_argument("--cache-mib", type=mib, default=CACHE_MIB,
                    help=f"device cache size in MiB (default {CACHE_MIB}, the paper's)")
@@ -191,13 +193,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hot-zones", help="hot zone ids, e.g. 1,7,11,15,19 (default: from `ztbp cluster`)")
     p.add_argument("--config", help="take the hot zones from a cache-config.json")
     p.add_argument("--sweep", action="store_true", help=f"also every policy at {', '.join(map(str, SWEEP_MIB))} MiB")
+    p.add_argument("--no-general", action="store_true",
+                   help="leave out libCacheSim's general policies (ARC, LIRS, S3-FIFO, 2Q, W-TinyLFU, Sieve)")
     p.set_defaults(func=_cachesim)
 
-    p = sub.add_parser("config", help="write the hot-zone cache configuration (input of ztbp-ctl)")
+    p = sub.add_parser("config", help="write the hot-zone cache configuration (input of ztbp-ctl): learnt on the "
+                                      "run's first part, judged on the rest, with \"recommend\": true|false")
     add_run(p, "print the configuration as JSON")
     p.add_argument("-o", "--output", required=True, help="file to write, e.g. RUN/derived/cache-config.json")
     p.add_argument("--cache-mib", type=mib, default=CACHE_MIB, help=f"device cache size in MiB (default {CACHE_MIB})")
     p.add_argument("--page-kib", type=int, default=PAGE_KIB, help=f"cache page size in KiB (default {PAGE_KIB})")
+    add_config_args(p)
     add_cluster_args(p)
     p.set_defaults(func=_config)
 

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..analysis.params import PAPER_EPS, PAPER_MIN_SAMPLES, VALIDATIONS, ClusterParams
+from ..analysis.params import PAPER_EPS, PAPER_MIN_SAMPLES, RECOMMEND_GAIN, TRAIN_SHARE, VALIDATIONS, ClusterParams
 from ..errors import ZtbpError
 
 
@@ -23,6 +23,16 @@ def mib(text: str) -> float | int:
 def add_run(p: argparse.ArgumentParser, json_help: str = "machine-readable output") -> None:
     p.add_argument("run", help="run directory (or a run id under runs/)")
     p.add_argument("--json", action="store_true", help=json_help)
+
+
+def add_config_args(p: argparse.ArgumentParser) -> None:
+    """How `ztbp config` and `ztbp apply` judge a configuration."""
+    p.add_argument("--train-share", type=float, default=TRAIN_SHARE,
+                   help=f"learn the hot zones on this first share of the reads, predict on the rest (default "
+                        f"{TRAIN_SHARE:g})")
+    p.add_argument("--min-gain", type=float, default=RECOMMEND_GAIN,
+                   help="recommend the configuration when zone-LRU beats LRU by at least this hit ratio on the "
+                        f"held-out reads (default {RECOMMEND_GAIN:g})")
 
 
 def add_cluster_args(p: argparse.ArgumentParser) -> None:

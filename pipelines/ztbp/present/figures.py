@@ -31,6 +31,11 @@ OP_COLOURS = {"read": "#1f77b4", "write": "#d62728", "zone_append": "#ff7f0e", "
               "zone_mgmt_send": "#2ca02c", "zone_mgmt_recv": "#9467bd", "flush": "#8c564b", "other": "#7f7f7f"}
 POLICY_COLOURS = {"lru": "#7f7f7f", "zone_lru": "#1f77b4", "static_best": "#2ca02c", "belady": "#d62728"}
 POLICY_NAMES = {"lru": "LRU", "zone_lru": "zone-recognition LRU", "static_best": "static best", "belady": "Belady"}
+#: libCacheSim's general policies (analysis/cachesim.py GENERAL), drawn dashed beside the project's.
+GENERAL_COLOURS = {"arc": "#ff7f0e", "lirs": "#9467bd", "s3fifo": "#8c564b", "twoq": "#e377c2", "wtinylfu": "#bcbd22",
+                   "sieve": "#17becf"}
+GENERAL_NAMES = {"arc": "ARC", "lirs": "LIRS", "s3fifo": "S3-FIFO", "twoq": "2Q", "wtinylfu": "W-TinyLFU",
+                 "sieve": "Sieve"}
 HOT_COLOUR = "#d62728"
 COLD_COLOUR = "#9ecae1"
 
@@ -346,27 +351,37 @@ def frag_per_zone(ft: pl.DataFrame, lba_bytes: int = 4096) -> go.Figure | Note:
 # --- clustering -------------------------------------------------------------------------------------------------
 
 def cluster_grid(cl: dict[str, Any]) -> go.Figure | Note:
-    """Held-out silhouette of every (eps, min_samples) of the grid, the chosen pair marked."""
+    """Held-out silhouette of every (eps, min_samples) of the grid under both validations (KFold over the
+    accesses, time-blocked), the chosen pair marked."""
     grid = cl.get("grid", [])
     if not grid:
         return Note(cl.get("note") or "no parameter grid was evaluated")
     eps = sorted({g["eps"] for g in grid})
     ms = sorted({g["min_samples"] for g in grid})
-    z = np.full((len(ms), len(eps)), np.nan)
-    text = [["-"] * len(eps) for _ in ms]
-    for g in grid:
-        i, j = ms.index(g["min_samples"]), eps.index(g["eps"])
-        if g["silhouette"] is not None:
-            z[i, j] = g["silhouette"]
-            text[i][j] = f"{g['silhouette']:.3f}"
-        if (g["eps"], g["min_samples"]) == (cl.get("eps"), cl.get("min_samples")):
-            text[i][j] += " ★"
-    fig = go.Figure(go.Heatmap(x=[str(e) for e in eps], y=[str(m) for m in ms], z=z, text=text,
-                               texttemplate="%{text}", colorscale="RdBu", zmid=0, colorbar={"title": "silhouette"},
-                               hovertemplate="eps %{x}, min_samples %{y}: %{text}<extra></extra>"))
-    fig.update_xaxes(title="eps", type="category")
-    fig.update_yaxes(title="min_samples", type="category")
-    return _layout(fig, "5-fold held-out silhouette per (eps, min_samples) — ★ chosen", 360)
+    panels = (("silhouette", "kfold"), ("silhouette_time", "time"))
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["KFold over the accesses", "time-blocked (later reads)"],
+                        horizontal_spacing=0.12)
+    for col, (key, validation) in enumerate(panels, start=1):
+        z = np.full((len(ms), len(eps)), np.nan)
+        text = [["-"] * len(eps) for _ in ms]
+        for g in grid:
+            i, j = ms.index(g["min_samples"]), eps.index(g["eps"])
+            if g.get(key) is not None:
+                z[i, j] = g[key]
+                text[i][j] = f"{g[key]:.3f}"
+            if (g["eps"], g["min_samples"]) == (cl.get("eps"), cl.get("min_samples")) and \
+                    cl.get("validation", "kfold") == validation:
+                text[i][j] += " ★"
+        fig.add_trace(go.Heatmap(x=[str(e) for e in eps], y=[str(m) for m in ms], z=z, text=text,
+                                 texttemplate="%{text}", colorscale="RdBu", zmid=0, zmin=-1, zmax=1,
+                                 showscale=col == 2, colorbar={"title": "silhouette"},
+                                 hovertemplate=f"{validation}: eps %{{x}}, min_samples %{{y}}: %{{text}}"
+                                               "<extra></extra>"),
+                      row=1, col=col)
+        fig.update_xaxes(title="eps", type="category", row=1, col=col)
+        fig.update_yaxes(title="min_samples", type="category", row=1, col=col)
+    widened = " (grid widened)" if cl.get("widened") else ""
+    return _layout(fig, f"Held-out silhouette per (eps, min_samples){widened} — ★ chosen", 380)
 
 
 def cluster_map(cells: pl.DataFrame, hot_zones: list[int], cells_per_zone: int, cell_bytes: int) -> go.Figure | Note:
@@ -407,16 +422,23 @@ def hot_zone_bars(zt: pl.DataFrame, hot_zones: list[int]) -> go.Figure | Note:
 
 # --- cache ------------------------------------------------------------------------------------------------------
 
+def _policies(r: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
+    """(key, name, colour, general) of every policy in a simulate() result or sweep row."""
+    own = [(p, n, POLICY_COLOURS[p], False) for p, n in POLICY_NAMES.items()]
+    return own + [(p, n, GENERAL_COLOURS[p], True) for p, n in GENERAL_NAMES.items() if p in r]
+
+
 def cache_sweep(sim: dict[str, Any]) -> go.Figure | Note:
-    """Hit ratio of each policy over the cache-size sweep of `cachesim.simulate(..., with_sweep=True)`."""
+    """Hit ratio of each policy over the cache-size sweep of `cachesim.simulate(..., with_sweep=True)`;
+    libCacheSim's general policies dashed."""
     sweep = sim.get("sweep", [])
     if not sweep:
         return Note("no cache-size sweep in this result")
     x = [r["cache_mib"] for r in sweep]
     fig = go.Figure()
-    for p, name in POLICY_NAMES.items():
+    for p, name, colour, general in _policies(sweep[0]):
         fig.add_trace(go.Scatter(x=x, y=[r[p] for r in sweep], mode="lines+markers", name=name,
-                                 line={"color": POLICY_COLOURS[p]},
+                                 line={"color": colour, "dash": "dash" if general else "solid"},
                                  hovertemplate=name + " at %{x} MiB: %{y:.2%}<extra></extra>"))
     if "cache_mib" in sim:
         _log_vline(fig, sim["cache_mib"], f"{sim['cache_mib']:g} MiB", "dot")
@@ -426,10 +448,11 @@ def cache_sweep(sim: dict[str, Any]) -> go.Figure | Note:
 
 
 def hit_ratio_bars(sim: dict[str, Any]) -> go.Figure:
-    """Hit ratio of each policy at the chosen cache size."""
-    vals = [sim[p] for p in POLICY_NAMES]
-    fig = go.Figure(go.Bar(x=list(POLICY_NAMES.values()), y=vals, text=[f"{v:.2%}" for v in vals],
-                           textposition="outside", marker_color=list(POLICY_COLOURS.values())))
+    """Hit ratio of each policy at the chosen cache size (the project's, then libCacheSim's general ones)."""
+    pols = _policies(sim)
+    vals = [sim[p] for p, *_ in pols]
+    fig = go.Figure(go.Bar(x=[n for _, n, _, _ in pols], y=vals, text=[f"{v:.2%}" for v in vals],
+                           textposition="outside", marker_color=[c for _, _, c, _ in pols]))
     fig.update_yaxes(title="hit ratio", tickformat=".0%", range=[0, max([*vals, 0.01]) * 1.2])
     return _layout(fig, f"Hit ratio at {sim['cache_mib']:g} MiB ({sim['cache_pages']} pages of "
                         f"{sim['page_kib']} KiB)", 340)

@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from ..analysis.cachesim import POLICIES
+from ..analysis.cachesim import GENERAL, POLICIES
 from ..analysis.frag import frag_summary
 from ..io.nvme import IngestReport
 from ..units import MIB
@@ -85,20 +85,36 @@ def frag_text(table: pl.DataFrame, summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _score(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4f}"
+
+
 def cluster_text(r: dict[str, Any]) -> str:
     lines = [f"cluster: {r['reads']} reads in {r['cells_read']} cells of {r['cell_bytes'] // 1024} KiB"]
     if r.get("note"):
         lines.append(f"cluster: {r['note']}")
     if r["grid"]:
-        lines.append("  eps   min_samples  silhouette  folds")
-        for g in r["grid"]:
-            s = "-" if g["silhouette"] is None else f"{g['silhouette']:.4f}"
+        picked = r.get("validation", "kfold")
+        lines.append(f"  eps     min_samples  kfold silhouette  time silhouette   (* chosen by {picked} validation)")
+        for g in sorted(r["grid"], key=lambda g: (g["eps"], g["min_samples"])):
             mark = " *" if (g["eps"], g["min_samples"]) == (r["eps"], r["min_samples"]) else ""
-            lines.append(f"  {g['eps']:<5} {g['min_samples']:>11}  {s:>10}  {g['folds_scored']:>5}{mark}")
+            lines.append(f"  {g['eps']:<7} {g['min_samples']:>11}  {_score(g['silhouette']):>16}  "
+                         f"{_score(g.get('silhouette_time')):>15}{mark}")
+        for v, s in (r.get("scores") or {}).items():
+            if s is not None:
+                lines.append(f"  best by {v}: eps {s['eps']}, min_samples {s['min_samples']}, silhouette "
+                             f"{s['silhouette']:.4f}")
+    for w in r.get("widened", []):
+        lines.append(f"  widened: {w}")
     for cl in r["clusters"]:
         lines.append(f"  cluster {cl['label']}: {cl['cells']} cells, {cl['reads']} reads, density "
                      f"{cl['density_factor']:.2f}x mean{' HOT' if cl['hot'] else ''}, zones {cl['zones'][:8]}"
                      f"{'…' if len(cl['zones']) > 8 else ''}")
+    if "zones_read" in r:
+        rule = r["rule"]
+        lines.append(f"zones: {r['zones_read']} read; {r['significant_zones']} significantly above the rest "
+                     f"(one-sided binomial, Holm, alpha {rule['alpha']:g}); {r['dense_zones']} dense (half their "
+                     f"reads and cells in hot clusters); hot = both")
     lines.append(f"hot zones: {r['hot_zones']}")
     return "\n".join(lines)
 
@@ -107,13 +123,21 @@ def cachesim_text(r: dict[str, Any]) -> str:
     lines = [f"cachesim: {r['requests']} page requests from {r['read_commands']} reads; cache {r['cache_mib']} MiB "
              f"= {r['cache_pages']} pages of {r['page_kib']} KiB; hot zones {r['hot_zones']} "
              f"(from {r.get('hot_zones_source', '?')})"]
+    general = [p for p in GENERAL if p in r]
     for p in POLICIES:
         lines.append(f"  {p:<12} {r[p]:.4f}")
+    if general:
+        lines.append(f"  general policies (libCacheSim {r.get('libcachesim', '?')}):")
+        for p in general:
+            lines.append(f"  {p:<12} {_score(r[p])}")
+        best = r["best_general"]
+        lines.append(f"  zone_lru vs the best general policy ({best['policy']} {best['hit_ratio']:.4f}): "
+                     f"{r['zone_lru_vs_best_general']:+.4f}")
     if "sweep" in r:
-        lines.append("  cache MiB      lru  zone_lru  static_best  belady")
+        cols = ["lru", "zone_lru", "static_best", "belady", *[p for p in GENERAL if p in r["sweep"][0]]]
+        lines.append("  cache MiB " + " ".join(f"{c:>11}" for c in cols))
         for s in r["sweep"]:
-            lines.append(f"  {s['cache_mib']:>9} {s['lru']:>8.4f} {s['zone_lru']:>9.4f} {s['static_best']:>12.4f} "
-                         f"{s['belady']:>7.4f}")
+            lines.append(f"  {s['cache_mib']:>9} " + " ".join(f"{_score(s[c]):>11}" for c in cols))
     return "\n".join(lines)
 
 
@@ -173,16 +197,30 @@ def layers_text(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _decision(cfg: dict[str, Any]) -> list[str]:
+    """The recommendation lines of a configuration (none for one written before the key existed)."""
+    if "recommend" not in cfg:
+        return []
+    h = cfg["held_out"]
+    return [f"  held out (reads after the first {h['train_share']:.0%}, cache warmed by them): lru {h['lru']:.4f} -> "
+            f"zone_lru {h['zone_lru']:.4f}, gain {h['gain']:+.4f}",
+            f"  recommend: {str(cfg['recommend']).lower()} — {cfg['recommend_reason']}"]
+
+
 def config_written_text(cfg: dict[str, Any], out: Path) -> str:
     p = cfg["predicted"]
-    lines = [f"config: wrote {out}", f"  hot zones {cfg['hot_zones']} from run {cfg['source_run']}",
-             f"  predicted hit ratio at {cfg['cache_mib']} MiB: lru {p['lru']:.4f} -> zone_lru {p['zone_lru']:.4f} "
-             f"(static best {p['static_best']:.4f}, belady {p['belady']:.4f})"]
-    if len(cfg["hot_zones"]) > DEVICE_MAX_ZONES:
-        lines.append(f"  note: {len(cfg['hot_zones'])} hot zones; the device protocol takes {DEVICE_MAX_ZONES} per "
-                     "SET — `ztbp-ctl set --top5` sends the five with the most reads")
+    found = cfg.get("hot_zones_found", cfg["hot_zones"])
+    lines = [f"config: wrote {out}",
+             f"  hot zones sent {cfg['hot_zones']} (found {found} in the first part of run {cfg['source_run']})",
+             f"  whole run at {cfg['cache_mib']} MiB: lru {p['lru']:.4f} -> zone_lru {p['zone_lru']:.4f} "
+             f"(static best {p['static_best']:.4f}, belady {p['belady']:.4f})", *_decision(cfg)]
+    if len(found) > DEVICE_MAX_ZONES:
+        lines.append(f"  note: {len(found)} hot zones found; the device protocol takes {DEVICE_MAX_ZONES} per SET: "
+                     "the five with the highest read shares are sent and were predicted with")
     if not cfg["hot_zones"]:
         lines.append("  note: no hot zone was found; applying this configuration clears nothing and sets nothing")
+    if cfg.get("recommend") is False:
+        lines.append("  note: ztbp-ctl set and ztbp apply refuse this configuration (exit code 16) unless --force")
     return "\n".join(lines)
 
 
@@ -273,11 +311,11 @@ def cache_text(sim: dict[str, Any], source: str = "ztbp cluster") -> str:
 def config_text(cfg: dict[str, Any]) -> str:
     """The cache configuration in a few stable lines (no creation time)."""
     p, c = cfg["predicted"], cfg["cluster"]
-    lines = [f"configuration for run {cfg['source_run']}: hot zones {cfg['hot_zones']}",
-             f"  cluster eps {c['eps']}, min_samples {c['min_samples']}, silhouette "
-             f"{'-' if c['silhouette'] is None else format(c['silhouette'], '.4f')}",
-             f"  predicted at {cfg['cache_mib']:g} MiB: lru {p['lru']:.4f}, zone_lru {p['zone_lru']:.4f}, "
-             f"static_best {p['static_best']:.4f}, belady {p['belady']:.4f}"]
+    lines = [f"configuration for run {cfg['source_run']}: hot zones sent {cfg['hot_zones']} (found "
+             f"{cfg.get('hot_zones_found', cfg['hot_zones'])} in the first part)",
+             f"  cluster eps {c['eps']}, min_samples {c['min_samples']}, silhouette {_score(c['silhouette'])}",
+             f"  whole run at {cfg['cache_mib']:g} MiB: lru {p['lru']:.4f}, zone_lru {p['zone_lru']:.4f}, "
+             f"static_best {p['static_best']:.4f}, belady {p['belady']:.4f}", *_decision(cfg)]
     return "\n".join(lines)
 
 

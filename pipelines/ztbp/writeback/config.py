@@ -1,7 +1,9 @@
 """The hot-zone cache configuration of a run (cache-config.json, probes/FORMAT.md) — the input of `ztbp-ctl`.
 
-`make_config` is pure: the run's geometry, the clustering result and the predicted hit ratios in, the
-configuration out. `read_config` / `write_config` are the only places that read or write the file.
+`make_config` is pure: the run's geometry, the clustering of the run's first part, the zones it sends and the hit
+ratios predicted for them in, the configuration out. `sent_zones` picks the zones exactly as `ztbp-ctl set --top5`
+does, so the prediction is made with the zones that reach the device. `recommend` decides whether the
+configuration is worth sending. `read_config` / `write_config` are the only places that read or write the file.
 """
 
 from __future__ import annotations
@@ -18,22 +20,54 @@ from ..errors import FormatError, ZtbpError
 DEVICE_MAX_ZONES = 5
 
 
+def sent_zones(scores: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The zone scores of the zones `ztbp-ctl set --top5` sends: the five highest shares, ties by reads, then order."""
+    ranked = sorted(range(len(scores)), key=lambda i: (-scores[i]["share"], -scores[i]["reads"], i))
+    return [scores[i] for i in ranked[:DEVICE_MAX_ZONES]]
+
+
+def recommend(zones: list[int], held_out: dict[str, Any], min_gain: float) -> tuple[bool, str]:
+    """Whether to send `zones`: zone-LRU must beat LRU by at least min_gain on the held-out reads; and why."""
+    share = f"{1 - held_out['train_share']:.0%}"
+    if not zones:
+        return False, (f"no hot zone in the first {held_out['train_share']:.0%} of the reads "
+                       f"({held_out['train_reads']} reads): nothing to send")
+    if not held_out["test_reads"]:
+        return False, f"no reads after the first {held_out['train_share']:.0%}: nothing to evaluate on"
+    gain = held_out["gain"]
+    verdict = "at least" if gain >= min_gain else "below"
+    return gain >= min_gain, (f"zone-LRU with zones {zones} gains {gain:+.4f} hit ratio over LRU on the held-out "
+                              f"{share} of the reads ({held_out['test_reads']} reads), {verdict} the threshold "
+                              f"{min_gain:+.2f}")
+
+
 def make_config(meta: dict[str, Any], run_id: str, cluster: dict[str, Any], predicted: dict[str, Any],
-                cache_mib: float, params: ClusterParams = ClusterParams()) -> dict[str, Any]:
-    """The configuration: hot zones and their scores from `cluster`, the hit ratios `predicted` for them."""
+                held_out: dict[str, Any], cache_mib: float, params: ClusterParams = ClusterParams(),
+                min_gain: float = 0.01) -> dict[str, Any]:
+    """The configuration: the zones sent (the top five of `cluster`, the clustering of the run's first part), the
+    hit ratios `predicted` for them over the whole run and `held_out` over the later part, and the decision."""
+    sent = sent_zones(cluster.get("zone_scores", []))
+    zones = [s["zone"] for s in sent]
+    ok, why = recommend(zones, held_out, min_gain)
     predicted = {k: v for k, v in predicted.items() if k not in ("hot_zones", "sweep")}
     return {
         "format": CONFIG_FORMAT,
-        "hot_zones": cluster["hot_zones"],
-        "zone_scores": cluster.get("zone_scores", []),
+        "hot_zones": zones,
+        "zone_scores": sent,
+        "hot_zones_found": cluster["hot_zones"],
         "zone_size_lba": meta["zone_size_lba"],
         "lba_bytes": meta["lba_bytes"],
         "nr_zones": meta["nr_zones"],
         "cache_mib": cache_mib,
         "source_run": run_id,
+        "recommend": ok,
+        "recommend_reason": why,
+        "min_gain": min_gain,
+        "held_out": held_out,
         "predicted": predicted,
         "cluster": {"eps": cluster["eps"], "min_samples": cluster["min_samples"],
-                    "silhouette": cluster["silhouette"], "hot_factor": params.hot_factor, "seed": params.seed},
+                    "silhouette": cluster["silhouette"], "validation": cluster.get("validation"),
+                    "hot_factor": params.hot_factor, "alpha": params.alpha, "seed": params.seed},
         "created": utc_now(),
     }
 

@@ -3,8 +3,9 @@
 `apply(run, cfg)` is what `just apply RUN [DEV]` does, for the notebooks: it writes `derived/cache-config.json`, builds
 `tools/ztbp-ctl/build/ztbp-ctl` with make when it is missing, runs `ztbp-ctl set --dry-run --top5 --config …`
 (or `ztbp-ctl set DEV --top5 --config …`) and returns ztbp-ctl's JSON with its exit code. A refusal by ztbp-ctl
-(no hot zone, a device without the ZTBP protocol, no permission) is a result with `ok: false` and ztbp-ctl's
-message, not an exception: see tools/ztbp-ctl/README.md for the exit codes.
+(no hot zone, a configuration that says "recommend": false — sent with `force` —, a device without the ZTBP protocol,
+no permission) is a result with `ok: false` and ztbp-ctl's message, not an exception: see tools/ztbp-ctl/README.md
+for the exit codes.
 """
 
 from __future__ import annotations
@@ -39,13 +40,14 @@ def ensure_ctl() -> Path:
     return CTL
 
 
-def apply(run: RunPaths, cfg: dict[str, Any], dev: str | None = None) -> dict[str, Any]:
+def apply(run: RunPaths, cfg: dict[str, Any], dev: str | None = None, force: bool = False) -> dict[str, Any]:
     """Write cfg as the run's derived/cache-config.json and send its five best zones to `dev` with ztbp-ctl
-    (a dry run when dev is None or empty: nothing is sent)."""
+    (a dry run when dev is None or empty: nothing is sent). ztbp-ctl refuses a configuration that says
+    "recommend": false (exit code 16) unless force."""
     cfg_path = write_config(cfg, run.cache_config)
     ctl = ensure_ctl()
     target = ["--dry-run"] if not dev else [dev]
-    argv = [str(ctl), "set", *target, "--top5", "--config", str(cfg_path), "--json"]
+    argv = [str(ctl), "set", *target, "--top5", "--config", str(cfg_path), "--json", *(["--force"] if force else [])]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=CTL_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -54,7 +56,8 @@ def apply(run: RunPaths, cfg: dict[str, Any], dev: str | None = None) -> dict[st
         out = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else None
     except json.JSONDecodeError:
         out = None
-    shown = ["ztbp-ctl", "set", *target, "--top5", "--config", "derived/cache-config.json", "--json"]
+    shown = ["ztbp-ctl", "set", *target, "--top5", "--config", "derived/cache-config.json", "--json",
+             *(["--force"] if force else [])]
     message = (out or {}).get("message") or proc.stderr.strip().removeprefix("ztbp-ctl: error: ")
     return {"ok": proc.returncode == 0, "exit_code": proc.returncode, "dry_run": not dev, "device": dev or None,
             "command": " ".join(shown), "config": str(cfg_path), "hot_zones": cfg["hot_zones"], "result": out,

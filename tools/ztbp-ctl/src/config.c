@@ -132,6 +132,37 @@ static int parse_scores(const struct jdoc *d, const struct jnode *arr, struct ca
 	return 0;
 }
 
+/* "recommend" (optional boolean) and "recommend_reason" (optional string, already type-checked) */
+static int parse_recommend(const struct jdoc *d, const struct jnode *root, struct cache_config *cfg,
+			   struct zerr *err)
+{
+	const struct jnode *r = json_get(d, root, "recommend"), *why = json_get(d, root, "recommend_reason");
+
+	cfg->recommend = -1;
+	cfg->recommend_reason[0] = '\0';
+	if (r && r->type != J_TRUE && r->type != J_FALSE) {
+		zerr_set(err, EX_CONFIG_SCHEMA, "config: \"recommend\" must be true or false (got %s)", type_name(r));
+		return -1;
+	}
+	if (r)
+		cfg->recommend = r->type == J_TRUE;
+	if (why && why->type == J_STRING) {
+		/* one line in the error message: control characters become spaces; cut on a UTF-8 boundary */
+		size_t cap = sizeof cfg->recommend_reason - 1;
+		size_t n = why->str_len < cap ? why->str_len : cap, i;
+
+		if (n < why->str_len)
+			while (n > 0 && ((unsigned char)why->str[n] & 0xC0) == 0x80)
+				n--;
+		for (i = 0; i < n; i++) {
+			unsigned char c = (unsigned char)why->str[i];
+			cfg->recommend_reason[i] = (char)(c < 0x20 || c == 0x7f ? ' ' : c);
+		}
+		cfg->recommend_reason[n] = '\0';
+	}
+	return 0;
+}
+
 int config_parse(const char *text, size_t len, struct cache_config *cfg, struct zerr *err)
 {
 	struct jdoc d;
@@ -142,6 +173,7 @@ int config_parse(const char *text, size_t len, struct cache_config *cfg, struct 
 
 	memset(cfg, 0, sizeof *cfg);
 	cfg->nr_zones = cfg->zone_size_lba = cfg->lba_bytes = -1;
+	cfg->recommend = -1;
 	if (len > CONFIG_MAX_BYTES) {
 		zerr_set(err, EX_CONFIG_SIZE, "config: %zu bytes, more than the limit of %d bytes", len,
 			 CONFIG_MAX_BYTES);
@@ -201,7 +233,10 @@ int config_parse(const char *text, size_t len, struct cache_config *cfg, struct 
 	    opt_type(&d, root, "source_run", J_STRING, "a string", err) ||
 	    opt_type(&d, root, "created", J_STRING, "a string", err) ||
 	    opt_type(&d, root, "predicted", J_OBJECT, "an object", err) ||
-	    opt_type(&d, root, "cluster", J_OBJECT, "an object", err))
+	    opt_type(&d, root, "cluster", J_OBJECT, "an object", err) ||
+	    opt_type(&d, root, "held_out", J_OBJECT, "an object", err) ||
+	    opt_type(&d, root, "recommend_reason", J_STRING, "a string", err) ||
+	    parse_recommend(&d, root, cfg, err))
 		goto out;
 	scores = json_get(&d, root, "zone_scores");
 	if (scores && parse_scores(&d, scores, cfg, err))

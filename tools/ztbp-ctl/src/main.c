@@ -128,6 +128,12 @@ static int cmd_ztbp(const struct options *o)
 			return fail(o->json, &e);
 		have_cfg = 1;
 		nr_zones = cfg.nr_zones;
+		/* refused before any device is opened; a config without zones is refused as no-zones below */
+		if (o->cmd == CMD_SET && cfg.n_hot > 0 && cfg.recommend == 0 && !o->force) {
+			zerr_set(&e, EX_NOT_RECOMMENDED, "the config is not recommended: %s (--force sends it anyway)",
+				 cfg.recommend_reason[0] ? cfg.recommend_reason : "\"recommend\": false");
+			goto bad;
+		}
 	}
 	if (!o->dry_run) {
 		if (device_open(o->dev, &d, &e) || device_probe(&d, o->nsid, 0, &e))

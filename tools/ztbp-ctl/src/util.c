@@ -24,6 +24,9 @@ const struct exit_code_doc ztbp_exit_codes[] = {
 	 "a config key has the wrong type or value, or zone_scores disagrees with hot_zones"},
 	{EX_GEOMETRY_MISMATCH, "geometry-mismatch",
 	 "the config's zone size or zone count is not the device's (--force sends anyway)"},
+	{EX_NOT_RECOMMENDED, "not-recommended",
+	 "the config says \"recommend\": false: its predicted gain on held-out reads is below the threshold "
+	 "(--force sends anyway)"},
 	{EX_DEV_OPEN, "device-open", "the device does not exist or cannot be opened"},
 	{EX_PERMISSION, "permission", "permission denied: opening the device or sending admin commands needs root"},
 	{EX_NOT_DEVICE, "not-a-device", "the path is not a block or character device"},

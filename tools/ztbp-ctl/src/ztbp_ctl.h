@@ -29,6 +29,7 @@ enum ztbp_exit {
 	EX_CONFIG_FORMAT = 13,    /* "format" missing or not "ztbp-cache-config/1" */
 	EX_CONFIG_SCHEMA = 14,    /* a key has the wrong type or value, zone_scores disagrees with hot_zones */
 	EX_GEOMETRY_MISMATCH = 15,/* the config's geometry is not the device's */
+	EX_NOT_RECOMMENDED = 16,  /* the config says "recommend": false */
 	EX_DEV_OPEN = 20,         /* device missing or cannot be opened */
 	EX_PERMISSION = 21,       /* permission denied: needs root */
 	EX_NOT_DEVICE = 22,       /* path is not a block or character device */
@@ -126,6 +127,8 @@ struct cache_config {
 	int64_t nr_zones;           /* -1 when absent */
 	int64_t zone_size_lba;      /* -1 when absent */
 	int64_t lba_bytes;          /* -1 when absent */
+	int recommend;              /* "recommend": 1 true, 0 false, -1 absent (configs written before the key) */
+	char recommend_reason[256]; /* "recommend_reason", cut to fit; empty when absent */
 };
 
 /* Parse a config from memory (size limit, JSON, format line, schema). 0 or -1 with err set. */
