@@ -25,7 +25,7 @@ setup:
     fi
     echo "setup: .venv ready ($("{{PY}}" --version))"
 
-# install the system packages the VM path needs (qemu, mmdebstrap, ...; apt, as root)
+# install the system packages the VM path needs (qemu, mmdebstrap, ...; apt, as root; waits up to 10 min for another apt to finish)
 [group('setup')]
 deps:
     bash vm/install-deps.sh
@@ -155,14 +155,14 @@ run READS="1000000": setup deps image
     {{ZTBP}} capture paper80 --reads {{READS}} --out "$run"
     just analyse "$run"
 
-# capture a layer-by-layer run in the VM (FS raw|ext4|btrfs, ENGINE psync|io_uring|libaio, IODEPTH empty = 1 for psync, 4 otherwise) and print its Table-I breakdown
+# capture a layer-by-layer run in the VM with `ztbp capture-layers` (FS raw|ext4|btrfs, ENGINE psync|io_uring|libaio, IODEPTH empty = 1 for psync, 4 otherwise) and print its Table-I breakdown
 [group('capture')]
 capture-layers FS="raw" ENGINE="psync" IODEPTH="" RUNTIME="5": setup deps
     #!/usr/bin/env bash
     set -euo pipefail
     runs="$({{PY}} -c 'from ztbp import paths; print(paths.RUNS)')"
     run="$runs/$(date -u +%Y%m%dT%H%M%SZ)-layers-{{FS}}-{{ENGINE}}"
-    bash vm/capture-layers.sh -o "$run" --fs {{quote(FS)}} --engine {{quote(ENGINE)}} --runtime {{quote(RUNTIME)}} {{ if IODEPTH == "" { "" } else { "--iodepth " + quote(IODEPTH) } }}
+    {{ZTBP}} capture-layers --out "$run" --fs {{quote(FS)}} --engine {{quote(ENGINE)}} --runtime {{quote(RUNTIME)}} {{ if IODEPTH == "" { "" } else { "--iodepth " + quote(IODEPTH) } }}
     {{ZTBP}} layers "$run" --by op,size
     {{ZTBP}} opcodes "$run"
 
@@ -172,5 +172,5 @@ bench-layers FS="ext4" ENGINE="psync" RUNTIME="5": setup deps
     #!/usr/bin/env bash
     set -euo pipefail
     run="$(mktemp -d)/bench-layers"
-    bash vm/capture-layers.sh -o "$run" --fs {{quote(FS)}} --engine {{quote(ENGINE)}} --runtime {{quote(RUNTIME)}} --bench
+    {{ZTBP}} capture-layers --out "$run" --fs {{quote(FS)}} --engine {{quote(ENGINE)}} --runtime {{quote(RUNTIME)}} --bench
     {{ZTBP}} layers "$run" | grep -E '^(probe overhead|[0-9]+ requests)'

@@ -1,9 +1,11 @@
 """The layer probe in the real guest: a short fio psync 4 KiB random-read capture on ext4 (the Table-I path) with
-probes/layers.bt and probes/nvme_zone_stream.bt side by side, then `ztbp layers` on it.
+probes/layers.bt and probes/nvme_zone_stream.bt side by side, taken by `ztbp capture-layers` (the same Python path
+as every capture: meta.json written by the contract code), then `ztbp layers` on it.
 
 Checks: the layer means add up to the measured end-to-end syscall latency within 5 %; the device time of the layer
 probe agrees with `lat_ns` of the NVMe probe for the same requests within 10 % at the median; both probes' lost
-events are recorded in meta.json; the file-system row is there and the rows name ext4.
+events are recorded in meta.json and are 0 with maps of the normal size, every fio read has its row (the negative
+control of test_vm_capture's tiny-map test); the file-system row is there and the rows name ext4.
 """
 
 from __future__ import annotations
@@ -11,15 +13,16 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from ztbp import stages
+from ztbp.io.fio import read_fio
 from ztbp.io.run import load
 
 ROOT = Path(__file__).resolve().parents[1]
-CAPTURE = ROOT / "vm" / "capture-layers.sh"
 
 pytestmark = pytest.mark.vm
 
@@ -31,10 +34,11 @@ def ext4_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("qemu-system-x86_64") is None:
         pytest.fail("qemu-system-x86_64 is missing: run `just deps`")
     out = tmp_path_factory.mktemp("layers-vm") / "run"
-    proc = subprocess.run(["bash", str(CAPTURE), "-o", str(out), "--fs", "ext4", "--engine", "psync", "--runtime", "3",
-                           "--zones", "16"], capture_output=True, text=True, timeout=1300, check=False)
+    proc = subprocess.run([sys.executable, "-m", "ztbp.cli", "capture-layers", "--out", str(out), "--fs", "ext4",
+                           "--engine", "psync", "--runtime", "3", "--zones", "16", "--timeout", "1200"],
+                          capture_output=True, text=True, timeout=1300, check=False, cwd=ROOT)
     console = (out / "console.log").read_text(errors="replace") if (out / "console.log").exists() else ""
-    assert proc.returncode == 0 and (out / "meta.json").exists(), \
+    assert proc.returncode == 0 and "capture complete" in proc.stdout, \
         f"capture exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}\n{console[-3000:]}"
     return out
 
@@ -60,6 +64,21 @@ def test_device_time_agrees_with_the_nvme_probe(ext4_run: Path) -> None:
 
 def test_lost_events_of_both_probes_are_recorded(ext4_run: Path) -> None:
     meta = json.loads((ext4_run / "meta.json").read_text())
-    assert set(meta["lost_events"]) == {"nvme", "layers"}
-    assert all(isinstance(v, int) and v >= 0 for v in meta["lost_events"].values())
+    assert meta["complete"] is True and meta["backend"] == "qemu"
+    assert meta["lost_events"] == {"nvme": 0, "layers": 0}
     assert meta["workload"]["fs"] == "ext4" and meta["workload"]["engine"] == "psync"
+    assert meta["workload"]["fs_device"] == "nvme0n2" and meta["workload"]["iodepth"] == 1
+    assert meta["probes"]["layers"] == {"file": "raw/layers.csv", "version": 1, "attach": "fentry+fexit+tracepoint",
+                                        "script": "probes/layers.bt"}
+    assert meta["probes"]["nvme"]["script"] == "probes/nvme_zone_stream.bt"
+    assert meta["layer_stats"]["max_rows"] >= 50_000 and meta["layer_stats"]["dropped"] == 0
+
+
+def test_every_fio_read_has_its_row(ext4_run: Path) -> None:
+    """Maps of the normal size: the layer probe has a row for each of fio's reads, the NVMe probe a command."""
+    meta = json.loads((ext4_run / "meta.json").read_text())
+    fio_reads = sum(j["read"]["total_ios"] for j in read_fio(ext4_run / "raw" / "fio.json")["jobs"])
+    layer_rows = len((ext4_run / "raw" / "layers.csv").read_text().splitlines()) - 2
+    assert layer_rows == fio_reads == meta["fio"]["read_ios"]
+    assert meta["commands"]["read"] >= fio_reads  # ext4 may read metadata too
+    assert meta["fio"]["clat_percentiles_from"] == "histogram of all jobs (json+)"

@@ -1,7 +1,7 @@
 """The map-mode NVMe probe's output path: bpftrace's dump of @rows -> probes/nvme_zone.awk -> nvme.csv.
 
-Runs the capture script's own functions (vm/guest/capture.sh, sourced) on a hand-written dump, on the host:
-the real probe is exercised in the VM tests (test_vm_capture.py)."""
+Runs the guest probe library's own functions (vm/guest/probe-lib.sh, sourced) on a hand-written dump, on the
+host: the real probe is exercised in the VM tests (test_vm_capture.py)."""
 from __future__ import annotations
 
 import subprocess
@@ -13,7 +13,7 @@ from ztbp.contract import NVME_COLUMNS, NVME_VERSION_LINE
 from ztbp.io.nvme import ingest
 from ztbp.paths import RunPaths
 
-CAPTURE_SH = paths.ROOT / "vm" / "guest" / "capture.sh"
+PROBE_LIB = paths.ROOT / "vm" / "guest" / "probe-lib.sh"
 HEADER = [NVME_VERSION_LINE, ",".join(NVME_COLUMNS)]
 
 # What bpftrace 0.17 prints for probes/nvme_zone.bt, in its own (hash) order, with the periodic counters.
@@ -47,14 +47,15 @@ EXPECTED = [  # completion order (ts + lat), names added, numbers copied exactly
 
 
 def run_capture_functions(tmp: Path, script: str) -> subprocess.CompletedProcess[str]:
-    """Source capture.sh (its functions only) with TMP = tmp and run `script` in bash."""
-    return subprocess.run(["bash", "-c", f'. "{CAPTURE_SH}"; TMP="{tmp}"; MAP_PROBE=1; {script}'],
+    """Source probe-lib.sh with TMP = tmp, the nvme probe in map mode, and run `script` in bash."""
+    return subprocess.run(["bash", "-c", f'. "{PROBE_LIB}"; TMP="{tmp}"; PROBE_MODE[nvme]=map; {script}'],
                           capture_output=True, text=True, timeout=60, check=False)
 
 
 def test_map_dump_becomes_the_csv_in_completion_order(tmp_path: Path) -> None:
-    (tmp_path / "probe.out").write_text("\n".join(DUMP) + "\n")
-    res = run_capture_functions(tmp_path, 'extract_rows; echo "$(counter completed)/$(counter unstamped)"')
+    (tmp_path / "nvme.out").write_text("\n".join(DUMP) + "\n")
+    res = run_capture_functions(tmp_path, 'probe_extract nvme; '
+                                          'echo "$(probe_counter nvme completed)/$(probe_counter nvme unstamped)"')
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "7/0"  # the last value printed
     assert (tmp_path / "nvme.csv").read_text().splitlines() == HEADER + EXPECTED
@@ -64,8 +65,8 @@ def test_converted_rows_pass_ingest(tmp_path: Path) -> None:
     run = tmp_path / "run"
     write_meta(run)
     (run / "raw").mkdir()
-    (tmp_path / "probe.out").write_text("\n".join(line for line in DUMP if "18446744073709551615" not in line) + "\n")
-    res = run_capture_functions(tmp_path, "extract_rows")
+    (tmp_path / "nvme.out").write_text("\n".join(line for line in DUMP if "18446744073709551615" not in line) + "\n")
+    res = run_capture_functions(tmp_path, "probe_extract nvme")
     assert res.returncode == 0, res.stderr
     (run / "raw" / "nvme.csv").write_text((tmp_path / "nvme.csv").read_text())
     rep = ingest(RunPaths(run))
@@ -74,8 +75,8 @@ def test_converted_rows_pass_ingest(tmp_path: Path) -> None:
 
 def test_a_malformed_map_line_is_reported_not_kept(tmp_path: Path) -> None:
     dump = [*DUMP[:7], "@rows[5000, 0, 1]: (5100, 100, 1, 2, 8, 1, 0, 0)", *DUMP[7:]]
-    (tmp_path / "probe.out").write_text("\n".join(dump) + "\n")
-    res = run_capture_functions(tmp_path, "extract_rows")
+    (tmp_path / "nvme.out").write_text("\n".join(dump) + "\n")
+    res = run_capture_functions(tmp_path, "probe_extract nvme")
     assert "expected 12 numbers, got 11" in res.stderr
     assert "could not convert every row" in res.stdout and "count as lost" in res.stdout
     assert (tmp_path / "nvme.csv").read_text().splitlines() == HEADER + EXPECTED
@@ -83,8 +84,9 @@ def test_a_malformed_map_line_is_reported_not_kept(tmp_path: Path) -> None:
 
 def test_a_dump_cut_short_fails_the_capture(tmp_path: Path) -> None:
     """bpftrace killed before its exit printing (no @unstamped line): the run is marked failed, not complete."""
-    (tmp_path / "probe.out").write_text("\n".join(DUMP[:6]) + "\n")  # header and progress counters only
-    res = run_capture_functions(tmp_path, 'extract_rows; echo "status=$STATUS counter=$(counter completed)"')
+    (tmp_path / "nvme.out").write_text("\n".join(DUMP[:6]) + "\n")  # header and progress counters only
+    res = run_capture_functions(tmp_path, 'probe_extract nvme; '
+                                          'echo "status=$STATUS counter=$(probe_counter nvme completed)"')
     assert "did not print its map of rows" in res.stdout
     assert "status=failed counter=6" in res.stdout
     assert (tmp_path / "nvme.csv").read_text().splitlines() == HEADER

@@ -104,6 +104,20 @@ def test_capture_host_cli_refuses_before_touching_anything(tmp_path: Path, monke
     assert "--destructive" in capsys.readouterr().err
 
 
+def test_capture_host_json_refusals_keep_stdout_clean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """--json: a refusal is an error on stderr with its exit code, never a half JSON document on stdout (the JSON
+    summary of a capture that ran is checked in the VM, tests/test_vm_capture.py)."""
+    monkeypatch.setenv("ZTBP_SYSFS", str(fake_block(tmp_path, "sda", "none")))
+    assert main(["capture-host", "/dev/sda", "uniform", "--no-prefill", "--json"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and "not a zoned device" in out.err
+    monkeypatch.setenv("ZTBP_SYSFS", str(fake_block(tmp_path / "z", "nvme0n1", "host-managed")))
+    assert main(["capture-host", "/dev/nvme0n1", "uniform", "--no-prefill", "--json", "--probe", "x.bt"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and "--probe x.bt" in out.err
+
+
 def test_capture_cli_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["capture", "nope"]) == 2
     assert "choose one of" in capsys.readouterr().err

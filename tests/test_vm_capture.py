@@ -1,6 +1,9 @@
-"""The real VM path: one small paper80 capture in QEMU (real guest kernel, bpftrace, fio), checked end to end.
+"""The real VM path: one small paper80 capture in QEMU (real guest kernel, bpftrace, fio), checked end to end; and
+in one more boot (the guest battery), what needs the guest but no capture of its own: every probe compiles,
+`ztbp capture-host --json` runs the streaming probe on the guest's zoned namespace as on a real drive, and the
+layer probe with a deliberately tiny map counts every request it leaves without a row.
 
-One boot for the capture (module fixture) — the whole file costs about a minute and a half under TCG.
+Three boots: the capture, the battery, the Ctrl-C test (several minutes under TCG in all).
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from pathlib import Path
 import pytest
 
 from ztbp import paths
-from ztbp.acquire.vm import run_in_guest
+from ztbp.acquire.capture import LAYER_SCRIPTS, finish_meta, probe_meta, read_guest_env
+from ztbp.acquire.vm import GuestResult, run_in_guest
 from ztbp.cli import main
-from ztbp.contract import NVME_COLUMNS, NVME_VERSION_LINE, read_meta
+from ztbp.contract import NVME_COLUMNS, NVME_VERSION_LINE, new_meta, read_meta, write_meta
+from ztbp.io.fio import read_fio
 from ztbp.paths import RunPaths
 
 pytestmark = pytest.mark.vm
@@ -51,6 +56,14 @@ def rows(run: RunPaths) -> list[list[str]]:
 def test_run_directory_follows_the_contract(run: RunPaths) -> None:
     meta = read_meta(run)
     assert meta["complete"] is True and meta["synthetic"] is False and meta["backend"] == "qemu"
+    assert meta["probes"]["nvme"] == {"file": "raw/nvme.csv", "version": 1, "attach": "fentry",
+                                      "script": "probes/nvme_zone.bt"}
+    assert meta["probe_stats"]["mode"] == "map"
+    assert meta["probe_stats"]["max_rows"] >= 1.5 * READS  # sized from the expected commands (probe-lib.sh)
+    # fio ran with --output-format=json+: exact percentiles from the latency histograms of its job entries
+    assert meta["fio"]["clat_percentiles_from"] == "histogram of all jobs (json+)"
+    assert 0 < meta["fio"]["read_clat_p50_us"] <= meta["fio"]["read_clat_p99_us"]
+    assert all(j["read"]["clat_ns"]["bins"] for j in read_fio(run.fio_json)["jobs"])
     assert (meta["lba_bytes"], meta["zone_size_lba"], meta["nr_zones"]) == (4096, 8192, 64)
     assert meta["workload"]["name"] == "paper80" and meta["workload"]["reads"] == READS
     for key in ("kernel", "bpftrace", "fio", "qemu"):
@@ -96,20 +109,97 @@ def test_analysis_finds_the_hot_zones(run: RunPaths, capsys: pytest.CaptureFixtu
     assert sim["zone_lru"] > sim["lru"], sim
 
 
-def test_guest_harness_status_files_and_probe_dry_runs(tmp_path: Path) -> None:
+# ---- the guest battery: one boot ----------------------------------------------------------------------------
+HOST_READS = 3000
+TINY_MAP = 4  # keys of every layer-probe map: far fewer than the requests in flight
+TINY_JOBS = 5  # psync readers; with fio's own process and bpftrace, never more than TINY_MAP waiting for room
+BATTERY = f"""
+set -u
+O=/ztbp/out
+cd /ztbp/src
+modprobe -q ext4; modprobe -q btrfs
+# 1. every probe compiles (bpftrace 0.17 has no --dry-run; -d parses, checks and compiles without attaching)
+for p in probes/*.bt; do
+	if timeout 300 bpftrace -d "$p" >/dev/null 2>"$O/$(basename "$p").err"; then echo "$p ok"; else echo "$p FAIL"; fi
+done > "$O/dry-run.txt"
+uname -r > "$O/uname"
+# 2. capture-host on the guest's zoned namespace, as on a real drive: stdlib Python, the streaming probe, --json
+PYTHONPATH=/ztbp/src/pipelines PYTHONDONTWRITEBYTECODE=1 python3 -m ztbp.cli capture-host /dev/nvme0n1 uniform \
+	--reads {HOST_READS} --jobs 2 --region 64M --destructive --probe nvme_zone_stream.bt --json --out "$O/host" \
+	> "$O/host.json" 2> "$O/host.err"
+echo $? > "$O/host.rc"
+# 3. the layer probe with a tiny map: what it cannot hold must be counted, not vanish
+ZTBP_OUT="$O/tiny" ZTBP_FS=raw ZTBP_ENGINE=psync ZTBP_JOBS={TINY_JOBS} ZTBP_RUNTIME=3 ZTBP_SIZE=64M \
+	ZTBP_PROBES=layers ZTBP_MAX_ROWS={TINY_MAP} bash vm/guest/layers-capture.sh > "$O/tiny.log" 2>&1
+echo $? > "$O/tiny.rc"
+exit 7
+"""
+
+
+@pytest.fixture(scope="module")
+def battery(tmp_path_factory: pytest.TempPathFactory) -> tuple[GuestResult, Path]:
+    out = tmp_path_factory.mktemp("battery")
+    (out / "battery.sh").write_text(BATTERY)
+    res = run_in_guest("bash /ztbp/out/battery.sh", out, timeout=1500)
+    return res, out
+
+
+def test_guest_harness_status_files_and_probe_dry_runs(battery: tuple[GuestResult, Path]) -> None:
     """vmtest.sh: the guest's exit status comes back, OUTDIR is writable, every probe compiles (bpftrace -d)."""
+    res, out = battery
     probes = sorted(p.name for p in paths.PROBES.glob("*.bt"))
-    cmd = ("cd /ztbp/src; modprobe -q btrfs; for p in probes/*.bt; do "
-           "if timeout 300 bpftrace -d \"$p\" >/dev/null 2>/ztbp/out/$(basename $p).err; then echo \"$p ok\"; "
-           "else echo \"$p FAIL\"; fi; done > /ztbp/out/dry-run.txt; uname -r > /ztbp/out/uname; exit 7")
-    res = run_in_guest(cmd, tmp_path, timeout=900)
     assert res.status == 7
-    assert (tmp_path / "uname").read_text().strip()
-    assert (tmp_path / "console.log").is_file()
-    results = (tmp_path / "dry-run.txt").read_text().splitlines()
+    assert (out / "uname").read_text().strip()
+    assert (out / "console.log").is_file()
+    results = (out / "dry-run.txt").read_text().splitlines()
     assert sorted(line.split()[0].removeprefix("probes/") for line in results) == probes
     failed = [line for line in results if not line.endswith(" ok")]
-    assert not failed, [(f, (tmp_path / (Path(f.split()[0]).name + ".err")).read_text()[-500:]) for f in failed]
+    assert not failed, [(f, (out / (Path(f.split()[0]).name + ".err")).read_text()[-500:]) for f in failed]
+
+
+def test_capture_host_json_names_the_probe_it_ran(battery: tuple[GuestResult, Path]) -> None:
+    """`ztbp capture-host --json` on a zoned namespace (the guest's, run like a real drive): stdout is one JSON
+    document, and meta.json names the probe --probe chose and how it attaches."""
+    _, out = battery
+    err = (out / "host.err").read_text(errors="replace")
+    assert (out / "host.rc").read_text().strip() == "0", err[-3000:]
+    summary = json.loads((out / "host.json").read_text())
+    assert summary["complete"] is True and summary["reads"] == summary["fio_reads"] == HOST_READS
+    assert summary["lost"] == 0 and summary["probes"]["nvme"] == {"rows": summary["commands"], "lost": 0}
+    assert "capture complete" not in (out / "host.json").read_text()  # the text line is for humans only
+    assert "probe nvme attached" in err  # progress goes to stderr
+    meta = read_meta(RunPaths(out / "host"))
+    assert meta["backend"] == "host" and meta["complete"] is True
+    assert meta["probes"]["nvme"] == {"file": "raw/nvme.csv", "version": 1, "attach": "fentry+tracepoint",
+                                      "script": "probes/nvme_zone_stream.bt"}
+    assert meta["probe_stats"]["mode"] == "stream" and meta["probe_stats"]["setups"] == meta["probe_stats"]["rows"]
+    assert meta["lost_events"] == {"nvme": 0}
+    assert meta["fio"]["clat_percentiles_from"] == "histogram of all jobs (json+)"
+
+
+def test_a_tiny_layer_map_loses_nothing_uncounted(battery: tuple[GuestResult, Path]) -> None:
+    """probes/layers.bt with every map sized for TINY_MAP keys while more requests are in flight: each request
+    without a row is counted (lost_events.layers = fio's requests - rows), none vanishes."""
+    _, out = battery
+    log = (out / "tiny.log").read_text(errors="replace")
+    assert (out / "tiny.rc").read_text().strip() == "0", log[-3000:]
+    run = RunPaths(out / "tiny")
+    genv = read_guest_env(run)
+    assert genv["probe_layers_max_rows"] == str(TINY_MAP)
+    fio_ios = sum(j["read"]["total_ios"] for j in read_fio(run.fio_json)["jobs"])
+    rows = len(run.probe_csv("layers").read_text().splitlines()) - 2
+    dropped, lost = int(genv["probe_layers_dropped"]), int(genv["lost_events_layers"])
+    assert rows > 0 and dropped > 0, (rows, dropped, fio_ios)  # the map did fill
+    assert rows + lost == fio_ios, (rows, lost, dropped, fio_ios)
+    # the same numbers reach meta.json through the capture's own code
+    meta = new_meta(device="nvme0n1", lba_bytes=4096, zone_size_lba=8192, zone_cap_lba=8192, nr_zones=64,
+                    synthetic=False, workload={"name": "tiny"}, backend="qemu",
+                    probes={"layers": probe_meta("layers", LAYER_SCRIPTS["layers"])})
+    write_meta(run, meta)
+    finish_meta(run, meta, 0, False, 0.0, {})
+    m = read_meta(run)
+    assert m["lost_events"] == {"layers": fio_ios - rows} and m["layer_stats"]["rows"] == rows
+    print(f"tiny map: {fio_ios} requests, {rows} rows, {lost} lost ({dropped} counted by the probe)")
 
 
 def test_ctrl_c_leaves_a_valid_partial_run(tmp_path: Path) -> None:

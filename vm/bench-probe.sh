@@ -116,7 +116,7 @@ main() {
 		--env "ZTBP_RESET=0 32" \
 		--env "ZTBP_ROUNDS=$ROUNDS" \
 		--env "ZTBP_PROBE=/ztbp/src/probes/$PROBE" \
-		--env "ZTBP_MAX_ROWS=$((READS * 3 / 2 + 50000))" \
+		--env "ZTBP_EXPECTED=$READS" \
 		-- 'bash /ztbp/src/vm/guest/bench.sh'
 	summarise "$OUTDIR/console.log"
 	echo "bench-probe: results in $OUTDIR/bench.json"

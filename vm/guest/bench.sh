@@ -3,7 +3,7 @@
 # then alternates fio runs of the same workload without and with the NVMe probe, ROUNDS times, printing one
 # "ZTBP-BENCH" line per run: IOPS, and for traced runs the traced reads and lost events.
 # Environment: as capture.sh (ZTBP_WORKLOAD, ZTBP_PREFILL, ZTBP_RESET, ZTBP_DEV, ZTBP_PROBE: default
-# probes/nvme_zone.bt, ZTBP_MAX_ROWS: room in its map per run) plus ZTBP_ROUNDS.
+# probes/nvme_zone.bt, ZTBP_EXPECTED: the commands of one run, which size its map) plus ZTBP_ROUNDS.
 set -uo pipefail
 
 # shellcheck source=vm/guest/capture.sh

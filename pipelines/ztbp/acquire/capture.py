@@ -1,18 +1,23 @@
 """Captures: boot the VM, trace a workload with probes/nvme_zone.bt, write a run directory (`ztbp capture`).
 
 `ztbp capture-host DEV WORKLOAD` runs the same guest script (vm/guest/capture.sh) on a real zoned drive of
-this machine. Both write exactly the run directory of probes/FORMAT.md; meta.json is written first with
-`"complete": false` and finished at the end, so an interrupted capture leaves a valid partial run.
+this machine; `ztbp capture-layers` runs vm/guest/layers-capture.sh in the VM (the layer probe beside the
+streaming NVMe probe). All write exactly the run directory of probes/FORMAT.md, and meta.json only here:
+written first with `"complete": false` and finished (`finish_meta`) from what the guest reported in
+.capture/guest.env, so an interrupted capture leaves a valid partial run. How big the probes' maps are, how
+they are stopped and how their losses are counted is decided in one place, vm/guest/probe-lib.sh.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +26,7 @@ from ..contract import new_meta, write_meta
 from ..errors import ZtbpError
 from ..io.fio import fio_totals
 from ..paths import RunPaths
-from ..units import MIB
+from ..units import MIB, parse_size
 from .vm import Geometry, GuestResult, NvmevirtPlan, VmError, ensure_image, qemu_version, run_in_guest
 from .workload import PRESETS, Workload, WorkloadOptions
 
@@ -72,37 +77,76 @@ def count_commands(csv: Path) -> dict[str, int]:
     return counts
 
 
+#: meta.json statistics object of each probe (probes/FORMAT.md) and the guest.env counters it holds.
+PROBE_STATS_KEY = {"nvme": "probe_stats", "layers": "layer_stats"}
+_STAT_COUNTERS = ("setups", "completed", "rows", "perf_lost", "max_rows", "recursion_misses", "attach_s", "drain_s")
+_ATTACH_KINDS = {"kfunc": "fentry", "kretfunc": "fexit", "tracepoint": "tracepoint", "kprobe": "kprobe",
+                 "kretprobe": "kretprobe", "rawtracepoint": "rawtracepoint", "uprobe": "uprobe", "usdt": "usdt"}
+_PROBE_POINT = re.compile(r"^(?P<kind>[a-z]+):[^\s]", re.M)
+
+
+def attach_types(script: str) -> str:
+    """How a bpftrace script attaches, from its probe points: "fentry", "fentry+fexit+tracepoint", ..."""
+    kinds = {_ATTACH_KINDS[m["kind"]] for m in _PROBE_POINT.finditer(script) if m["kind"] in _ATTACH_KINDS}
+    return "+".join(sorted(kinds)) or "unknown"
+
+
+def probe_meta(name: str, script: str) -> dict[str, Any]:
+    """meta.json `probes.<name>`: its CSV, format version, the script that ran and how it attaches."""
+    path = Path(script) if Path(script).is_absolute() else paths.ROOT / script
+    try:
+        attach = attach_types(path.read_text(errors="replace"))
+    except OSError:
+        attach = "unknown"
+    return {"file": f"raw/{name}.csv", "version": 1, "attach": attach, "script": script}
+
+
+def probe_stats(name: str, genv: dict[str, str]) -> dict[str, Any]:
+    """The counters probe-lib.sh reported for one probe (probe_<name>_* in guest.env)."""
+    stats: dict[str, Any] = {"mode": genv.get(f"probe_{name}_mode", "stream")}
+    for key in _STAT_COUNTERS:
+        stats[key] = int(genv.get(f"probe_{name}_{key}", 0) or 0)
+    if name == "layers":
+        stats["dropped"] = int(genv.get("probe_layers_dropped", 0) or 0)
+    return stats
+
+
+def _geometry_from_guest(meta: dict[str, Any], genv: dict[str, str]) -> None:
+    if not genv.get("lba_bytes"):
+        return
+    lba = int(genv["lba_bytes"])
+    zone_sectors = int(genv.get("zone_sectors", "0") or 0)
+    cap_sectors = int(genv.get("zone_cap_sectors", "0") or 0)
+    if zone_sectors:
+        meta["lba_bytes"] = lba
+        meta["zone_size_lba"] = zone_sectors * 512 // lba
+        meta["zone_cap_lba"] = (cap_sectors or zone_sectors) * 512 // lba
+        meta["nr_zones"] = int(genv.get("nr_zones", meta["nr_zones"]))
+    meta["device"] = genv.get("device", meta["device"])
+    meta["zone_limits"] = {"max_open": int(genv.get("max_open_zones", 0) or 0),
+                           "max_active": int(genv.get("max_active_zones", 0) or 0)}
+
+
 def finish_meta(run: RunPaths, meta: dict[str, Any], result_status: int | None, interrupted: bool,
                 started: float, extra_versions: dict[str, str]) -> dict[str, Any]:
-    """Merge what the guest reported into meta.json; return a summary."""
+    """Merge what the guest reported into meta.json (every probe in meta["probes"]); return a summary."""
     genv = read_guest_env(run)
-    if genv.get("lba_bytes"):
-        lba = int(genv["lba_bytes"])
-        zone_sectors = int(genv.get("zone_sectors", "0"))
-        cap_sectors = int(genv.get("zone_cap_sectors", "0") or 0)
-        if zone_sectors:
-            meta["lba_bytes"] = lba
-            meta["zone_size_lba"] = zone_sectors * 512 // lba
-            meta["zone_cap_lba"] = (cap_sectors or zone_sectors) * 512 // lba
-            meta["nr_zones"] = int(genv.get("nr_zones", meta["nr_zones"]))
-        meta["device"] = genv.get("device", meta["device"])
-        meta["zone_limits"] = {"max_open": int(genv.get("max_open_zones", 0)),
-                               "max_active": int(genv.get("max_active_zones", 0))}
+    _geometry_from_guest(meta, genv)
     versions = {k: genv[k] for k in ("kernel", "kernel_version", "bpftrace", "fio", "nvme_cli", "blkzone")
                 if k in genv}
     versions.update(extra_versions)
     meta["versions"] = versions
-    if run.nvme_csv.is_file():
-        meta["lost_events"] = {"nvme": int(genv.get("lost_events_nvme", 0))}
-        meta["probe_stats"] = {"mode": genv.get("probe_mode", "stream"),
-                               "setups": int(genv.get("probe_setups", 0)),
-                               "completed": int(genv.get("probe_completed", 0)),
-                               "rows": int(genv.get("probe_rows", 0)),
-                               "perf_lost": int(genv.get("probe_perf_lost", 0)),
-                               "max_rows": int(genv.get("probe_max_rows", 0)),
-                               "recursion_misses": int(genv.get("probe_recursion_misses", 0)),
-                               "attach_s": int(genv.get("probe_attach_s", 0)),
-                               "drain_s": int(genv.get("probe_drain_s", 0))}
+    lost: dict[str, int] = {}
+    for name in list(meta.get("probes", {})):
+        script = genv.get(f"probe_{name}_script")
+        if script:
+            meta["probes"][name] = probe_meta(name, script)
+        if run.probe_csv(name).is_file():
+            lost[name] = int(genv.get(f"lost_events_{name}", 0) or 0)
+            meta[PROBE_STATS_KEY.get(name, f"{name}_stats")] = probe_stats(name, genv)
+    meta["lost_events"] = lost
+    if "fs_device" in genv:
+        meta["workload"]["fs_device"] = genv["fs_device"]
     fio = fio_totals(run.fio_json)
     if fio:
         meta["fio"] = fio
@@ -110,30 +154,41 @@ def finish_meta(run: RunPaths, meta: dict[str, Any], result_status: int | None, 
     if prefill:
         meta["prefill"] = {"write_ios": prefill["write_ios"], "seconds": int(genv.get("prefill_s", 0))}
     counts = count_commands(run.nvme_csv)
-    meta["commands"] = counts
+    if run.nvme_csv.is_file():
+        meta["commands"] = counts
     status = genv.get("status", "failed")
-    meta["complete"] = bool(status == "complete" and result_status == 0 and not interrupted
-                            and run.nvme_csv.is_file())
+    all_files = all(run.probe_csv(name).is_file() for name in meta.get("probes", {}))
+    meta["complete"] = bool(status == "complete" and result_status == 0 and not interrupted and all_files)
     meta["capture"] = {"guest_status": result_status, "status": status, "interrupted": interrupted,
                        "seconds": round(time.monotonic() - started, 1),
                        "workload_s": float(genv.get("workload_s", 0) or 0)}
     write_meta(run, meta)
     shutil.rmtree(run.root / STAGING, ignore_errors=True)
+    rows = {name: int(genv.get(f"probe_{name}_rows", 0) or 0) for name in lost}
     return {"run": str(run.root), "commands": sum(counts.values()), "reads": counts.get("read", 0),
-            "fio_reads": fio.get("read_ios", 0), "lost": meta.get("lost_events", {}).get("nvme"),
+            "fio_reads": fio.get("read_ios", 0), "lost": lost.get("nvme"), "probes": {
+                name: {"rows": rows[name], "lost": lost[name]} for name in lost},
             "seconds": meta["capture"]["seconds"], "iops": fio.get("read_iops", 0) + fio.get("write_iops", 0),
             "complete": meta["complete"]}
 
 
 def summary_line(s: dict[str, Any]) -> str:
     state = "complete" if s["complete"] else "INCOMPLETE (partial data, \"complete\": false)"
-    return (f"capture {state}: {s['commands']:,} commands traced ({s['reads']:,} reads; fio {s['fio_reads']:,}), "
-            f"lost events {s['lost']}, {s['seconds']:.0f} s, {s['iops']:,.0f} IOPS -> {s['run']}")
+    probes = s.get("probes", {})
+    if set(probes) <= {"nvme"}:
+        traced = f"{s['commands']:,} commands traced ({s['reads']:,} reads; fio {s['fio_reads']:,}), " \
+                 f"lost events {s['lost']}"
+    else:
+        traced = ", ".join(f"{name} {p['rows']:,} rows" for name, p in sorted(probes.items())) + \
+            f" (fio {s['fio_reads']:,} reads), lost events " + \
+            ", ".join(f"{name} {p['lost']}" for name, p in sorted(probes.items()))
+    return f"capture {state}: {traced}, {s['seconds']:.0f} s, {s['iops']:,.0f} IOPS -> {s['run']}"
 
 
 # ---- progress --------------------------------------------------------------------------------------------
 class Progress:
-    """Turns the guest's "ZTBP:" console lines into progress messages with a countdown."""
+    """Turns the guest's "ZTBP:" console lines into progress messages with a countdown (on stderr: stdout holds
+    only the summary, a line or with --json the JSON document)."""
 
     def __init__(self, expected_reads: int, echo_console: bool) -> None:
         self.expected = expected_reads
@@ -153,7 +208,7 @@ class Progress:
         elif line.startswith("vmtest:"):
             self.say(line[len("vmtest: "):])
         elif self.echo_console:
-            print(f"  | {line}", flush=True)
+            print(f"  | {line}", file=sys.stderr, flush=True)
 
     def _countdown(self, done: int, traced: int) -> None:
         if not self.expected or self.workload_start is None:
@@ -164,7 +219,7 @@ class Progress:
         self.say(f"workload: {done:,}/{self.expected:,} reads done, {eta} ({traced:,} commands traced)")
 
     def say(self, msg: str) -> None:
-        print(f"[{time.monotonic() - self.start:6.1f}s] {msg}", flush=True)
+        print(f"[{time.monotonic() - self.start:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
 
 # ---- ztbp capture (VM) -----------------------------------------------------------------------------------
@@ -181,21 +236,27 @@ def write_jobs(wl: Workload, folder: Path) -> tuple[Path, Path | None]:
     return job, pre
 
 
-# meta.json "probes.nvme" of a capture: the map-mode probe, one fentry program at completion (FORMAT.md).
-NVME_PROBE = {"file": "raw/nvme.csv", "version": 1, "attach": "fentry", "script": "probes/nvme_zone.bt"}
-# Room in the probe's row map beyond the commands a workload is expected to issue (the block layer may split
-# large writes; other processes may issue I/O to the device while the capture runs).
-MAP_ROWS_FACTOR = 1.5
-MAP_ROWS_SPARE = 50_000
+#: The NVMe probes a capture can run (--probe); meta.json names the one the guest ran (ZTBP_PROBE may choose).
+NVME_PROBES = ("nvme_zone.bt", "nvme_zone_stream.bt")
+NVME_SCRIPT = "probes/nvme_zone.bt"
 
 
-def map_rows(wl: Workload) -> int:
-    """BPFTRACE_MAP_KEYS_MAX for probes/nvme_zone.bt: the rows its map must be able to hold."""
-    return int(wl.expected_commands * MAP_ROWS_FACTOR) + MAP_ROWS_SPARE
+def nvme_probe(name: str | None) -> str:
+    """The repository path of an NVMe probe given by its file name (--probe; None: the default)."""
+    if name is None:
+        return NVME_SCRIPT
+    if name not in NVME_PROBES:
+        raise CaptureError(f"--probe {name}: choose one of {', '.join(NVME_PROBES)} (see probes/README.md)")
+    return f"probes/{name}"
 
 
-def capture_env(wl: Workload, job: str, prefill: str | None, *, reset: bool = True) -> dict[str, str]:
-    env = {"ZTBP_WORKLOAD": job, "ZTBP_DEV": wl.device, "ZTBP_MAX_ROWS": str(map_rows(wl))}
+def capture_env(wl: Workload, job: str, prefill: str | None, *, reset: bool = True,
+                probe: str | None = None) -> dict[str, str]:
+    """The guest script's environment. ZTBP_EXPECTED sizes the probe's map (vm/guest/probe-lib.sh, MAP SIZE);
+    `probe` is the path of the probe to run there (default: the script's own, probes/nvme_zone.bt)."""
+    env = {"ZTBP_WORKLOAD": job, "ZTBP_DEV": wl.device, "ZTBP_EXPECTED": str(wl.expected_commands)}
+    if probe:
+        env["ZTBP_PROBE"] = probe
     if prefill and reset:
         env["ZTBP_PREFILL"] = prefill
     if reset and len(wl.reset_zones):
@@ -215,6 +276,7 @@ class VmCapture:
     out: str | None = None
     timeout: int = 3600
     verbose: bool = False
+    probe: str | None = None  # a file of NVME_PROBES; None: probes/nvme_zone.bt
 
 
 @dataclass
@@ -254,22 +316,42 @@ def run_capture(req: VmCapture) -> CaptureOutcome:
         ensure_image(echo=progress.say)
     except VmError as e:
         raise CaptureError(str(e)) from None
+    script = nvme_probe(args.probe)
     run = new_run_dir(wl.name, args.out)
     meta = new_meta(device="nvme0n1", lba_bytes=lba, zone_size_lba=geometry.zone_bytes // lba,
                     zone_cap_lba=(geometry.zone_cap_bytes or geometry.zone_bytes) // lba, nr_zones=nr_zones,
                     synthetic=False, workload=wl.meta(), backend=args.backend,
-                    probes={"nvme": dict(NVME_PROBE)})
+                    probes={"nvme": probe_meta("nvme", script)})
+    with tempfile.TemporaryDirectory(prefix="ztbp-jobs.") as tmp:
+        job, pre = write_jobs(wl, Path(tmp))
+        env = capture_env(wl, f"/ztbp/ctl/{job.name}", f"/ztbp/ctl/{pre.name}" if pre else None,
+                          probe=f"/ztbp/src/{script}")
+        return run_vm_capture(run, meta, GuestCommand(
+            "capture.sh", env, files=[job] + ([pre] if pre else []), extra_args=extra,
+            geometry=None if plan else geometry, timeout=args.timeout), progress)
+
+
+@dataclass(frozen=True)
+class GuestCommand:
+    """One guest script run by `run_vm_capture`: vm/guest/<script> with its environment and QEMU settings."""
+
+    script: str
+    env: dict[str, str]
+    files: list[Path] = field(default_factory=list)
+    extra_args: list[str] = field(default_factory=list)
+    geometry: Geometry | None = None
+    timeout: int = 3600
+
+
+def run_vm_capture(run: RunPaths, meta: dict[str, Any], cmd: GuestCommand, progress: Progress) -> CaptureOutcome:
+    """The VM half of every capture: meta.json marked incomplete, the guest script, meta.json finished."""
     meta["complete"] = False
     write_meta(run, meta)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="ztbp-jobs.") as tmp:
-        job, pre = write_jobs(wl, Path(tmp))
-        files = [job] + ([pre] if pre else [])
-        env = capture_env(wl, f"/ztbp/ctl/{job.name}", f"/ztbp/ctl/{pre.name}" if pre else None)
-        progress.say(f"booting the VM (output: {run.root})")
-        result: GuestResult = run_in_guest(
-            "bash /ztbp/src/vm/guest/capture.sh", run.root, geometry=None if plan else geometry,
-            timeout=args.timeout, files=files, env=env, extra_args=extra, on_line=progress)
+    progress.say(f"booting the VM (output: {run.root})")
+    result: GuestResult = run_in_guest(
+        f"bash /ztbp/src/vm/guest/{cmd.script}", run.root, geometry=cmd.geometry, timeout=cmd.timeout,
+        files=cmd.files, env=cmd.env, extra_args=cmd.extra_args, on_line=progress)
     summ = finish_meta(run, meta, result.status, result.interrupted, started, {"qemu": qemu_version()})
     progress.say("teardown done")
     if result.interrupted:
@@ -278,6 +360,93 @@ def run_capture(req: VmCapture) -> CaptureOutcome:
         return CaptureOutcome(summ, 1, f"the guest reported status {result.status}; the partial run is in "
                                        f"{run.root} (marked incomplete); see {run.console_log}")
     return CaptureOutcome(summ, 0)
+
+
+# ---- ztbp capture-layers -----------------------------------------------------------------------------------
+LAYER_FS = ("raw", "ext4", "btrfs")
+LAYER_ENGINES = ("psync", "io_uring", "libaio")
+#: The probes of a layer capture: the layer probe and, beside it, the NVMe probe whose device time starts at the
+#: same nvme_setup_cmd (the streaming one).
+LAYER_SCRIPTS = {"nvme": "probes/nvme_zone_stream.bt", "layers": "probes/layers.bt"}
+
+
+@dataclass(frozen=True)
+class LayersCapture:
+    """What `ztbp capture-layers` was asked for: fio 4 KiB random reads on one storage stack in the VM, traced
+    by the layer probe (and the NVMe probe)."""
+
+    fs: str = "raw"
+    engine: str = "psync"
+    iodepth: int = 0  # 0: 1 for psync, 4 otherwise
+    jobs: int = 1
+    runtime_s: int = 5
+    size: str = "256M"
+    probes: tuple[str, ...] = ("nvme", "layers")
+    trace_prep: bool = False
+    bench: bool = False
+    geometry: Geometry = Geometry(zones=32, conv_ns_bytes=1 << 30)
+    out: str | None = None
+    timeout: int = 1800
+    verbose: bool = False
+
+    @property
+    def depth(self) -> int:
+        return self.iodepth or (1 if self.engine == "psync" else 4)
+
+    @property
+    def name(self) -> str:
+        return f"layers-{self.fs}-{self.engine}"
+
+    def validate(self) -> None:
+        if self.fs not in LAYER_FS:
+            raise CaptureError(f"--fs {self.fs}: choose one of {', '.join(LAYER_FS)}")
+        if self.engine not in LAYER_ENGINES:
+            raise CaptureError(f"--engine {self.engine}: choose one of {', '.join(LAYER_ENGINES)}")
+        unknown = [p for p in self.probes if p not in LAYER_SCRIPTS]
+        if unknown or not self.probes:
+            raise CaptureError(f"--probes {','.join(self.probes)}: a comma list of {', '.join(LAYER_SCRIPTS)}")
+        if self.runtime_s < 1 or self.jobs < 1 or self.iodepth < 0:
+            raise CaptureError("--runtime and --jobs must be at least 1, --iodepth 0 (the default) or more")
+        if self.fs == "ext4" and not self.geometry.conv_ns_bytes:
+            raise CaptureError("--fs ext4 runs on the conventional namespace: give it a size with --conv-ns")
+        if parse_size(self.size) > self.geometry.zone_bytes * self.geometry.zones:
+            raise CaptureError(f"--size {self.size} is larger than the zoned namespace "
+                               f"({self.geometry.zones} zones of {self.geometry.zone_bytes // MIB} MiB)")
+        self.geometry.validate()
+
+    def workload_meta(self) -> dict[str, Any]:
+        """meta.json `workload` of a layer capture (`fs_device` is added from the guest)."""
+        return {"name": self.name, "kind": "layers", "fio": "randread bs=4k direct=1", "engine": self.engine,
+                "iodepth": self.depth, "jobs": self.jobs, "runtime_s": self.runtime_s, "size": self.size,
+                "fs": self.fs}
+
+    def guest_env(self) -> dict[str, str]:
+        """vm/guest/layers-capture.sh's environment. ZTBP_EXPECTED: the requests in flight at once, which size the
+        layer probe's maps (it forgets a request when it ends; vm/guest/probe-lib.sh, MAP SIZE)."""
+        return {"ZTBP_FS": self.fs, "ZTBP_ENGINE": self.engine, "ZTBP_IODEPTH": str(self.depth),
+                "ZTBP_JOBS": str(self.jobs), "ZTBP_RUNTIME": str(self.runtime_s), "ZTBP_SIZE": self.size,
+                "ZTBP_PROBES": ",".join(self.probes), "ZTBP_TRACE_PREP": str(int(self.trace_prep)),
+                "ZTBP_BENCH": str(int(self.bench)), "ZTBP_EXPECTED": str(self.jobs * self.depth)}
+
+
+def run_layers_capture(req: LayersCapture) -> CaptureOutcome:
+    """Trace fio random reads on one storage stack with the layer probe into a new run directory."""
+    req.validate()
+    g = req.geometry
+    progress = Progress(0, req.verbose)
+    progress.say(f"capture {req.name}: fio randread 4 KiB, {req.jobs} job(s) x QD {req.depth}, {req.runtime_s} s; "
+                 f"probes {','.join(req.probes)}{', bench first' if req.bench else ''}")
+    try:
+        ensure_image(echo=progress.say)
+    except VmError as e:
+        raise CaptureError(str(e)) from None
+    run = new_run_dir(req.name, req.out)
+    meta = new_meta(device="nvme0n1", lba_bytes=g.lba_bytes, zone_size_lba=g.zone_bytes // g.lba_bytes,
+                    zone_cap_lba=(g.zone_cap_bytes or g.zone_bytes) // g.lba_bytes, nr_zones=g.zones,
+                    synthetic=False, workload=req.workload_meta(), backend="qemu",
+                    probes={name: probe_meta(name, LAYER_SCRIPTS[name]) for name in req.probes})
+    return run_vm_capture(run, meta, GuestCommand("layers-capture.sh", req.guest_env(), geometry=g,
+                                                  timeout=req.timeout), progress)
 
 
 # ---- ztbp capture-host -----------------------------------------------------------------------------------
@@ -329,6 +498,7 @@ class HostCapture:
     no_prefill: bool = False
     out: str | None = None
     verbose: bool = False
+    probe: str | None = None  # None: ZTBP_PROBE of the environment, else probes/nvme_zone.bt
 
 
 def run_capture_host(args: HostCapture) -> CaptureOutcome:
@@ -339,6 +509,7 @@ def run_capture_host(args: HostCapture) -> CaptureOutcome:
     lba, zone_bytes, nr = host_geometry(dev, sysfs)
     wl = args.workload.build(device=dev, zone_bytes=zone_bytes, nr_zones=nr)
     check_writes(dev, wl, args.destructive, args.no_prefill)
+    script = nvme_probe(args.probe) if args.probe else os.environ.get("ZTBP_PROBE", NVME_SCRIPT)
     missing = [t for t in ("bpftrace", "fio", "blkzone") if shutil.which(t) is None]
     if missing:
         raise CaptureError(f"missing on this machine: {', '.join(missing)}; install with "
@@ -348,7 +519,7 @@ def run_capture_host(args: HostCapture) -> CaptureOutcome:
     run = new_run_dir(wl.name, args.out)
     meta = new_meta(device=Path(dev).name, lba_bytes=lba, zone_size_lba=zone_bytes // lba,
                     zone_cap_lba=zone_bytes // lba, nr_zones=nr, synthetic=False, workload=wl.meta(), backend="host",
-                    probes={"nvme": dict(NVME_PROBE)})
+                    probes={"nvme": probe_meta("nvme", script)})
     meta["complete"] = False
     write_meta(run, meta)
     started = time.monotonic()
@@ -356,7 +527,8 @@ def run_capture_host(args: HostCapture) -> CaptureOutcome:
     with tempfile.TemporaryDirectory(prefix="ztbp-host.") as tmp:
         job, pre = write_jobs(wl, Path(tmp))
         env = dict(os.environ)
-        env.update(capture_env(wl, str(job), str(pre) if pre else None, reset=not args.no_prefill))
+        env.update(capture_env(wl, str(job), str(pre) if pre else None, reset=not args.no_prefill,
+                               probe=str(paths.ROOT / script) if args.probe else None))
         env.update(ZTBP_OUT=str(run.root), ZTBP_STOP_FILE=str(Path(tmp) / "stop"))
         proc = subprocess.Popen(["bash", str(GUEST_SCRIPT)], env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)

@@ -1,4 +1,4 @@
-"""Acquisition commands: synth, workload, capture (the VM), capture-host (a real zoned drive)."""
+"""Acquisition commands: synth, workload, capture (the VM), capture-host (a real zoned drive), capture-layers."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def _capture(args: argparse.Namespace) -> int:
     req = VmCapture(workload=workload_options(args), geometry=geometry, backend=args.backend,
                     nvmevirt_ko=Path(args.nvmevirt_ko) if args.nvmevirt_ko else None,
                     nvmevirt_storage_bytes=parse_size(args.nvmevirt_storage), out=args.out, timeout=args.timeout,
-                    verbose=args.verbose)
+                    verbose=args.verbose, probe=args.probe)
     return _finish(run_capture(req), args.json)
 
 
@@ -84,8 +84,21 @@ def _capture_host(args: argparse.Namespace) -> int:
     from ..acquire.capture import HostCapture, run_capture_host
 
     req = HostCapture(device=args.device, workload=workload_options(args), destructive=args.destructive,
-                      no_prefill=args.no_prefill, out=args.out, verbose=args.verbose)
+                      no_prefill=args.no_prefill, out=args.out, verbose=args.verbose, probe=args.probe)
     return _finish(run_capture_host(req), args.json)
+
+
+def _capture_layers(args: argparse.Namespace) -> int:
+    from ..acquire.capture import LayersCapture, run_layers_capture
+    from ..acquire.vm import Geometry
+
+    probes = tuple(p.strip() for p in args.probes.split(",") if p.strip())
+    geometry = Geometry(zone_bytes=parse_size(args.zone_size), zones=args.zones,
+                        conv_ns_bytes=parse_size(args.conv_ns) if args.conv_ns else None)
+    req = LayersCapture(fs=args.fs, engine=args.engine, iodepth=args.iodepth, jobs=args.jobs,
+                        runtime_s=args.runtime, size=args.size, probes=probes, trace_prep=args.trace_prep,
+                        bench=args.bench, geometry=geometry, out=args.out, timeout=args.timeout, verbose=args.verbose)
+    return _finish(run_layers_capture(req), args.json)
 
 
 def _region(text: str) -> tuple[int, int] | None:
@@ -115,11 +128,18 @@ def _synth(args: argparse.Namespace) -> int:
     return 0
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    add_workload_options(p)
+def _output_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="run directory (default: runs/<UTC timestamp>-<workload>)")
     p.add_argument("-v", "--verbose", action="store_true", help="also show the guest console")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    add_workload_options(p)
+    _output_options(p)
+    p.add_argument("--probe", default=None, metavar="FILE",
+                   help="NVMe probe in probes/: nvme_zone.bt (default; rows kept in a map) or nvme_zone_stream.bt "
+                        "(rows printed as they come); meta.json names the one that ran")
 
 
 def register_synth(sub: argparse._SubParsersAction) -> None:
@@ -184,3 +204,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     h.add_argument("--destructive", action="store_true", help="allow zone resets and writes (destroys data)")
     h.add_argument("--no-prefill", action="store_true", help="read what is on the drive; no resets, no writes")
     h.set_defaults(func=_capture_host)
+
+    c = sub.add_parser("capture-layers", help="trace fio random reads layer by layer in the VM (probes/layers.bt)",
+                       description="Boot the VM, build one storage stack, run fio 4 KiB random reads on it under the "
+                                   "layer probe and the streaming NVMe probe, write runs/<UTC timestamp>-layers-<fs>-"
+                                   "<engine>/ (probes/FORMAT.md). Analyse it with `ztbp layers RUN`.")
+    c.add_argument("--fs", default="raw", help="raw (the zoned namespace; default), ext4 (on the conventional "
+                                               "namespace) or btrfs (mkfs.btrfs -O zoned on the zoned namespace)")
+    c.add_argument("--engine", default="psync", help="fio ioengine: psync (default), io_uring or libaio")
+    c.add_argument("--iodepth", type=int, default=0, help="queue depth (default: 1 for psync, 4 otherwise)")
+    c.add_argument("--jobs", type=int, default=1, help="fio jobs reading at once (default: %(default)s)")
+    c.add_argument("--runtime", type=int, default=5, help="seconds of random reads (default: %(default)s)")
+    c.add_argument("--size", default="256M", help="file or device region read (default: %(default)s)")
+    c.add_argument("--probes", default="nvme,layers", help="nvme,layers (default) or layers")
+    c.add_argument("--trace-prep", action="store_true",
+                   help="also trace building the stack (mkfs, prefill) with the NVMe probe")
+    c.add_argument("--bench", action="store_true",
+                   help="first measure fio IOPS without and with the layer probe, same boot (raw/bench.json)")
+    c.add_argument("--zones", type=int, default=32, help="zones of the zoned namespace (default: %(default)s)")
+    c.add_argument("--zone-size", default="32M", help="zone size (default: %(default)s)")
+    c.add_argument("--conv-ns", default="1G", help="size of the conventional namespace (default: %(default)s)")
+    c.add_argument("--timeout", type=int, default=1800, help="kill the guest after this many seconds")
+    _output_options(c)
+    c.set_defaults(func=_capture_layers)

@@ -1,0 +1,149 @@
+"""vm/guest/probe-lib.sh on the host: the map-size formula, the loss rule and the start/stop rules.
+
+The start and stop rules are driven against a stand-in for bpftrace (a small Python process that prints a probe
+header and answers SIGINT the ways bpftrace has been seen to: at once, only the second time, never); the real
+bpftrace runs through the same functions in the VM tests (test_vm_capture.py, test_layers_vm.py).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ztbp import paths
+
+PROBE_LIB = paths.ROOT / "vm" / "guest" / "probe-lib.sh"
+FAST = "PROBE_RESIGNAL_IDLE=1; PROBE_STOP_IDLE=3; PROBE_KILL_WAIT=1; PROBE_ATTACH_TIMEOUT=4; PROBE_DRAIN_STILL=1"
+
+FAKE_BPFTRACE = r"""#!/usr/bin/env python3
+# Stands in for bpftrace in tests/test_probe_lib.py. FAKE_BT: prompt (stops at the first SIGINT), miss-first (at
+# the second), deaf (never: SIGTERM ends it), crash (exits before attaching), silent (never prints its header).
+import os, signal, sys, time
+mode = os.environ["FAKE_BT"]
+seen = 0
+def on_int(sig, frame):
+    global seen
+    seen += 1
+    if mode == "deaf" or (mode == "miss-first" and seen == 1):
+        return
+    print("@completed: 3\n@lost: 0", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGINT, on_int)
+if mode == "crash":
+    print("ERROR: Could not resolve kfunc", file=sys.stderr)
+    sys.exit(1)
+if mode != "silent":
+    print("Attaching 2 probes...\n# ztbp layers v1\nts_ns,tid\n1,2\n3,4\n5,6", flush=True)
+while True:
+    time.sleep(0.2)
+"""
+
+
+def lib(tmp: Path, script: str, env: dict[str, str] | None = None,
+        timeout: int = 60) -> subprocess.CompletedProcess[str]:
+    """Run `script` in bash with probe-lib.sh sourced, TMP = tmp (guest.env there) and the fast timeouts."""
+    full = f'. "{PROBE_LIB}"; {FAST}; TMP="{tmp}"; : > "$TMP/guest.env"; {script}'
+    return subprocess.run(["bash", "-c", full], capture_output=True, text=True, timeout=timeout, check=False,
+                          env={**os.environ, **(env or {})})
+
+
+def guest_env(tmp: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in (tmp / "guest.env").read_text().splitlines())
+
+
+@pytest.fixture
+def fake_bpftrace(tmp_path: Path) -> dict[str, str]:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    exe = bindir / "bpftrace"
+    exe.write_text(FAKE_BPFTRACE)
+    exe.chmod(0o755)
+    (tmp_path / "probe.bt").write_text("tracepoint:syscalls:sys_enter_read { @completed = count(); }\n")
+    return {"PATH": f"{bindir}:{os.environ['PATH']}"}
+
+
+def test_map_size_formula_override_and_memory_cap(tmp_path: Path) -> None:
+    res = lib(tmp_path, 'map_keys_for 200000; probe_map_keys nvme 200000 256; echo "$PROBE_KEYS"')
+    assert res.stdout.split() == ["350000", "350000"]
+    assert guest_env(tmp_path)["probe_nvme_max_rows"] == "350000"
+    res = lib(tmp_path, 'probe_map_keys layers 8 3200; echo "$PROBE_KEYS"', {"ZTBP_MAX_ROWS": "4"})
+    assert res.stdout.split()[-1] == "4"
+    avail_kb = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
+                        if line.startswith("MemAvailable:")))
+    res = lib(tmp_path, f'probe_map_keys big 200000 {avail_kb * 1024}; echo "$PROBE_KEYS"')
+    assert res.stdout.split()[-1] == "1"  # a quarter of the memory holds no row of that size: one, not the default
+    assert "room for" in res.stdout and "counted as lost" in res.stdout
+
+
+@pytest.mark.parametrize("out,err,misses,expected", [
+    # streaming NVMe probe: its own submission count; 5 events lost in the perf buffer, 6 completed rows unwritten
+    (["# ztbp nvme v1", "h", "1", "2", "3", "@completed: 9", "@setups: 10"], ["Lost 5 events"], 0,
+     {"rows": "3", "completed": "9", "setups": "10", "perf_lost": "5", "lost": "7"}),
+    # layer probe: rows all written, 2 requests it counted as lost, 1 skipped program run
+    (["# ztbp layers v1", "h", "1", "2", "3", "4", "@completed: 4", "@lost: 2"], [], 1,
+     {"rows": "4", "completed": "4", "setups": "5", "perf_lost": "0", "lost": "3"}),
+    # nothing lost anywhere (the negative control)
+    (["# ztbp layers v1", "h", "1", "@completed: 1", "@lost: 0"], [], 0,
+     {"rows": "1", "completed": "1", "setups": "1", "perf_lost": "0", "lost": "0"}),
+])
+def test_loss_rule(tmp_path: Path, out: list[str], err: list[str], misses: int, expected: dict[str, str]) -> None:
+    name = out[0].split()[2]
+    (tmp_path / f"{name}.out").write_text("\n".join(out) + "\n")
+    (tmp_path / f"{name}.err").write_text("\n".join(err) + "\n")
+    res = lib(tmp_path, f'PROBE_MODE[{name}]=stream; probe_extract {name}; probe_account {name} {misses}; '
+                        'echo "rows=$PROBE_ROWS lost=$PROBE_LOST status=$STATUS"')
+    assert f"rows={expected['rows']} lost={expected['lost']} status=complete" in res.stdout, res.stdout + res.stderr
+    env = guest_env(tmp_path)
+    for key in ("rows", "completed", "setups", "perf_lost"):
+        assert env[f"probe_{name}_{key}"] == expected[key], key
+    assert env[f"lost_events_{name}"] == expected["lost"]
+    assert (tmp_path / f"{name}.csv").read_text().splitlines()[0] == out[0]
+
+
+def test_counters_missing_fail_the_capture(tmp_path: Path) -> None:
+    (tmp_path / "layers.out").write_text("# ztbp layers v1\nh\n1\n")
+    (tmp_path / "layers.err").write_text("")
+    res = lib(tmp_path, 'PROBE_MODE[layers]=stream; probe_extract layers; probe_account layers 0; '
+                        'echo "status=$STATUS"')
+    assert "did not print its counters" in res.stdout and "status=failed" in res.stdout
+
+
+@pytest.mark.parametrize("mode,clean", [("prompt", True), ("miss-first", True), ("deaf", False)])
+def test_start_and_stop_rules(tmp_path: Path, fake_bpftrace: dict[str, str], mode: str, clean: bool) -> None:
+    """A bpftrace that misses the first SIGINT gets another one and exits cleanly; one that never answers is
+    terminated, and the capture is marked failed because its counters never came."""
+    res = lib(tmp_path, f'probe_start layers "{tmp_path}/probe.bt" 0 && probe_stop layers; '
+                        'echo "status=$STATUS rows=$PROBE_ROWS pids=${#PROBE_PID[@]}"',
+              {**fake_bpftrace, "FAKE_BT": mode})
+    assert "stage probe layers attached after" in res.stdout, res.stdout + res.stderr
+    assert "pids=0" in res.stdout  # no bpftrace left behind
+    assert ("terminating it" in res.stdout) is (not clean)
+    assert (f"status={'complete' if clean else 'failed'} rows=3") in res.stdout, res.stdout
+    env = guest_env(tmp_path)
+    assert env["probe_layers_mode"] == "stream" and env["probe_layers_rows"] == "3"
+    if clean:
+        assert env["lost_events_layers"] == "0"
+
+
+@pytest.mark.parametrize("mode,message", [("crash", "bpftrace layers exited: ERROR: Could not resolve kfunc"),
+                                          ("silent", "did not attach within 4 s")])
+def test_a_probe_that_does_not_attach_is_an_error(tmp_path: Path, fake_bpftrace: dict[str, str], mode: str,
+                                                  message: str) -> None:
+    res = lib(tmp_path, f'probe_start layers "{tmp_path}/probe.bt" 0; echo "rc=$? pids=${{#PROBE_PID[@]}}"',
+              {**fake_bpftrace, "FAKE_BT": mode})
+    assert message in res.stdout and "rc=1 pids=0" in res.stdout, res.stdout + res.stderr
+
+
+def test_map_probe_gets_its_map_size(tmp_path: Path, fake_bpftrace: dict[str, str]) -> None:
+    """A probe that keeps @rows (map mode) is started with BPFTRACE_MAP_KEYS_MAX and a small perf buffer."""
+    (tmp_path / "map.bt").write_text("kfunc:x { @rows[1] = 1; }\n")
+    spy = tmp_path / "bin" / "bpftrace"
+    spy.write_text("#!/bin/bash\nenv | grep '^BPFTRACE_' | sort > \"$SPY\"\n" + "exec python3 - <<'EOF'\n"
+                   + FAKE_BPFTRACE.split("\n", 1)[1] + "EOF\n")
+    res = lib(tmp_path, f'probe_start nvme "{tmp_path}/map.bt" 1234; probe_signal_until_exit nvme',
+              {**fake_bpftrace, "FAKE_BT": "prompt", "SPY": str(tmp_path / "spy.txt")})
+    assert "attached" in res.stdout or "exited" in res.stdout, res.stdout + res.stderr
+    assert (tmp_path / "spy.txt").read_text().split() == ["BPFTRACE_MAP_KEYS_MAX=1234", "BPFTRACE_PERF_RB_PAGES=64"]

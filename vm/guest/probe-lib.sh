@@ -1,0 +1,309 @@
+#!/bin/bash
+# probe-lib.sh - the one way the guest scripts run a bpftrace probe, sourced by capture.sh, layers-capture.sh
+# and bench.sh: size its maps, start it, wait (bounded) until it is attached, let a streaming probe drain,
+# stop it with bounded retries, turn its output into a CSV and account for every event it lost. Also the facts
+# every capture records (versions, device geometry) and the two ways of reporting to the host: "ZTBP:" progress
+# lines on the console and NAME=VALUE lines in $TMP/guest.env (copied to OUT/.capture/guest.env; the host's
+# ztbp.acquire.capture turns them into meta.json).
+#
+# The caller sets TMP (a work folder) first. A probe has a NAME, the probe name of its CSV (nvme, layers): its
+# output starts with "# ztbp NAME v1" once every probe point is attached, and it ends up in $TMP/NAME.csv.
+#
+#   probe_start NAME SCRIPT KEYS [ARGS...]   start bpftrace SCRIPT ARGS, wait until attached (KEYS: its map
+#                                          size, BPFTRACE_MAP_KEYS_MAX; 0 = bpftrace's default)
+#   probe_stop NAME                        drain (streaming probes), stop, write $TMP/NAME.csv, account for
+#                                          losses (sets PROBE_ROWS, PROBE_LOST)
+#   probe_map_keys NAME EXPECTED BYTES     sets PROBE_KEYS, the map size for EXPECTED (see MAP SIZE)
+#   probe_counter NAME COUNTER             the last value the probe printed for @COUNTER
+#
+# MAP SIZE: BPFTRACE_MAP_KEYS_MAX = EXPECTED * 3 / 2 + 50000, where EXPECTED is what the probe's largest map must
+# hold (the rows of nvme_zone.bt, which keeps every command until it stops; the requests in flight at once for
+# probes that forget a request when it ends). ZTBP_MAX_ROWS, when set, is the size itself. The size is capped
+# at a quarter of the memory available (bpftrace preallocates every map for all its keys).
+#
+# LOSS RULE (every probe, guest.env probe_NAME_* and lost_events_NAME):
+#   lost = unprinted + unmatched + dropped
+#   unprinted  rows the kernel side emitted but that never reached the file: max(@completed - rows, "Lost N
+#              events" of bpftrace's perf buffer, which also covers events still in it when bpftrace stopped)
+#   unmatched  @setups - @completed when the probe counts submissions itself; otherwise the runs of its programs
+#              the kernel skipped (fdinfo recursion_misses), each possibly a command or request without a row
+#   dropped    @lost, the requests a probe counted as having no row (probes/layers.bt: state it could not store)
+# STOP RULE: SIGINT once; again every 5 s while bpftrace uses no CPU (it has been seen to miss one and sit in
+# epoll_wait; a second SIGINT while it prints a map would kill it); after PROBE_STOP_IDLE s without CPU or
+# PROBE_STOP_TIMEOUT s in all, SIGTERM, then SIGKILL after PROBE_KILL_WAIT s. A probe whose counters were not
+# printed (killed) fails the capture: its losses are unknown.
+
+PROBE_ATTACH_TIMEOUT=300     # s for bpftrace to compile and attach (tens of seconds under TCG)
+PROBE_DRAIN_TIMEOUT=900      # s a streaming probe may take to write its backlog
+PROBE_DRAIN_STILL=3          # s its output must stay the same size to count as drained
+PROBE_RESIGNAL_IDLE=5        # s without CPU after which SIGINT is sent again
+PROBE_STOP_IDLE=120          # s without CPU after SIGINT before giving up on a clean exit
+PROBE_STOP_TIMEOUT=1800      # s in all for the clean exit (a map of millions of rows prints for minutes)
+PROBE_KILL_WAIT=5            # s between SIGTERM and SIGKILL
+PROBE_RB_PAGES="${ZTBP_RB_PAGES:-32768}"   # perf buffer pages per CPU of a streaming probe (128 MiB)
+MAP_KEYS_SPARE=50000         # room beyond 1.5 x the expected count (split I/O, other processes, leftovers)
+MAP_MEMORY_SHARE=4           # maps may take 1 / this of the memory available
+
+PROBE_LIB_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+declare -A PROBE_PID=() PROBE_MODE=()
+STATUS="${STATUS:-complete}"
+
+say() { echo "ZTBP: $*"; }
+info() { echo "$1=$2" >> "$TMP/guest.env"; }
+
+# ---- facts of the traced machine ----------------------------------------------------------------------------
+
+record_versions() {
+	info kernel "$(uname -r)"
+	info kernel_version "$(uname -v)"
+	info bpftrace "$(bpftrace --version 2>&1 | head -n 1)"
+	info fio "$(fio --version 2>&1 | head -n 1)"
+	info nvme_cli "$(nvme version 2>&1 | head -n 1)"
+	info blkzone "$(blkzone --version 2>&1 | head -n 1)"
+}
+
+sys_queue() { # DEV ATTR [DEFAULT]
+	cat "/sys/block/$(basename "$1")/queue/$2" 2>/dev/null || echo "${3:-}"
+}
+
+record_device() { # DEV: refuse a device that is not zoned, record its geometry
+	local dev="$1" zoned
+	[ -b "$dev" ] || { say "error $dev is not a block device"; return 1; }
+	zoned="$(sys_queue "$dev" zoned none)"
+	[ "$zoned" = "host-managed" ] || [ "$zoned" = "host-aware" ] || {
+		say "error $dev is not zoned (queue/zoned = $zoned)"; return 1; }
+	info device "$(basename "$dev")"
+	info zoned "$zoned"
+	info lba_bytes "$(sys_queue "$dev" logical_block_size)"
+	info zone_sectors "$(sys_queue "$dev" chunk_sectors)"
+	info nr_zones "$(sys_queue "$dev" nr_zones)"
+	info max_open_zones "$(sys_queue "$dev" max_open_zones 0)"
+	info max_active_zones "$(sys_queue "$dev" max_active_zones 0)"
+	# zone capacity of the first zone, in 512-byte sectors (blkzone: "cap 0x...")
+	info zone_cap_sectors "$(( $(blkzone report -c 1 "$dev" | sed -n 's/.*cap \(0x[0-9a-f]*\).*/\1/p') ))"
+}
+
+# ---- map size -------------------------------------------------------------------------------------------------
+
+map_keys_for() { # EXPECTED -> BPFTRACE_MAP_KEYS_MAX (the formula of MAP SIZE)
+	echo $(($1 * 3 / 2 + MAP_KEYS_SPARE))
+}
+
+probe_map_keys() { # NAME EXPECTED BYTES_PER_KEY -> PROBE_KEYS, capped by memory; recorded in guest.env
+	local name="$1" keys avail_kb cap
+	keys="${ZTBP_MAX_ROWS:-$(map_keys_for "$2")}"
+	avail_kb="$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)"
+	cap=$((avail_kb * 1024 / MAP_MEMORY_SHARE / $3))
+	[ "$cap" -ge 1 ] || cap=1   # (0 would mean bpftrace's default size)
+	if [ "$keys" -gt "$cap" ]; then
+		say "stage probe $name: room for $cap keys only (1/$MAP_MEMORY_SHARE of the memory available, not the" \
+			"$keys asked for): what does not fit is counted as lost"
+		keys=$cap
+	fi
+	info "probe_${name}_max_rows" "$keys"
+	# shellcheck disable=SC2034  # the result, read by the caller
+	PROBE_KEYS=$keys
+}
+
+# ---- start ----------------------------------------------------------------------------------------------------
+
+script_name() { # PATH -> relative to the repository when inside it
+	local p
+	p="$(realpath "$1")"
+	echo "${p#"$PROBE_LIB_SRC"/}"
+}
+
+probe_start() { # NAME SCRIPT KEYS [ARGS...]
+	local name="$1" script="$2" keys="$3" mode
+	shift 3
+	[ -r "$script" ] || { say "error no probe $script"; return 1; }
+	# A probe that keeps its rows in @rows prints them once at exit (map mode): its perf buffer carries only the
+	# progress counter. One that prints rows as they come (stream) gets a perf buffer for the whole run, strings
+	# cut to 16 bytes (its longest is "zone_mgmt_send"), and is drained before it is stopped.
+	local -a tune=()
+	if grep -q '@rows\[' "$script"; then
+		mode=map
+		tune+=(BPFTRACE_PERF_RB_PAGES=64)
+	else
+		mode=stream
+		tune+=(BPFTRACE_STRLEN=16 BPFTRACE_PERF_RB_PAGES="$PROBE_RB_PAGES")
+	fi
+	[ "$keys" -gt 0 ] && tune+=(BPFTRACE_MAP_KEYS_MAX="$keys")
+	PROBE_MODE[$name]=$mode
+	info "probe_${name}_mode" "$mode"
+	info "probe_${name}_script" "$(script_name "$script")"
+	say "stage probe $name starting bpftrace $(basename "$script") (compiling under emulation takes a while)"
+	# stdout, not -o: bpftrace line-buffers stdout, so the BEGIN header shows when the probes are attached (with
+	# -o it sits in a full buffer). The files are on the guest's tmpfs, not on 9p. nice 19: bpftrace's user space
+	# (formatting streamed rows, printing a map at the end) yields the CPUs to the workload.
+	rm -f "$TMP/$name.out" "$TMP/$name.err"
+	env "${tune[@]}" nice -n 19 bpftrace "$script" "$@" > "$TMP/$name.out" 2> "$TMP/$name.err" &
+	PROBE_PID[$name]=$!
+	probe_wait_attached "$name"
+}
+
+probe_wait_attached() { # NAME: until BEGIN printed the version line, bpftrace exits or PROBE_ATTACH_TIMEOUT
+	local name="$1" t0=$SECONDS pid="${PROBE_PID[$1]}"
+	until grep -q "^# ztbp $name v1\$" "$TMP/$name.out" 2>/dev/null; do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			wait "$pid" 2>/dev/null
+			unset "PROBE_PID[$name]"
+			say "error bpftrace $name exited: $(tr '\n' ' ' < "$TMP/$name.err")"
+			return 1
+		fi
+		if [ $((SECONDS - t0)) -ge "$PROBE_ATTACH_TIMEOUT" ]; then
+			say "error bpftrace $name did not attach within $PROBE_ATTACH_TIMEOUT s"
+			probe_signal_until_exit "$name"
+			return 1
+		fi
+		sleep 0.2
+	done
+	sleep 1
+	info "probe_${name}_attach_s" "$((SECONDS - t0))"
+	say "stage probe $name attached after $((SECONDS - t0)) s"
+}
+
+# ---- while it runs ----------------------------------------------------------------------------------------
+
+probe_counter() { # NAME COUNTER: the last "@COUNTER: N" the probe printed, or empty
+	sed -n "s/^@$2: \([0-9]*\)\$/\1/p" "$TMP/$1.out" 2>/dev/null | tail -n 1
+}
+
+probe_traced() { # NAME: what it has seen so far (its periodic @completed in map mode, rows written when streaming)
+	if [ "${PROBE_MODE[$1]}" = map ]; then
+		local n
+		n="$(probe_counter "$1" completed)"
+		echo "${n:-0}"
+	else
+		grep -c '^[0-9]' "$TMP/$1.out" 2>/dev/null
+	fi
+}
+
+probe_drain() { # NAME: a streaming probe's user space lags behind a busy guest; wait until its output stops growing
+	local name="$1" size=-1 now still=0 t0=$SECONDS
+	while [ "$still" -lt "$PROBE_DRAIN_STILL" ] && [ $((SECONDS - t0)) -lt "$PROBE_DRAIN_TIMEOUT" ]; do
+		now="$(stat -c %s "$TMP/$name.out")"
+		if [ "$now" = "$size" ]; then
+			still=$((still + 1))
+		else
+			still=0
+			size="$now"
+		fi
+		if [ $(((SECONDS - t0) % 10)) -eq 0 ] && [ "$still" -eq 0 ]; then
+			say "stage probe $name draining its buffer: $(wc -l < "$TMP/$name.out") lines written"
+		fi
+		sleep 1
+	done
+	info "probe_${name}_drain_s" "$((SECONDS - t0))"
+}
+
+# ---- stop ----------------------------------------------------------------------------------------------------
+
+cpu_ticks() { # PID: CPU time used so far (user + system clock ticks), empty once it has exited
+	awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null
+}
+
+recursion_misses() { # PID: runs of its BPF programs the kernel skipped (fdinfo; Linux >= 5.12, else 0)
+	local f v n=0
+	for f in /proc/"$1"/fdinfo/*; do
+		v="$(sed -n 's/^recursion_misses:[[:space:]]*\([0-9]*\)$/\1/p' "$f" 2>/dev/null)"
+		[ -n "$v" ] && n=$((n + v))
+	done
+	echo "$n"
+}
+
+probe_signal_until_exit() { # NAME: the STOP RULE
+	local name="$1" pid="${PROBE_PID[$1]}" t0=$SECONDS idle=0 ticks now
+	ticks="$(cpu_ticks "$pid")"
+	kill -INT "$pid" 2>/dev/null
+	while kill -0 "$pid" 2>/dev/null; do
+		sleep 1
+		now="$(cpu_ticks "$pid")"
+		if [ "$now" = "$ticks" ]; then idle=$((idle + 1)); else idle=0; fi
+		ticks="$now"
+		if [ "$idle" -ge "$PROBE_STOP_IDLE" ] || [ $((SECONDS - t0)) -ge "$PROBE_STOP_TIMEOUT" ]; then break; fi
+		if [ "$idle" -gt 0 ] && [ $((idle % PROBE_RESIGNAL_IDLE)) -eq 0 ]; then kill -INT "$pid" 2>/dev/null; fi
+	done
+	if kill -0 "$pid" 2>/dev/null; then
+		say "stage probe $name: bpftrace did not finish after SIGINT in $((SECONDS - t0)) s (wchan" \
+			"$(cat "/proc/$pid/wchan" 2>/dev/null)): terminating it (rows not yet written are lost)"
+		kill -TERM "$pid" 2>/dev/null
+		sleep "$PROBE_KILL_WAIT"
+		kill -KILL "$pid" 2>/dev/null
+	fi
+	wait "$pid" 2>/dev/null
+	unset "PROBE_PID[$name]"
+	say "stage probe $name: bpftrace exited after $((SECONDS - t0)) s"
+}
+
+probe_extract() { # NAME: $TMP/NAME.out -> $TMP/NAME.csv (the two header lines, then the rows)
+	local name="$1" to_csv="$PROBE_LIB_SRC/probes/nvme_zone.awk"
+	if [ "${PROBE_MODE[$name]}" = map ]; then
+		sed -n "/^# ztbp $name v1\$/{p;n;p;q}" "$TMP/$name.out" > "$TMP/$name.csv"
+		if ! grep -q '^@unstamped: ' "$TMP/$name.out"; then
+			# bpftrace prints its maps, @unstamped last, only when it exits normally.
+			say "error bpftrace did not print its map of rows (killed or crashed before its exit?): they are lost"
+			STATUS="failed"
+		fi
+		# completion order: the first field of each converted row is the completion time
+		awk -f "$to_csv" "$TMP/$name.out" | LC_ALL=C sort -n -t, -k1,1 | cut -d, -f2- >> "$TMP/$name.csv"
+		if [ "${PIPESTATUS[0]}" -ne 0 ]; then
+			say "error $(basename "$to_csv") could not convert every row (see console.log); they count as lost"
+			STATUS="failed"
+		fi
+	else
+		# From the version line on, without bpftrace's own messages, counters and blank lines.
+		sed -n "/^# ztbp $name v1\$/,\$p" "$TMP/$name.out" |
+			grep -v -E '^(Lost [0-9]+ events|@[a-z_]+: [0-9]+)?$' > "$TMP/$name.csv"
+	fi
+}
+
+probe_account() { # NAME MISSES: the LOSS RULE; sets PROBE_ROWS and PROBE_LOST
+	local name="$1" misses="$2" perf_lost setups completed dropped unprinted unmatched
+	perf_lost="$(grep -h -o -E '^Lost [0-9]+ events' "$TMP/$name.out" "$TMP/$name.err" | awk '{s += $2} END {print s + 0}')"
+	completed="$(probe_counter "$name" completed)"
+	setups="$(probe_counter "$name" setups)"
+	dropped="$(probe_counter "$name" lost)"
+	PROBE_ROWS=$(($(wc -l < "$TMP/$name.csv") - 2))
+	[ "$PROBE_ROWS" -lt 0 ] && PROBE_ROWS=0
+	if [ -z "$completed" ]; then
+		say "error bpftrace $name did not print its counters: its lost-event count is unknown"
+		STATUS="failed"
+	fi
+	if [ -n "$setups" ]; then
+		unmatched=$((setups - ${completed:-0}))
+	else
+		unmatched=$misses
+		setups=$((${completed:-0} + misses))
+	fi
+	unprinted=$((${completed:-0} - PROBE_ROWS))
+	[ "$unprinted" -lt "$perf_lost" ] && unprinted=$perf_lost
+	PROBE_LOST=$((unprinted + unmatched + ${dropped:-0}))
+	info "probe_${name}_setups" "$setups"
+	info "probe_${name}_completed" "${completed:-0}"
+	info "probe_${name}_rows" "$PROBE_ROWS"
+	info "probe_${name}_perf_lost" "$perf_lost"
+	info "probe_${name}_recursion_misses" "$misses"
+	info "probe_${name}_dropped" "${dropped:-0}"
+	info "lost_events_$name" "$PROBE_LOST"
+	say "stage probe $name stopped: $PROBE_ROWS rows, $PROBE_LOST lost ($perf_lost reported by bpftrace," \
+		"$unmatched unmatched or skipped, ${dropped:-0} counted by the probe)"
+}
+
+probe_stop() { # NAME: drain, stop, extract, account
+	local name="$1" misses
+	[ -n "${PROBE_PID[$name]:-}" ] || return 0
+	[ "${PROBE_MODE[$name]}" = stream ] && probe_drain "$name"
+	say "stage probe $name stopping bpftrace"
+	misses="$(recursion_misses "${PROBE_PID[$name]}")"
+	probe_signal_until_exit "$name"
+	probe_extract "$name"
+	probe_account "$name" "$misses"
+}
+
+probe_stop_all() { # stop every probe still running (on exit: a capture that failed keeps what was traced)
+	local name
+	for name in "${!PROBE_PID[@]}"; do
+		probe_stop "$name"
+	done
+}
