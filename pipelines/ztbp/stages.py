@@ -58,8 +58,8 @@ def config(run: Run, cache_mib: float, page_kib: int, params: ClusterParams = Cl
     held = Trace(run.events, run.meta, page_kib).held_out(cache_mib, zones, train_reads)
     held_out = {"train_share": train_share, "train_reads": train_reads, "test_reads": test_reads,
                 "hot_zones": zones, **held, "gain": held["zone_lru"] - held["lru"]}
-    if predicted is None or (predicted.get("hot_zones"), predicted.get("cache_mib"), predicted.get("page_kib")) != (
-            zones, cache_mib, page_kib):
+    if predicted is None or (sorted(predicted.get("hot_zones") or []), predicted.get("cache_mib"),
+                             predicted.get("page_kib")) != (sorted(zones), cache_mib, page_kib):
         predicted = simulate(run, cache_mib, page_kib, zones, general=False)
     return make_config(run.meta, run.run_id, cl, predicted, held_out, cache_mib, params, min_gain)
 

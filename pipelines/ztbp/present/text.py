@@ -308,6 +308,18 @@ def cache_text(sim: dict[str, Any], source: str = "ztbp cluster") -> str:
     return cachesim_text({**sim, "hot_zones_source": source})
 
 
+def zone_lru_verdict(sim: dict[str, Any]) -> str:
+    """Whether zone-LRU with the detected hot zones beats the best of libCacheSim's general policies."""
+    if "best_general" not in sim:
+        return "zone-LRU against the general policies: not simulated (general=False)"
+    best, gain = sim["best_general"], sim["zone_lru_vs_best_general"]
+    verdict = "beats" if gain > 0 else "does not beat"
+    zones = sim["hot_zones"] if sim["hot_zones"] else "none detected: zone-LRU is plain LRU"
+    return (f"zone-LRU with the detected zones ({zones}) {verdict} the best general policy at "
+            f"{sim['cache_mib']:g} MiB: {sim['zone_lru']:.4f} against {best['policy']} {best['hit_ratio']:.4f} "
+            f"({gain:+.4f})")
+
+
 def config_text(cfg: dict[str, Any]) -> str:
     """The cache configuration in a few stable lines (no creation time)."""
     p, c = cfg["predicted"], cfg["cluster"]

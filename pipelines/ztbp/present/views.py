@@ -233,6 +233,14 @@ def clusters_table(cl: dict[str, Any]) -> pl.DataFrame | Note:
                           "zones": ", ".join(map(str, c["zones"]))} for c in cl["clusters"]])
 
 
+def zone_tests_table(cl: dict[str, Any]) -> pl.DataFrame | Note:
+    """The zones the hot rule looked at (significant or dense), with the test's p-values and the cluster shares."""
+    if not cl.get("zone_tests"):
+        return Note(cl.get("note") or "no zone is significantly above the rest or dense: no hot zone")
+    return pl.DataFrame(cl["zone_tests"]).select("zone", "reads", "cells_read", "p_value", "p_holm", "significant",
+                                                 "hot_read_share", "hot_cell_share", "dense", "hot")
+
+
 def zone_scores_table(cfg: dict[str, Any]) -> pl.DataFrame | Note:
     if not cfg.get("zone_scores"):
         return Note("no hot zone: the configuration is empty")
