@@ -23,6 +23,9 @@ PACKAGES=(
 	util-linux            # blkzone
 	kmod                  # modprobe (9p, NVMeVirt's module)
 	btrfs-progs           # zoned btrfs experiments
+	f2fs-tools            # zoned f2fs (mkfs.f2fs -m) for application captures
+	rocksdb-tools         # db_bench (librocksdb) for application captures
+	binutils              # nm/readelf: resolve mangled function names for uprobes
 	procps                # ps, free
 	coreutils
 )
