@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
-# Build the ZTBP guest image from Debian packages only: a bookworm root file system made by mmdebstrap,
+# Build the ZTBP guest image from Debian packages only: a Debian root file system made by mmdebstrap
+# (--suite bookworm: Debian 12, Linux 6.1, bpftrace 0.17, the default; --suite trixie: Debian 13, Linux 6.12,
+# bpftrace 0.23),
 # turned into an ext4 image without mounting (mke2fs -d), plus the kernel and initrd taken out of it for
 # QEMU's direct -kernel boot. The result is cached outside git under $ZTBP_CACHE (default ~/.cache/ztbp),
-# in a folder named after a hash of the recipe (this file, the guest init and the package list): it is
-# rebuilt only when the recipe changes. Prints the image folder on stdout as its last line.
+# in a folder named after the suite and a hash of the recipe (this file, the guest init, the suite and the
+# package list), image-<suite>-<hash>: it is rebuilt only when the recipe changes, and one image per suite is
+# kept. Prints the image folder on stdout as its last line.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE_DIR="${ZTBP_CACHE:-$HOME/.cache/ztbp}"
-SUITE="bookworm"
+SUITES="bookworm trixie"
+DEFAULT_SUITE="bookworm"
+SUITE="${ZTBP_SUITE:-$DEFAULT_SUITE}"
 MIRROR="http://deb.debian.org/debian"
 SECURITY_MIRROR="http://deb.debian.org/debian-security"
 IMAGE_MIB=2048          # ext4 image size (sparse file; the root file system uses about 700 MiB)
 GUEST_INIT="$REPO/vm/guest/ztbp-init"
 PACKAGES=(
-	linux-image-amd64     # the guest kernel (6.1), with NVMe, ZNS, 9p and BPF support
+	linux-image-amd64     # the guest kernel (6.1 on bookworm, 6.12 on trixie), with NVMe, ZNS, 9p and BPF support
 	initramfs-tools       # initrd that loads virtio_blk for the root disk
 	zstd                  # initramfs compression
 	bpftrace              # the probes
+	bpfcc-tools           # bcc's biosnoop & co.: the comparison of vm/bench-probe.sh (+python3-bpfcc)
 	fio                   # the workloads (io_uring, zonemode=zbd)
 	nvme-cli              # nvme zns report-zones, id-ns
 	util-linux            # blkzone
@@ -37,6 +43,8 @@ Usage: $0 [options]
 Build (or reuse) the cached guest image and print its folder.
 
 Options:
+  -s, --suite SUITE  Debian suite: bookworm (Debian 12, the default) or trixie (Debian 13); ZTBP_SUITE
+                  sets the default
   -f, --force     rebuild even if the cached image matches the recipe
   -p, --print     print the image folder the current recipe maps to and exit (no build)
   -h, --help      this text
@@ -56,7 +64,7 @@ recipe_hash() {
 	} | sha256sum | cut -c1-16
 }
 
-image_dir() { echo "$CACHE_DIR/image-$(recipe_hash)"; }
+image_dir() { echo "$CACHE_DIR/image-$SUITE-$(recipe_hash)"; }
 
 check_deps() {
 	local missing=() tool
@@ -95,13 +103,16 @@ build_rootfs() {
 
 make_image() {
 	local rootfs="$1" out="$2"
+	du -sm "$rootfs" | cut -f1 > "$out/rootfs-mib"
+	log "root file system: $(cat "$out/rootfs-mib") MiB"
 	log "mke2fs -d: ${IMAGE_MIB} MiB ext4 image (no mount needed)"
 	mke2fs -q -F -t ext4 -L ztbp-root -d "$rootfs" "$out/rootfs.ext4" "${IMAGE_MIB}M" >&2
 	cp "$rootfs"/boot/vmlinuz-* "$out/vmlinuz"
 	cp "$rootfs"/boot/initrd.img-* "$out/initrd.img"
 	# shellcheck disable=SC2016  # ${Package} is dpkg-query's format syntax, not a shell variable
 	dpkg-query --admindir="$rootfs/var/lib/dpkg" -W -f='${Package} ${Version}\n' \
-		linux-image-amd64 bpftrace fio nvme-cli util-linux > "$out/versions.txt"
+		linux-image-amd64 bpftrace bpfcc-tools fio nvme-cli util-linux > "$out/versions.txt"
+	echo "$SUITE" > "$out/suite"
 	(cd "$rootfs/boot" && ls vmlinuz-* | sed 's/^vmlinuz-//') > "$out/kernel-release"
 }
 
@@ -120,23 +131,31 @@ build() {
 	rm -rf "$dir"
 	mv "$tmp/image" "$dir"
 	log "built $(basename "$dir") in $((SECONDS - start)) s (kernel $(cat "$dir/kernel-release"))"
-	# Keep only the current image: older recipes are dead weight (about 1 GiB each).
-	find "$CACHE_DIR" -maxdepth 1 -name 'image-*' ! -path "$dir" -exec rm -rf {} +
+	# Keep one image per suite: older recipes of this suite are dead weight (about 1 GiB each), and so are
+	# images named before the suite was part of the name (image-<hash>).
+	find "$CACHE_DIR" -maxdepth 1 \( -name "image-$SUITE-*" -o -regex '.*/image-[0-9a-f]*' \) ! -path "$dir" \
+		-exec rm -rf {} +
 }
 
 main() {
-	local force=0
+	local force=0 print=0
 	while [ $# -gt 0 ]; do
 		case "$1" in
+			-s|--suite) SUITE="${2:-}"; shift ;;
 			-f|--force) force=1 ;;
-			-p|--print) image_dir; return 0 ;;
+			-p|--print) print=1 ;;
 			-h|--help) usage; return 0 ;;
 			*) usage >&2; die "unknown option '$1'" ;;
 		esac
 		shift
 	done
+	case " $SUITES " in
+		*" $SUITE "*) ;;
+		*) die "unknown suite '$SUITE' (choose one of: $SUITES)" ;;
+	esac
 	local dir
 	dir="$(image_dir)"
+	[ "$print" -eq 1 ] && { echo "$dir"; return 0; }
 	if [ "$force" -eq 0 ] && [ -f "$dir/rootfs.ext4" ] && [ -f "$dir/vmlinuz" ] && [ -f "$dir/initrd.img" ]; then
 		log "cached image $(basename "$dir") matches the recipe"
 	else
