@@ -24,6 +24,7 @@ EXIT_NO_STATUS=125   # the guest stopped without reporting a status (crash, pani
 
 OUTDIR=""
 IMAGE_DIR=""
+SUITE=""
 TIMEOUT=$DEFAULT_TIMEOUT
 MEMORY=$DEFAULT_MEMORY
 SMP=$DEFAULT_SMP
@@ -53,7 +54,7 @@ usage() {
 	cat <<EOF
 Usage: $0 [options] -- COMMAND
 
-Boot the ZTBP guest (QEMU, Debian 12 kernel, bpftrace, fio) and run COMMAND in it with bash.
+Boot the ZTBP guest (QEMU, Debian 12 or 13 kernel, bpftrace, fio) and run COMMAND in it with bash.
 The repository is at /ztbp/src (read-only), OUTDIR at /ztbp/out, the zoned namespace is /dev/nvme0n1.
 Exit status: COMMAND's status in the guest; $EXIT_TIMEOUT on timeout; $EXIT_NO_STATUS if the guest stopped without one.
 
@@ -61,6 +62,8 @@ Options:
   -o, --out DIR          output folder shared read-write at /ztbp/out; console.log goes here
                          (default: a new temporary folder, printed at the end)
   -i, --image DIR        guest image folder (default: built or reused by vm/image.sh)
+      --suite SUITE      Debian suite of the image vm/image.sh builds or reuses: bookworm (Debian 12,
+                         Linux 6.1; the default, or ZTBP_SUITE) or trixie (Debian 13, Linux 6.12)
   -t, --timeout SEC      kill the guest after SEC seconds (default: $DEFAULT_TIMEOUT)
   -m, --memory SIZE      guest RAM (default: $DEFAULT_MEMORY)
   -s, --smp N            guest CPUs (default: $DEFAULT_SMP)
@@ -96,6 +99,7 @@ parse_args() {
 		case "$1" in
 			-o|--out) OUTDIR="$2"; shift ;;
 			-i|--image) IMAGE_DIR="$2"; shift ;;
+			--suite) SUITE="$2"; shift ;;
 			-t|--timeout) TIMEOUT="$2"; shift ;;
 			-m|--memory) MEMORY="$2"; shift ;;
 			-s|--smp) SMP="$2"; shift ;;
@@ -141,7 +145,9 @@ check_deps() {
 
 ensure_image() {
 	if [ -z "$IMAGE_DIR" ]; then
-		IMAGE_DIR="$(bash "$REPO/vm/image.sh" | tail -n 1)"
+		local suite_args=()
+		[ -n "$SUITE" ] && suite_args=(--suite "$SUITE")
+		IMAGE_DIR="$(bash "$REPO/vm/image.sh" "${suite_args[@]}" | tail -n 1)" || die "no guest image (see above)"
 	fi
 	local f
 	for f in rootfs.ext4 vmlinuz initrd.img; do

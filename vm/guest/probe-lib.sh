@@ -54,6 +54,9 @@ info() { echo "$1=$2" >> "$TMP/guest.env"; }
 # ---- facts of the traced machine ----------------------------------------------------------------------------
 
 record_versions() {
+	# the Debian suite and release of the traced machine (empty elsewhere), e.g. "trixie" and "13"
+	info suite "$(. /etc/os-release 2>/dev/null; echo "${VERSION_CODENAME:-}")"
+	info debian "$(. /etc/os-release 2>/dev/null; echo "${VERSION_ID:-}")"
 	info kernel "$(uname -r)"
 	info kernel_version "$(uname -v)"
 	info bpftrace "$(bpftrace --version 2>&1 | head -n 1)"

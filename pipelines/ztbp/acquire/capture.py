@@ -132,7 +132,8 @@ def finish_meta(run: RunPaths, meta: dict[str, Any], result_status: int | None, 
     """Merge what the guest reported into meta.json (every probe in meta["probes"]); return a summary."""
     genv = read_guest_env(run)
     _geometry_from_guest(meta, genv)
-    versions = {k: genv[k] for k in ("kernel", "kernel_version", "bpftrace", "fio", "nvme_cli", "blkzone")
+    versions = {k: genv[k] for k in ("suite", "debian", "kernel", "kernel_version", "bpftrace", "fio", "nvme_cli",
+                                     "blkzone")
                 if k in genv}
     versions.update(extra_versions)
     meta["versions"] = versions
@@ -277,6 +278,7 @@ class VmCapture:
     timeout: int = 3600
     verbose: bool = False
     probe: str | None = None  # a file of NVME_PROBES; None: probes/nvme_zone.bt
+    suite: str | None = None  # guest image suite (vm.SUITES); None: bookworm (or ZTBP_SUITE)
 
 
 @dataclass
@@ -313,7 +315,7 @@ def run_capture(req: VmCapture) -> CaptureOutcome:
     progress = Progress(wl.total_reads, args.verbose)
     progress.say(f"capture {wl.name}: {wl.describe_line()}, backend {args.backend}")
     try:
-        ensure_image(echo=progress.say)
+        ensure_image(echo=progress.say, suite=args.suite)
     except VmError as e:
         raise CaptureError(str(e)) from None
     script = nvme_probe(args.probe)
@@ -328,7 +330,7 @@ def run_capture(req: VmCapture) -> CaptureOutcome:
                           probe=f"/ztbp/src/{script}")
         return run_vm_capture(run, meta, GuestCommand(
             "capture.sh", env, files=[job] + ([pre] if pre else []), extra_args=extra,
-            geometry=None if plan else geometry, timeout=args.timeout), progress)
+            geometry=None if plan else geometry, timeout=args.timeout, suite=args.suite), progress)
 
 
 @dataclass(frozen=True)
@@ -341,6 +343,7 @@ class GuestCommand:
     extra_args: list[str] = field(default_factory=list)
     geometry: Geometry | None = None
     timeout: int = 3600
+    suite: str | None = None
 
 
 def run_vm_capture(run: RunPaths, meta: dict[str, Any], cmd: GuestCommand, progress: Progress) -> CaptureOutcome:
@@ -351,7 +354,7 @@ def run_vm_capture(run: RunPaths, meta: dict[str, Any], cmd: GuestCommand, progr
     progress.say(f"booting the VM (output: {run.root})")
     result: GuestResult = run_in_guest(
         f"bash /ztbp/src/vm/guest/{cmd.script}", run.root, geometry=cmd.geometry, timeout=cmd.timeout,
-        files=cmd.files, env=cmd.env, extra_args=cmd.extra_args, on_line=progress)
+        files=cmd.files, env=cmd.env, extra_args=cmd.extra_args, on_line=progress, suite=cmd.suite)
     summ = finish_meta(run, meta, result.status, result.interrupted, started, {"qemu": qemu_version()})
     progress.say("teardown done")
     if result.interrupted:
@@ -388,6 +391,7 @@ class LayersCapture:
     out: str | None = None
     timeout: int = 1800
     verbose: bool = False
+    suite: str | None = None  # guest image suite (vm.SUITES); None: bookworm (or ZTBP_SUITE)
 
     @property
     def depth(self) -> int:
@@ -437,7 +441,7 @@ def run_layers_capture(req: LayersCapture) -> CaptureOutcome:
     progress.say(f"capture {req.name}: fio randread 4 KiB, {req.jobs} job(s) x QD {req.depth}, {req.runtime_s} s; "
                  f"probes {','.join(req.probes)}{', bench first' if req.bench else ''}")
     try:
-        ensure_image(echo=progress.say)
+        ensure_image(echo=progress.say, suite=req.suite)
     except VmError as e:
         raise CaptureError(str(e)) from None
     run = new_run_dir(req.name, req.out)
@@ -446,7 +450,7 @@ def run_layers_capture(req: LayersCapture) -> CaptureOutcome:
                     synthetic=False, workload=req.workload_meta(), backend="qemu",
                     probes={name: probe_meta(name, LAYER_SCRIPTS[name]) for name in req.probes})
     return run_vm_capture(run, meta, GuestCommand("layers-capture.sh", req.guest_env(), geometry=g,
-                                                  timeout=req.timeout), progress)
+                                                  timeout=req.timeout, suite=req.suite), progress)
 
 
 # ---- ztbp capture-host -----------------------------------------------------------------------------------

@@ -22,6 +22,9 @@ VMTEST = paths.VM / "vmtest.sh"
 IMAGE_SH = paths.VM / "image.sh"
 QEMU = "qemu-system-x86_64"
 INSTALL_HINT = "install the host packages with `just deps` (bash vm/install-deps.sh; as root)"
+#: Debian suites of the guest image (vm/image.sh --suite): bookworm (Linux 6.1, bpftrace 0.17; the default) and
+#: trixie (Linux 6.12, bpftrace 0.23).
+SUITES = ("bookworm", "trixie")
 
 
 class VmError(ZtbpError):
@@ -135,25 +138,37 @@ class GuestResult:
     lines: list[str] = field(default_factory=list)
 
 
-def check_host() -> None:
+def check_host(suite: str | None = None) -> None:
     """Raise VmError naming what to install when the VM path cannot run here."""
     if shutil.which(QEMU) is None:
         raise VmError(f"{QEMU} not found: {INSTALL_HINT}")
-    image = image_dir()
+    image = image_dir(suite)
     if not (image / "rootfs.ext4").is_file() and shutil.which("mmdebstrap") is None:
         raise VmError(f"the guest image is not built and mmdebstrap is missing: {INSTALL_HINT}")
 
 
-def image_dir() -> Path:
+def suite_args(suite: str | None) -> list[str]:
+    """`--suite SUITE` for vm/image.sh and vm/vmtest.sh; none for None (their default, or ZTBP_SUITE)."""
+    if suite is None:
+        return []
+    if suite not in SUITES:
+        raise VmError(f"unknown guest suite {suite!r}: choose one of {', '.join(SUITES)}")
+    return ["--suite", suite]
+
+
+def image_dir(suite: str | None = None) -> Path:
     """The image folder the current recipe maps to (it may not be built yet)."""
-    out = subprocess.run(["bash", str(IMAGE_SH), "--print"], capture_output=True, text=True, check=True)
+    out = subprocess.run(["bash", str(IMAGE_SH), "--print", *suite_args(suite)], capture_output=True, text=True,
+                         check=True)
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-def ensure_image(echo: Callable[[str], None] = print) -> Path:
-    """Build the guest image if the recipe changed (minutes), streaming its progress; return its folder."""
-    check_host()
-    proc = subprocess.Popen(["bash", str(IMAGE_SH)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def ensure_image(echo: Callable[[str], None] = print, suite: str | None = None) -> Path:
+    """Build the guest image (of `suite`) if the recipe changed (minutes), streaming its progress; return its
+    folder."""
+    check_host(suite)
+    proc = subprocess.Popen(["bash", str(IMAGE_SH), *suite_args(suite)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     last = ""
     for line in proc.stdout:
@@ -168,15 +183,17 @@ def ensure_image(echo: Callable[[str], None] = print) -> Path:
 
 def run_in_guest(command: str, out: Path, *, geometry: Geometry | None = None, timeout: int = 900,
                  files: Iterable[Path] = (), env: Mapping[str, str] | None = None, extra_args: Iterable[str] = (),
-                 on_line: Callable[[str], None] | None = None, echo: bool = False) -> GuestResult:
+                 on_line: Callable[[str], None] | None = None, echo: bool = False,
+                 suite: str | None = None) -> GuestResult:
     """Boot the guest, run `command` (bash) in it, return its status. OUTDIR `out` is /ztbp/out in the guest.
 
     Console lines go to `on_line` (and to stdout with echo=True); they are saved in out/console.log.
-    Ctrl-C asks the guest to stop (it sees /ztbp/ctl/stop) and waits for it to save its data.
+    Ctrl-C asks the guest to stop (it sees /ztbp/ctl/stop) and waits for it to save its data. `suite` picks the
+    guest image (SUITES; None: bookworm, or ZTBP_SUITE).
     """
-    check_host()
+    check_host(suite)
     out.mkdir(parents=True, exist_ok=True)
-    args = ["bash", str(VMTEST), "-o", str(out), "-t", str(timeout)]
+    args = ["bash", str(VMTEST), "-o", str(out), "-t", str(timeout), *suite_args(suite)]
     if geometry is not None:
         args += geometry.vmtest_args()
     for f in files:

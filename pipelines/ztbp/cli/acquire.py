@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..acquire.patterns import PATTERNS
+from ..acquire.vm import SUITES
 from ..acquire.workload import PAPER_HOT_ZONES, PAPER_READS, PRESETS, READ_REGION, WorkloadError, WorkloadOptions
 from ..errors import ZtbpError
 from ..units import MIB, parse_size, parse_zone_list
@@ -76,7 +77,7 @@ def _capture(args: argparse.Namespace) -> int:
     req = VmCapture(workload=workload_options(args), geometry=geometry, backend=args.backend,
                     nvmevirt_ko=Path(args.nvmevirt_ko) if args.nvmevirt_ko else None,
                     nvmevirt_storage_bytes=parse_size(args.nvmevirt_storage), out=args.out, timeout=args.timeout,
-                    verbose=args.verbose, probe=args.probe)
+                    verbose=args.verbose, probe=args.probe, suite=args.suite)
     return _finish(run_capture(req), args.json)
 
 
@@ -97,7 +98,8 @@ def _capture_layers(args: argparse.Namespace) -> int:
                         conv_ns_bytes=parse_size(args.conv_ns) if args.conv_ns else None)
     req = LayersCapture(fs=args.fs, engine=args.engine, iodepth=args.iodepth, jobs=args.jobs,
                         runtime_s=args.runtime, size=args.size, probes=probes, trace_prep=args.trace_prep,
-                        bench=args.bench, geometry=geometry, out=args.out, timeout=args.timeout, verbose=args.verbose)
+                        bench=args.bench, geometry=geometry, out=args.out, timeout=args.timeout, verbose=args.verbose,
+                        suite=args.suite)
     return _finish(run_layers_capture(req), args.json)
 
 
@@ -140,6 +142,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probe", default=None, metavar="FILE",
                    help="NVMe probe in probes/: nvme_zone.bt (default; rows kept in a map) or nvme_zone_stream.bt "
                         "(rows printed as they come); meta.json names the one that ran")
+
+
+def _suite_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--suite", choices=SUITES, default=None,
+                   help="guest image: bookworm (Debian 12, Linux 6.1, bpftrace 0.17; the default) or trixie "
+                        "(Debian 13, Linux 6.12, bpftrace 0.23); meta.json versions record it")
 
 
 def register_synth(sub: argparse._SubParsersAction) -> None:
@@ -193,6 +201,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nvmevirt-ko", help="NVMeVirt ZNS module built for the guest kernel (backend nvmevirt)")
     p.add_argument("--nvmevirt-storage", default="1G", help="NVMeVirt storage size (default: %(default)s)")
     p.add_argument("--timeout", type=int, default=3600, help="kill the guest after this many seconds")
+    _suite_option(p)
     p.set_defaults(func=_capture)
 
     h = sub.add_parser("capture-host", help="trace a workload on a real zoned drive of this machine",
@@ -226,4 +235,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--conv-ns", default="1G", help="size of the conventional namespace (default: %(default)s)")
     c.add_argument("--timeout", type=int, default=1800, help="kill the guest after this many seconds")
     _output_options(c)
+    _suite_option(c)
     c.set_defaults(func=_capture_layers)
