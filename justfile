@@ -120,10 +120,10 @@ report-all *ARGS: setup
 notebook: setup
     {{VENV}}/bin/jupyter lab $([ "$(id -u)" -eq 0 ] && echo --allow-root) --ServerApp.root_dir={{quote(justfile_directory())}} notebooks/1-overview.ipynb
 
-# build (or reuse) the cached guest image: Debian bookworm by mmdebstrap, kernel + initrd + ext4 (~2 min once)
+# build (or reuse) the cached guest image of SUITE (bookworm: Debian 12, Linux 6.1; trixie: Debian 13, Linux 6.12) by mmdebstrap, kernel + initrd + ext4 (~2 min once)
 [group('capture')]
-image: deps
-    bash vm/image.sh
+image SUITE="bookworm": deps
+    bash vm/image.sh --suite {{SUITE}}
 
 # trace WORKLOAD (paper80, paper60, uniform, zipf, seqwrite, mixed) in the QEMU VM into runs/<UTC time>-<WORKLOAD>/; ARGS: e.g. --zones 128 --jobs 8
 [group('capture')]
