@@ -120,12 +120,14 @@ def _has_core_within(q0: float, q1: float, t: int, x: np.ndarray, xs: np.ndarray
 
 
 @numba.njit(cache=True)
-def _min_label(q0: float, q1: float, near: np.ndarray, m: int, x: np.ndarray, xs: np.ndarray, core: np.ndarray,
-               order: np.ndarray, start: np.ndarray, lo: np.ndarray, hi: np.ndarray, sq_label: np.ndarray,
-               eps: float) -> int:
+def _min_label(q0: float, q1: float, own: int, near: np.ndarray, m: int, x: np.ndarray, xs: np.ndarray,
+               core: np.ndarray, order: np.ndarray, start: np.ndarray, ncore: np.ndarray, lo: np.ndarray,
+               hi: np.ndarray, sq_label: np.ndarray, eps: float) -> int:
     """The smallest cluster id among the core points within eps of q (all core points of a square share one), -1
-    when there is none; near[:m] are the squares around q that hold core points."""
-    best = -1
+    when there is none; own is q's square (-1: none), near[:m] the squares around q that hold core points. The core
+    points of q's own square are all within eps of q (a square's diagonal is shorter), so only squares of a smaller
+    cluster are looked into then."""
+    best = sq_label[own] if own >= 0 and ncore[own] > 0 else -1
     for k in range(m):
         t = near[k]
         if (best >= 0 and sq_label[t] >= best) or _gap2(lo, hi, -1, q0, q1, t) > eps * eps:
@@ -245,7 +247,8 @@ def _fit(x: np.ndarray, xs: np.ndarray, w: np.ndarray, eps: float, min_samples: 
         for a in range(start[s], start[s + 1]):
             i = order[a]
             if not core[i]:
-                labels[i] = _min_label(x[i, 0], x[i, 1], near, m, x, xs, core, order, start, lo, hi, sq_label, eps)
+                labels[i] = _min_label(x[i, 0], x[i, 1], s, near, m, x, xs, core, order, start, ncore, lo, hi,
+                                       sq_label, eps)
     return labels, core, ncore, lo, hi, sq_label
 
 
@@ -256,11 +259,14 @@ def _predict(q: np.ndarray, qorder: np.ndarray, bx: np.ndarray, by: np.ndarray, 
     out = np.full(q.shape[0], -1, dtype=np.int64)
     near = np.empty(25, dtype=np.int64)
     m = 0
+    own = -1
     for a in range(qorder.size):  # queries sorted by square: the squares around one are looked up once
         i = qorder[a]
         if a == 0 or bx[i] != bx[qorder[a - 1]] or by[i] != by[qorder[a - 1]]:
             m = _around(bx[i], by[i], keys, ny, ncore, near)
-        out[i] = _min_label(q[i, 0], q[i, 1], near, m, x, xs, core, order, start, lo, hi, sq_label, eps)
+            own = _square(keys, bx[i] * ny + by[i]) if bx[i] >= 0 and 0 <= by[i] < ny else -1
+        out[i] = _min_label(q[i, 0], q[i, 1], own, near, m, x, xs, core, order, start, ncore, lo, hi, sq_label,
+                            eps)
     return out
 
 
