@@ -45,9 +45,9 @@ test-fast: setup
 lint: setup
     {{VENV}}/bin/ruff check pipelines tests
 
-# every benchmark: CLI start-up, the analysis on N synthetic events, then the NVMe and layer probe overheads in the VM
+# every benchmark: CLI start-up, the analysis on N synthetic events, hot-zone clustering on 4,096 zones, then the NVMe and layer probe overheads in the VM
 [group('test')]
-bench N="10000000": bench-cli (bench-analysis N) bench-probe bench-layers
+bench N="10000000": bench-cli (bench-analysis N) bench-cluster bench-probe bench-layers
 
 # CLI start-up: `ztbp --version` / `--help` wall time (target ≤ 0.5 s) and the imports behind building the parser
 [group('test')]
@@ -58,6 +58,11 @@ bench-cli ROUNDS="5": setup
 [group('test')]
 bench-analysis N="10000000": setup
     {{PY}} -m ztbp.bench --events {{N}}
+
+# hot-zone clustering time on ZONES devices of 32 MiB zones read all over (READS reads; target: 4,096 zones in ≤ 10 s) and the cache policies' speed, the project's LRU and Belady against libCacheSim's
+[group('test')]
+bench-cluster ZONES="1024,4096" READS="1000000": setup
+    {{PY}} -m ztbp.bench_cluster --zones {{ZONES}} --reads {{READS}}
 
 # at scale (docs/scale.md): streaming ingest, streaming analyses, SHARDS vs exact, ztbp batch on 2 workers vs sequential
 [group('test')]
