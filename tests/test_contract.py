@@ -15,6 +15,8 @@ FORMAT_MD = PROBES / "FORMAT.md"
 WRITERS: dict[str, tuple[str, ...]] = {
     "nvme": ("nvme_zone.bt", "nvme_zone_stream.bt"),
     "layers": ("layers.bt",),
+    "appops": ("appops.bt",),
+    "cachestat": ("cachestat.bt",),
 }
 
 
@@ -57,7 +59,16 @@ def test_format_md_matches_the_contract_constants(probe: str) -> None:
 def test_each_probe_prints_the_contract_header(probe: str, script: str) -> None:
     version, columns = printed_header(PROBES / script)
     assert version == contract.PROBE_FILES[probe][0]
-    assert columns == list(contract.PROBE_FILES[probe][1])
+    base = list(contract.PROBE_FILES[probe][1])
+    extra = list(contract.NVME_EXTRA_COLUMNS) if probe == "nvme" else []
+    assert columns in (base, base + extra), "a probe prints the contract's columns, then only the allowed extras"
+
+
+def test_the_app_capture_writes_the_files_header_of_the_contract() -> None:
+    """raw/files.csv comes from vm/guest/app-capture.sh (filefrag), not from a probe: its header is the contract's."""
+    script = (PROBES.parent / "vm" / "guest" / "app-capture.sh").read_text()
+    assert f'FILES_VERSION="{contract.FILES_VERSION_LINE}"' in script
+    assert f'FILES_HEADER="{",".join(contract.FILES_COLUMNS)}"' in script
 
 
 def test_probe_header_text_is_what_readers_expect() -> None:

@@ -126,11 +126,30 @@ LAYER_MODES: tuple[str, ...] = ("sync", "io_uring", "aio")
 LAYER_STACKS: tuple[str, ...] = ("ext4", "btrfs", "bdev")
 LAYER_OPS: tuple[str, ...] = ("read", "write")
 
+#: Extra columns a v1 NVMe file may carry after `status` (readers accept them): the submitting thread, printed by
+#: probes/nvme_zone_stream.bt so `ztbp appops` can attribute commands to application operations.
+NVME_EXTRA_COLUMNS: tuple[str, ...] = ("tid",)
+
+# --- raw/appops.csv (probes/appops.bt), raw/cachestat.csv (probes/cachestat.bt), raw/files.csv (FIEMAP) ---------
+APPOPS_VERSION_LINE = "# ztbp appops v1"
+APPOPS_COLUMNS: tuple[str, ...] = ("op_id", "tid", "start_ns", "end_ns", "op", "status")
+CACHESTAT_VERSION_LINE = "# ztbp cachestat v1"
+CACHESTAT_COLUMNS: tuple[str, ...] = (
+    "ts_ns", "pc_access", "pc_add", "pc_dirty", "buf_dirty", "dc_ref", "dc_slow", "dc_miss",
+)
+FILES_VERSION_LINE = "# ztbp files v1"
+FILES_COLUMNS: tuple[str, ...] = (
+    "path", "file_bytes", "extent", "logical_bytes", "fs_bytes", "length_bytes", "nsid", "dev_bytes", "flags",
+)
+
 #: Every versioned probe file of a run: probe name -> (version line, columns). probes/FORMAT.md documents each;
 #: tests/test_contract.py checks the document, this table and the header each probe prints against each other.
 PROBE_FILES: dict[str, tuple[str, tuple[str, ...]]] = {
     "nvme": (NVME_VERSION_LINE, NVME_COLUMNS),
     "layers": (LAYERS_VERSION_LINE, LAYERS_COLUMNS),
+    "appops": (APPOPS_VERSION_LINE, APPOPS_COLUMNS),
+    "cachestat": (CACHESTAT_VERSION_LINE, CACHESTAT_COLUMNS),
+    "files": (FILES_VERSION_LINE, FILES_COLUMNS),
 }
 
 
