@@ -26,7 +26,7 @@ def emit(obj: Any, as_json: bool, text: str | None = None) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import acquire, analyse, device, device_study, export, report, scale
+    from . import acquire, analyse, app, device, device_study, export, report, scale
 
     parser = argparse.ArgumentParser(
         prog="ztbp", description="ZTBP workbench: analyse NVMe traces of zoned SSDs (see probes/FORMAT.md).")
@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     acquire.register_synth(sub)
     analyse.register(sub)
     acquire.register(sub)
+    app.register(sub)
     device.register(sub)
     device_study.register(sub)
     report.register(sub)

@@ -1,0 +1,177 @@
+"""Application captures (`ztbp capture-app rocksdb`): db_bench on a file system on the emulated NVMe device.
+
+The guest half is vm/guest/app-capture.sh: it builds the file system (btrfs zoned or f2fs zoned on the ZNS
+namespace, ext4 on the conventional one), runs db_bench's phases (fillrandom, then readrandom with direct reads,
+optionally readwhilewriting) under three probes — the streaming NVMe probe with the submitting thread, the
+application-operation probe (probes/appops.bt, instantiated for RocksDB's DBImpl::GetImpl and WriteImpl) and the
+cache probe (probes/cachestat.bt) — and records every file's extents (raw/files.csv). This module builds its
+request, runs it through the shared VM capture path and adds meta.json `app`: the phases, db_bench's own figures
+(ops, micros/op, percentiles, found keys) and the functions that were traced.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..contract import new_meta, read_meta, write_meta
+from ..paths import RunPaths
+from ..units import MIB
+from .capture import CaptureError, CaptureOutcome, GuestCommand, Progress, new_run_dir, probe_meta, run_vm_capture
+from .vm import Geometry, VmError, ensure_image
+
+APP_FS = ("btrfs", "f2fs", "ext4")
+APPS = ("rocksdb",)
+APP_SCRIPTS = {"nvme": "probes/nvme_zone_stream.bt", "appops": "probes/appops.bt",
+               "cachestat": "probes/cachestat.bt"}
+#: db_bench's result line: "readrandom   :     123.456 micros/op 8100 ops/sec 1.234 seconds 10000 operations;"
+_RESULT = re.compile(r"^(?P<bench>[a-z]+)\s+:\s+(?P<us>[\d.]+) micros/op (?P<ops_s>\d+) ops/sec"
+                     r"(?:\s+(?P<secs>[\d.]+) seconds\s+(?P<ops>\d+) operations)?;(?P<rest>.*)$", re.M)
+_FOUND = re.compile(r"\((?P<found>\d+) of (?P<total>\d+) found\)")
+_PCTL = re.compile(r"^Percentiles: P50: (?P<p50>[\d.]+) P75: [\d.]+ P99: (?P<p99>[\d.]+)", re.M)
+_COUNT = re.compile(r"^Count: (?P<count>\d+) Average: (?P<avg>[\d.]+)", re.M)
+
+
+@dataclass(frozen=True)
+class AppCapture:
+    """What `ztbp capture-app` was asked for."""
+
+    app: str = "rocksdb"
+    fs: str = "btrfs"
+    keys: int = 20_000
+    value_bytes: int = 400
+    reads: int = 2_000
+    cache_bytes: int = 64 * 1024
+    duration_s: int = 0
+    buffered: bool = False
+    geometry: Geometry = Geometry(zones=64, conv_ns_bytes=1 << 30)
+    out: str | None = None
+    timeout: int = 3600
+    verbose: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"app-{self.app}-{self.fs}{'-buffered' if self.buffered else ''}"
+
+    def validate(self) -> None:
+        if self.app not in APPS:
+            raise CaptureError(f"application {self.app!r}: choose one of {', '.join(APPS)}")
+        if self.fs not in APP_FS:
+            raise CaptureError(f"--fs {self.fs}: choose one of {', '.join(APP_FS)}")
+        if min(self.keys, self.value_bytes, self.reads) < 1 or self.cache_bytes < 1 or self.duration_s < 0:
+            raise CaptureError("--keys, --value-size, --reads and --cache-size must be positive, --duration 0 or more")
+        if self.fs in ("f2fs", "ext4") and not self.geometry.conv_ns_bytes:
+            raise CaptureError(f"--fs {self.fs} needs the conventional namespace: give its size with --conv-ns")
+        data = self.keys * (self.value_bytes + 16)
+        room = self.geometry.zone_bytes * self.geometry.zones
+        if self.fs == "btrfs" and data * 3 > room:
+            raise CaptureError(f"{self.keys} keys of {self.value_bytes} bytes (~{data // MIB} MiB, compaction needs "
+                               f"about 3x) do not fit {self.geometry.zones} zones of "
+                               f"{self.geometry.zone_bytes // MIB} MiB; add --zones or lower --keys")
+        try:
+            self.geometry.validate()
+        except VmError as e:
+            raise CaptureError(str(e)) from None
+
+    def workload_meta(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": "app", "app": self.app, "fs": self.fs, "keys": self.keys,
+                "value_bytes": self.value_bytes, "reads": self.reads, "cache_bytes": self.cache_bytes,
+                "duration_s": self.duration_s, "direct_reads": not self.buffered}
+
+    def guest_env(self) -> dict[str, str]:
+        return {"ZTBP_APP": self.app, "ZTBP_FS": self.fs, "ZTBP_KEYS": str(self.keys),
+                "ZTBP_VALUE": str(self.value_bytes), "ZTBP_READS": str(self.reads),
+                "ZTBP_CACHE": str(self.cache_bytes), "ZTBP_DURATION": str(self.duration_s),
+                "ZTBP_BUFFERED": str(int(self.buffered))}
+
+
+def parse_db_bench(text: str) -> dict[str, Any]:
+    """db_bench's own figures from its output: per benchmark ops, micros/op, ops/s, found; latency percentiles."""
+    out: dict[str, Any] = {}
+    for m in _RESULT.finditer(text):
+        res: dict[str, Any] = {"micros_per_op": float(m["us"]), "ops_per_sec": int(m["ops_s"])}
+        if m["ops"]:
+            res["operations"] = int(m["ops"])
+            res["seconds"] = float(m["secs"])
+        found = _FOUND.search(m["rest"])
+        if found:
+            res["found"] = int(found["found"])
+            res["operations"] = int(found["total"])
+        out[m["bench"]] = res
+    hist: dict[str, Any] = {}
+    count = _COUNT.search(text)
+    if count:
+        hist["count"] = int(count["count"])
+        hist["avg_us"] = float(count["avg"])
+    pct = _PCTL.search(text)
+    if pct:
+        hist["p50_us"] = float(pct["p50"])
+        hist["p99_us"] = float(pct["p99"])
+    if hist and out:
+        next(iter(out.values()))["latency"] = hist
+    return out
+
+
+def read_phases(run: RunPaths) -> list[dict[str, Any]]:
+    """raw/phases.csv -> [{"phase", "start_ns", "end_ns", "status"}]."""
+    f = run.root / "raw" / "phases.csv"
+    if not f.is_file():
+        return []
+    rows = []
+    for line in f.read_text().splitlines()[1:]:
+        parts = line.split(",")
+        if len(parts) == 4 and parts[1].isdigit() and parts[2].isdigit():
+            rows.append({"phase": parts[0], "start_ns": int(parts[1]), "end_ns": int(parts[2]),
+                         "status": int(parts[3])})
+    return rows
+
+
+def read_functions(run: RunPaths) -> list[dict[str, str]]:
+    f = run.root / "raw" / "functions.txt"
+    if not f.is_file():
+        return []
+    out = []
+    for line in f.read_text().splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3:
+            out.append({"op": parts[0], "symbol": parts[1], "function": parts[2]})
+    return out
+
+
+def app_meta(run: RunPaths) -> dict[str, Any]:
+    """meta.json `app`: phases with db_bench's figures, and the traced functions."""
+    phases = read_phases(run)
+    for ph in phases:
+        f = run.root / "raw" / f"db_bench-{ph['phase']}.txt"
+        if f.is_file():
+            ph["db_bench"] = parse_db_bench(f.read_text(errors="replace"))
+    return {"phases": phases, "functions": read_functions(run)}
+
+
+def run_app_capture(req: AppCapture) -> CaptureOutcome:
+    """Run the application in the VM under the NVMe, application-operation and cache probes."""
+    req.validate()
+    g = req.geometry
+    progress = Progress(0, req.verbose)
+    progress.say(f"capture {req.name}: {req.keys:,} keys x {req.value_bytes} B, {req.reads:,} reads, "
+                 f"block cache {req.cache_bytes:,} B, {'buffered' if req.buffered else 'direct'} reads")
+    try:
+        ensure_image(echo=progress.say)
+    except VmError as e:
+        raise CaptureError(str(e)) from None
+    run = new_run_dir(req.name, req.out)
+    meta = new_meta(device="nvme0n1", lba_bytes=g.lba_bytes, zone_size_lba=g.zone_bytes // g.lba_bytes,
+                    zone_cap_lba=(g.zone_cap_bytes or g.zone_bytes) // g.lba_bytes, nr_zones=g.zones,
+                    synthetic=False, workload=req.workload_meta(), backend="qemu",
+                    probes={name: probe_meta(name, script) for name, script in APP_SCRIPTS.items()})
+    outcome = run_vm_capture(run, meta, GuestCommand("app-capture.sh", req.guest_env(), geometry=g,
+                                                     timeout=req.timeout), progress)
+    meta = read_meta(run)
+    meta["app"] = app_meta(run)
+    write_meta(run, meta)
+    rr = next((p for p in meta["app"]["phases"] if p["phase"] == "readrandom"), None)
+    if rr and "readrandom" in rr.get("db_bench", {}):
+        outcome.summary["db_bench_readrandom"] = rr["db_bench"]["readrandom"]
+    return outcome
+

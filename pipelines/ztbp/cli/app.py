@@ -1,0 +1,107 @@
+"""Application runs: `ztbp capture-app` (db_bench in the VM), `ztbp appops RUN` (I/Os per operation), `ztbp files RUN`
+(per-file layout and reads per file)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..units import parse_size
+
+
+def _capture_app(args: argparse.Namespace) -> int:
+    from ..acquire.app import AppCapture, run_app_capture
+    from ..acquire.vm import Geometry
+    from .acquire import _finish
+
+    geometry = Geometry(zone_bytes=parse_size(args.zone_size), zones=args.zones,
+                        conv_ns_bytes=parse_size(args.conv_ns) if args.conv_ns else None)
+    req = AppCapture(app=args.app, fs=args.fs, keys=args.keys, value_bytes=args.value_size, reads=args.reads,
+                     cache_bytes=parse_size(args.cache_size), duration_s=args.duration, buffered=args.buffered,
+                     geometry=geometry, out=args.out, timeout=args.timeout, verbose=args.verbose)
+    return _finish(run_app_capture(req), args.json)
+
+
+def _appops_text(r: dict[str, Any]) -> str:
+    lines = [f"{r['run']} phase {r['phase']}: {r['commands']:,} reads, {r['attributed']:,} attributed to an "
+             f"operation, {r['unattributed']:,} unattributed (background; by thread: {r['unattributed_by_tid']})"]
+    for name, s in r["ops"].items():
+        lines.append(f"  {name}: {s['ops']:,} ops; I/Os per op mean {s['ios_mean']:.2f}, p50 {s['ios_p50']:.0f}, "
+                     f"p99 {s['ios_p99']:.0f}, max {s['ios_max']}; {s['bytes_mean'] / 1024:.1f} KiB/op; chain depth "
+                     f"mean {s['chain_depth_mean']:.2f}; {s['op_us_mean']:.0f} us/op, device "
+                     f"{100 * s['device_share']:.0f} %; histogram {s['ios_hist']}; status {s['status_hist']}")
+    db = r.get("db_bench") or {}
+    if db:
+        lines.append(f"  db_bench: {db.get('operations')} operations, {db.get('micros_per_op')} us/op"
+                     + (f", {db['found']} found" if "found" in db else ""))
+    c = r.get("caches")
+    if c:
+        ph, dh = c["pc_hit_ratio"], c["dc_hit_ratio"]
+        lines.append(f"  page cache: {c['pc_accesses']:,} accesses, hit ratio "
+                     f"{'n/a' if ph is None else f'{ph:.3f}'}; dentry cache: {c['dc_lookups']:,} lookups, hit ratio "
+                     f"{'n/a' if dh is None else f'{dh:.3f}'}")
+    return "\n".join(lines)
+
+
+def _files_text(r: dict[str, Any]) -> str:
+    lines = [f"{r['run']}: {r['files']} files ({r['sst_files']} SST), fragments per SST mean "
+             f"{r['fragments_per_sst_mean']:.2f} (max {r['fragments_per_sst_max']}), zones per SST mean "
+             f"{r['zones_per_sst_mean']:.2f}; {r['phase']} reads in files {r['reads_in_files']:,}, outside "
+             f"{r['reads_outside_files']:,}",
+             f"  {'file':<22} {'bytes':>10} {'ext':>4} {'frag':>4} {'zones':<14} {'gap max':>10} {'reads':>7}"]
+    for t in r["table"]:
+        zones = ",".join(map(str, t["zones"] or [])) or "-"
+        lines.append(f"  {t['path']:<22} {t['file_bytes']:>10,} {t['extents']:>4} {t['fragments']:>4} {zones:<14} "
+                     f"{t['gap_max_bytes'] or 0:>10,.0f} {t['reads']:>7,}")
+    return "\n".join(lines)
+
+
+def _appops(args: argparse.Namespace) -> int:
+    from ..appstages import appops_result
+    from . import emit
+
+    r = appops_result(args.run, args.phase)
+    emit(r, args.json, _appops_text(r))
+    return 0
+
+
+def _files(args: argparse.Namespace) -> int:
+    from ..appstages import files_result
+    from . import emit
+
+    r = files_result(args.run, args.phase)
+    emit(r, args.json, _files_text(r))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    c = sub.add_parser("capture-app", help="run an application (db_bench) on a file system in the VM, traced",
+                       description="Boot the VM, make the file system, run db_bench (fillrandom, readrandom with "
+                                   "direct reads, optional readwhilewriting) under the NVMe probe (with threads), "
+                                   "the application-operation probe and the cache probe; record every file's "
+                                   "extents. Analyse with `ztbp appops RUN` and `ztbp files RUN`.")
+    c.add_argument("app", choices=("rocksdb",), help="the application")
+    c.add_argument("--fs", default="btrfs", choices=("btrfs", "f2fs", "ext4"),
+                   help="btrfs (zoned, default), f2fs (zoned, metadata on --conv-ns) or ext4 (on --conv-ns)")
+    c.add_argument("--keys", type=int, default=20_000, help="keys written by the fill (default: %(default)s)")
+    c.add_argument("--value-size", type=int, default=400, help="value bytes (default: %(default)s)")
+    c.add_argument("--reads", type=int, default=2_000, help="Gets of readrandom (default: %(default)s)")
+    c.add_argument("--cache-size", default="64K", help="RocksDB block cache (default: %(default)s)")
+    c.add_argument("--duration", type=int, default=0, help="seconds of readwhilewriting (default: 0, none)")
+    c.add_argument("--buffered", action="store_true", help="reads through the page cache (no O_DIRECT)")
+    c.add_argument("--zone-size", default="32M", help="zone size (default: %(default)s)")
+    c.add_argument("--zones", type=int, default=64, help="zones (default: %(default)s)")
+    c.add_argument("--conv-ns", default="1G", help="conventional namespace size (default: %(default)s)")
+    c.add_argument("--timeout", type=int, default=3600, help="kill the guest after this many seconds")
+    c.add_argument("--out", help="run directory (default: runs/<UTC timestamp>-app-<app>-<fs>)")
+    c.add_argument("-v", "--verbose", action="store_true", help="also show the guest console")
+    c.add_argument("--json", action="store_true", help="print the summary as JSON")
+    c.set_defaults(func=_capture_app)
+
+    for name, func, text in (("appops", _appops, "I/Os per application operation (distribution, chain depth)"),
+                             ("files", _files, "per-file layout (extents, fragments, zones) and reads per file")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("run", help="run directory of `ztbp capture-app`")
+        p.add_argument("--phase", default="readrandom", help="phase of the run, or 'all' (default: %(default)s)")
+        p.add_argument("--json", action="store_true", help="JSON output")
+        p.set_defaults(func=func)
