@@ -41,20 +41,6 @@ FIO_PID=""
 READS_AT_START=0
 STATUS="complete"
 
-load_module() {
-	[ -n "${ZTBP_KO:-}" ] || return 0
-	say "stage module insmod $(basename "$ZTBP_KO") ${ZTBP_KO_PARAMS:-}"
-	# shellcheck disable=SC2086  # the parameters are separate words
-	insmod "$ZTBP_KO" ${ZTBP_KO_PARAMS:-} || { say "error insmod failed (see console.log)"; return 1; }
-	local i
-	for i in $(seq 1 300); do
-		[ -b "$DEV" ] && return 0
-		sleep 0.1
-	done
-	say "error $DEV did not appear after loading the module"
-	return 1
-}
-
 start_probe() {
 	# The map of nvme_zone.bt holds every row until the end: sized for the commands expected.
 	local keys=0
@@ -153,6 +139,7 @@ save_outputs() {
 
 on_exit() {
 	local rc=$?
+	module_unload
 	if [ -n "${PROBE_PID[nvme]:-}" ]; then
 		STATUS="failed"
 		stop_probe
@@ -168,9 +155,11 @@ main() {
 	trap on_exit EXIT
 	say "stage booted $(cut -d' ' -f1 /proc/uptime) s"
 	record_versions
-	load_module || return 1
-	record_device "$DEV" || return 1
+	# a module (NVMeVirt) is loaded after the probe attached and unloaded before it stops (probe-lib.sh)
+	module_prepare || return 1
 	start_probe || return 1
+	module_load "$DEV" || return 1
+	record_device "$DEV" || return 1
 	reset_zones || return 1
 	prefill || return 1
 	blkzone report "$DEV" > "$TMP/zones.txt"
@@ -179,6 +168,7 @@ main() {
 	else
 		run_workload
 	fi
+	module_unload
 	stop_probe
 	say "stage saving the run"
 	return 0

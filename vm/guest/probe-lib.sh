@@ -86,6 +86,42 @@ record_device() { # DEV: refuse a device that is not zoned, record its geometry
 	info zone_cap_sectors "$(( $(blkzone report -c 1 "$dev" | sed -n 's/.*cap \(0x[0-9a-f]*\).*/\1/p') ))"
 }
 
+# ---- a device module (NVMeVirt) --------------------------------------------------------------------------
+# NVMeVirt's busy-polling threads hold off RCU-tasks grace periods, which fentry/kfunc programs need to attach and
+# to detach: with the module loaded, bpftrace hangs attaching or stopping. So: module_prepare (the nvme driver,
+# whose nvme_core functions the probes attach to) -> probe_start -> module_load -> ... -> module_unload ->
+# probe_stop. The guest has no udev: the nvme driver is loaded by hand and binds the module's device when it appears.
+
+module_prepare() { # load the nvme driver before any probe attaches (only when a module ZTBP_KO will be loaded)
+	[ -n "${ZTBP_KO:-}" ] || return 0
+	modprobe nvme || { say "error modprobe nvme failed"; return 1; }
+}
+
+module_load() { # DEV: insmod ZTBP_KO with ZTBP_KO_PARAMS, wait until DEV appears
+	[ -n "${ZTBP_KO:-}" ] || return 0
+	local dev="$1" i
+	say "stage module insmod $(basename "$ZTBP_KO") ${ZTBP_KO_PARAMS:-}"
+	# shellcheck disable=SC2086  # the parameters are separate words
+	insmod "$ZTBP_KO" ${ZTBP_KO_PARAMS:-} || { say "error insmod failed (see console.log)"; return 1; }
+	MODULE_LOADED=1
+	for i in $(seq 1 600); do
+		[ -b "$dev" ] && { info module_appear_s "$((i / 10))"; return 0; }
+		sleep 0.1
+	done
+	say "error $dev did not appear within 60 s after loading the module"
+	return 1
+}
+
+module_unload() { # rmmod the module loaded by module_load (before any probe is stopped)
+	[ -n "${MODULE_LOADED:-}" ] || return 0
+	local name
+	name="$(basename "$ZTBP_KO" .ko)"
+	say "stage module rmmod $name (before bpftrace stops: its detach needs the module's threads gone)"
+	sync
+	rmmod "$name" || say "error rmmod $name failed"
+	MODULE_LOADED=""
+}
+
 # ---- map size -------------------------------------------------------------------------------------------------
 
 map_keys_for() { # EXPECTED -> BPFTRACE_MAP_KEYS_MAX (the formula of MAP SIZE)

@@ -68,6 +68,18 @@ class Geometry:
         return args
 
 
+#: What NVMeVirt (the ZTBP fork) does not model or models in its own way; kept in meta.json and loop.json.
+NVMEVIRT_NOTES = {
+    "listed_zone_latency": "its latency model favours the listed (SET) zones even on a cache miss: 7 us firmware "
+                           "read latency against 1,000 us for other zones, so latency and IOPS gains are not all "
+                           "cache hits",
+    "zone_reset": "a zone reset is a memory clear with no modelled erase time (NAND_ERASE_LATENCY 0)",
+    "hit_counters": "the module prints its hit/read counters to the kernel log only when its read counter reaches "
+                    "a multiple of 1,000,000 (then resets them); STATUS returns the read count since load - 1",
+    "info": "INFO completes without data: the zones it holds are read from its kernel log (ZONE CLUSTER [i]=z)",
+}
+
+
 @dataclass(frozen=True)
 class NvmevirtPlan:
     """Guest settings for the NVMeVirt ZNS module (see /vm/README.md): memory reservation and module parameters.

@@ -26,7 +26,7 @@ def emit(obj: Any, as_json: bool, text: str | None = None) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import acquire, analyse, app, device, device_study, export, report, scale
+    from . import acquire, analyse, app, device, device_study, export, loop, report, scale
 
     parser = argparse.ArgumentParser(
         prog="ztbp", description="ZTBP workbench: analyse NVMe traces of zoned SSDs (see probes/FORMAT.md).")
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     app.register(sub)
     device.register(sub)
     device_study.register(sub)
+    loop.register(sub)
     report.register(sub)
     export.register(sub)
     scale.register(sub)

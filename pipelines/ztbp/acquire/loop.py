@@ -1,0 +1,512 @@
+"""The closed loop (`ztbp loop`): capture -> analyse -> apply -> capture again, in one VM boot (or on this machine).
+
+The host is the brain, the guest the body (vm/guest/loop.sh). One bpftrace session and one device live for the
+whole loop (NVMeVirt's busy-polling threads stall the RCU-tasks grace periods that attaching and detaching fentry
+programs need, so nothing attaches or detaches while the module is loaded). They talk through files in the loop
+directory, which is the VM's shared folder /ztbp/out: the guest writes round-NN/ (a run directory) and
+.loop/ready-NN, the host analyses the round (cluster, config with its recommendation), writes round-NN/loop.json,
+the next round's fio job and .loop/decision-NN ("apply CONFIG", "stop REASON"); the guest applies the config with
+`ztbp-ctl set`, reads it back (`info`, the kernel log) and runs the next round. Both sides wait with bounds; the
+harness's timeout ends a hung guest. Ctrl-C stops after the round in progress; every finished round stays valid
+(its run directory and loop.json are complete when written).
+
+Stop rule: after `rounds` rounds; when a round's config is not recommended (nothing is sent: "nothing
+recommended"); or when the measured gain falls below `min_gain`: the hit ratio of the cache model replayed on this
+round's trace with the zones in force during it, minus the same figure of the round before (round 1: plain LRU).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from .. import paths
+from ..analysis.params import CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
+from ..contract import new_meta, utc_now
+from ..errors import ZtbpError
+from ..paths import RunPaths
+from ..units import MIB
+from .capture import CaptureError, Progress, check_zoned, finish_meta, host_geometry, probe_meta, write_jobs
+from .vm import NVMEVIRT_NOTES, Geometry, NvmevirtPlan, VmError, ensure_image, qemu_version, run_in_guest
+from .workload import PRESETS, Workload, WorkloadOptions
+
+LOOP_FORMAT = "ztbp-loop/1"
+GUEST_SCRIPT = paths.VM / "guest" / "loop.sh"
+LOOP_PROBE = "probes/nvme_zone_stream.bt"
+STOP_NOTHING = "nothing recommended"
+_READY = re.compile(r"^ZTBP: loop round (\d+) ready")
+_ZONE_LINE = re.compile(r"ZONE CLUSTER \[\d+\]=(\d+)")
+_COUNTER = re.compile(r"(Hit cnt|Fail cnt|Total read cnt)= *(\d+)")
+STATUS_WRAP = 1_000_000
+
+
+class LoopError(ZtbpError):
+    """The loop cannot run or failed."""
+
+
+@dataclass(frozen=True)
+class LoopRequest:
+    """What `ztbp loop` was asked for."""
+
+    workload: WorkloadOptions
+    rounds: int = 3
+    min_gain: float = RECOMMEND_GAIN
+    backend: str = "qemu"  # qemu | nvmevirt | host
+    nvmevirt_ko: Path | None = None
+    geometry: Geometry = Geometry(zones=32)
+    host_device: str | None = None
+    fio_file: Path | None = None
+    cache_mib: float = CACHE_MIB
+    page_kib: int = PAGE_KIB
+    out: str | None = None
+    timeout: int = 7200
+    verbose: bool = False
+
+    def validate(self) -> None:
+        if self.rounds < 1:
+            raise LoopError(f"--rounds {self.rounds}: give at least 1")
+        if not 0 <= self.min_gain <= 1:
+            raise LoopError(f"--min-gain {self.min_gain}: give a hit-ratio gain in [0, 1], e.g. 0.01")
+        if self.workload.name not in PRESETS:
+            raise LoopError(f"unknown workload '{self.workload.name}'; choose one of: {', '.join(PRESETS)}")
+        if self.backend == "nvmevirt" and (self.nvmevirt_ko is None or not self.nvmevirt_ko.is_file()):
+            raise LoopError("--backend nvmevirt needs --nvmevirt-ko FILE: the nvmev.ko built for the guest kernel "
+                            "(see vm/README.md, 'NVMeVirt backend')")
+        if self.fio_file is not None and not self.fio_file.is_file():
+            raise LoopError(f"--fio-file {self.fio_file}: no such file")
+
+
+# ---- a user's fio job ----------------------------------------------------------------------------------------
+_FILENAME = re.compile(r"^(\s*filename\s*=).*$", re.M)
+
+
+def user_job(text: str, device: str) -> str:
+    """A user's fio job file with every `filename=` pointing at the traced namespace (one added to [global], or
+    a [global] section added, when it names none). Refuses a job that writes to files or names no section."""
+    if not re.search(r"^\s*\[[^\]]+\]", text, re.M):
+        raise ZtbpError("--fio-file: no [section] in the job file; give a fio job file (see `man fio`)")
+    if re.search(r"^\s*(directory|opendir)\s*=", text, re.M):
+        raise ZtbpError("--fio-file: the job uses directory=/opendir=; the capture traces the zoned namespace "
+                        "itself: remove them (filename= is set to the device)")
+    if _FILENAME.search(text):
+        out = _FILENAME.sub(lambda m: f"{m.group(1)}{device}", text)
+    elif re.search(r"^\s*\[global\]\s*$", text, re.M):
+        out = re.sub(r"^(\s*\[global\]\s*)$", rf"\1\nfilename={device}", text, count=1, flags=re.M)
+    else:
+        out = f"[global]\nfilename={device}\n\n{text}"
+    return out if out.startswith("; ") else f"; user fio job on {device}\n{out}"
+
+
+# ---- the round's figures (pure over frames and dicts) -------------------------------------------------------
+def status_delta(before: int | None, after: int | None) -> int | None:
+    """Reads the device counted between two STATUS answers (its counter starts at -1 and wraps every 1,000,000)."""
+    if before is None or after is None:
+        return None
+    b = -1 if before == 0xFFFFFFFF else before
+    a = -1 if after == 0xFFFFFFFF else after
+    return (a - b) % STATUS_WRAP
+
+
+def dmesg_figures(text: str) -> dict[str, Any]:
+    """The zones the device logged (ZONE CLUSTER) and the last hit/read counters it printed, from its kernel log."""
+    zones = [int(z) for z in _ZONE_LINE.findall(text)]
+    counters: dict[str, int] = {}
+    for name, value in _COUNTER.findall(text):
+        counters[{"Hit cnt": "hits", "Fail cnt": "misses", "Total read cnt": "reads"}[name]] = int(value)
+    return {"zones": zones[-5:], "counters": counters or None}
+
+
+def latency_split(events: Any, listed: list[int]) -> dict[str, Any]:
+    """Device latency (the probe's lat_ns) of the round's reads: overall, in the listed zones and in the others."""
+    import polars as pl
+
+    reads = events.filter(pl.col("op") == "read")
+
+    def summary(df: pl.DataFrame) -> dict[str, Any]:
+        if df.height == 0:
+            return {"reads": 0, "p50_us": None, "p99_us": None, "mean_us": None}
+        lat = df["lat_ns"].cast(pl.Float64) / 1000
+        return {"reads": df.height, "p50_us": round(float(lat.quantile(0.5, "nearest")), 1),
+                "p99_us": round(float(lat.quantile(0.99, "nearest")), 1), "mean_us": round(float(lat.mean()), 1)}
+
+    inside = pl.col("zone").is_in(listed)
+    return {"all": summary(reads), "listed": summary(reads.filter(inside)),
+            "unlisted": summary(reads.filter(~inside))}
+
+
+def measured_gain(this_round: dict[str, Any], previous: dict[str, Any] | None) -> float | None:
+    """The rise of the model's hit ratio with the zones in force, from the previous round to this one."""
+    now = this_round["model"]["in_force_hit_ratio"]
+    before = previous["model"]["in_force_hit_ratio"] if previous else this_round["model"]["lru"]
+    return None if now is None or before is None else round(now - before, 4)
+
+
+# ---- the loop --------------------------------------------------------------------------------------------------
+@dataclass
+class LoopState:
+    req: LoopRequest
+    root: Path
+    workload: Workload
+    meta_base: dict[str, Any]
+    progress: Progress
+    rounds: list[dict[str, Any]]
+    guest_prefix: str  # how the guest names the loop directory (/ztbp/out in the VM)
+    in_force: list[int]  # zones the device holds (set and accepted), [] when none
+    pending: dict[str, Any] | None = None  # the config sent after the last round, its prediction
+    stopped: str | None = None
+    started: float = 0.0
+
+    def rnd_dir(self, r: int) -> Path:
+        return self.root / f"round-{r:02d}"
+
+
+def _read_env(path: Path) -> dict[str, str]:
+    if not path.is_file():
+        return {}
+    return dict(line.split("=", 1) for line in path.read_text(errors="replace").splitlines() if "=" in line)
+
+
+def _int(v: str | None) -> int | None:
+    return int(v) if v and v.strip().isdigit() else None
+
+
+def job_text(st: LoopState, r: int) -> str:
+    if st.req.fio_file is not None:
+        return user_job(st.req.fio_file.read_text(), st.workload.device)
+    wl = replace(st.workload, seed=st.workload.seed + r - 1)
+    return wl.fio_job()
+
+
+def write_job(st: LoopState, r: int) -> None:
+    loopdir = st.root / ".loop"
+    loopdir.mkdir(parents=True, exist_ok=True)
+    tmp = loopdir / f".job-{r:02d}.tmp"
+    tmp.write_text(job_text(st, r))
+    tmp.replace(loopdir / f"job-{r:02d}.fio")
+
+
+def write_decision(st: LoopState, r: int, line: str) -> None:
+    tmp = st.root / ".loop" / f".decision-{r:02d}.tmp"
+    tmp.write_text(line + "\n")
+    tmp.replace(st.root / ".loop" / f"decision-{r:02d}")
+
+
+def write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+    tmp.replace(path)
+
+
+def applied_result(st: LoopState, r: int) -> dict[str, Any] | None:
+    """What the guest reported after applying the decision of round r (None: nothing was applied)."""
+    env = _read_env(st.root / ".loop" / f"applied-{r:02d}.env")
+    if not env or "set_rc" not in env:
+        return None
+    set_rc = int(env["set_rc"])
+    try:
+        set_json = json.loads(env.get("set_json") or "{}")
+    except json.JSONDecodeError:
+        set_json = {}
+    dmesg_zones = [int(z) for z in env.get("dmesg_zones", "").split(",") if z.strip().isdigit()]
+    return {"set_exit_code": set_rc, "set_ok": set_rc == 0, "set_message": set_json.get("message"),
+            "info_exit_code": _int(env.get("info_rc")), "status_after_set": _int(env.get("status")),
+            "zones_reported": sorted(set(dmesg_zones)) if dmesg_zones else [],
+            "zones_reported_from": "kernel log (ZONE CLUSTER lines at SET; INFO returns no data)"}
+
+
+def analyse_round(st: LoopState, r: int) -> dict[str, Any]:
+    """Finish round r's run directory, analyse it and return its loop.json entry."""
+    from .. import stages
+    from ..io.run import load
+
+    run = RunPaths(st.rnd_dir(r))
+    meta = json.loads(json.dumps(st.meta_base))
+    meta["loop"] = {"round": r, "loop_dir": "..", "zones_in_force": st.in_force}
+    summ = finish_meta(run, meta, 0, False, st.started, {"qemu": qemu_version()} if st.req.backend != "host" else {})
+    loaded = load(run.root)
+    cfg = stages.config(loaded, st.req.cache_mib, st.req.page_kib, min_gain=st.req.min_gain)
+    from ..writeback.config import write_config
+
+    write_config(cfg, run.cache_config)
+    zones_model = st.in_force or []
+    sim = stages.simulate(loaded, st.req.cache_mib, st.req.page_kib, zones_model, general=False)
+    dev_env = _read_env(st.root / ".loop" / f"device-{r:02d}.env")
+    dmesg = dmesg_figures((st.root / ".loop" / f"dmesg-{r:02d}.txt").read_text(errors="replace")
+                          if (st.root / ".loop" / f"dmesg-{r:02d}.txt").is_file() else "")
+    before, after = _int(dev_env.get("status_before")), _int(dev_env.get("status_after"))
+    fio = loaded.meta.get("fio", {})
+    entry: dict[str, Any] = {
+        "round": r, "run": run.root.name, "complete": summ["complete"],
+        "zones_in_force": st.in_force,
+        "rows": summ["commands"], "read_rows": summ["reads"], "fio_reads": summ["fio_reads"],
+        "lost": summ["lost"],
+        "fio": {"read_iops": fio.get("read_iops"), "p50_us": fio.get("read_clat_p50_us"),
+                "p99_us": fio.get("read_clat_p99_us"), "runtime_ms": fio.get("runtime_ms")},
+        "latency": latency_split(loaded.events, st.in_force),
+        "device": {"status_before": before, "status_after": after, "status_reads": status_delta(before, after),
+                   "kernel_log_counters": dmesg["counters"]},
+        "model": {"lru": sim["lru"], "zone_lru": sim["zone_lru"] if zones_model else None,
+                  "in_force_hit_ratio": sim["zone_lru"] if zones_model else sim["lru"]},
+        "config": {"file": str(run.cache_config.relative_to(st.root)), "hot_zones": cfg["hot_zones"],
+                   "hot_zones_found": cfg["hot_zones_found"], "recommend": cfg["recommend"],
+                   "recommend_reason": cfg["recommend_reason"], "held_out": cfg["held_out"]},
+    }
+    prev = st.pending
+    if prev is not None:
+        pz = prev["hot_zones"]
+        replay = sim if sorted(pz) == sorted(zones_model) else stages.simulate(
+            loaded, st.req.cache_mib, st.req.page_kib, pz, general=False)
+        entry["out_of_sample"] = {"from_round": prev["round"], "hot_zones": pz,
+                                  "predicted_zone_lru": prev["held_out"]["zone_lru"],
+                                  "predicted_lru": prev["held_out"]["lru"],
+                                  "replayed_zone_lru": replay["zone_lru"], "replayed_lru": replay["lru"],
+                                  "error": round(replay["zone_lru"] - prev["held_out"]["zone_lru"], 4)}
+        entry["applied_before"] = prev.get("applied")
+    entry["measured_gain"] = measured_gain(entry, st.rounds[-1] if st.rounds else None)
+    return entry
+
+
+def decide(st: LoopState, entry: dict[str, Any]) -> tuple[str, str]:
+    """("apply", config path as the guest sees it) or ("stop", why)."""
+    r = entry["round"]
+    cfg = entry["config"]
+    if not cfg["recommend"]:
+        return "stop", f"{STOP_NOTHING}: {cfg['recommend_reason']}; nothing sent"
+    if r > 1 and entry["measured_gain"] is not None and entry["measured_gain"] < st.req.min_gain:
+        return "stop", (f"measured gain {entry['measured_gain']:+.4f} (model hit ratio with the zones in force, "
+                        f"round {r - 1} -> {r}) below --min-gain {st.req.min_gain:+.2f}")
+    if r >= st.req.rounds:
+        return "stop", f"{st.req.rounds} rounds done"
+    return "apply", f"{st.guest_prefix}/{cfg['file']}"
+
+
+def round_line(entry: dict[str, Any]) -> str:
+    lat = entry["latency"]
+    dev = entry["device"]
+    parts = [f"round {entry['round']}: {entry['read_rows']:,} read rows (fio {entry['fio_reads']:,}), lost "
+             f"{entry['lost']}", f"{entry['fio']['read_iops'] or 0:,.0f} IOPS",
+             f"p50/p99 {entry['fio']['p50_us']}/{entry['fio']['p99_us']} us",
+             f"listed {lat['listed']['reads']:,} reads p50 {lat['listed']['p50_us']} us, unlisted p50 "
+             f"{lat['unlisted']['p50_us']} us"]
+    if dev["status_reads"] is not None:
+        parts.append(f"STATUS +{dev['status_reads']:,} reads")
+    parts.append(f"model hit ratio {entry['model']['in_force_hit_ratio']:.4f} with zones {entry['zones_in_force']}")
+    if "out_of_sample" in entry:
+        o = entry["out_of_sample"]
+        parts.append(f"predicted {o['predicted_zone_lru']:.4f} vs replayed {o['replayed_zone_lru']:.4f}")
+    cfg = entry["config"]
+    parts.append(f"config {cfg['hot_zones']} {'recommended' if cfg['recommend'] else 'NOT recommended'}")
+    return "; ".join(parts)
+
+
+def loop_doc(st: LoopState, complete: bool) -> dict[str, Any]:
+    return {"format": LOOP_FORMAT, "backend": st.req.backend, "workload": st.workload.meta()
+            if st.req.fio_file is None else {"name": "fio-file", "file": str(st.req.fio_file)},
+            "rounds_asked": st.req.rounds, "min_gain": st.req.min_gain, "cache_mib": st.req.cache_mib,
+            "page_kib": st.req.page_kib, "emulator": NVMEVIRT_NOTES if st.req.backend == "nvmevirt" else None,
+            "rounds": st.rounds, "stopped": st.stopped, "complete": complete, "updated": utc_now()}
+
+
+def on_round(st: LoopState, r: int) -> None:
+    """The host's turn after round r: analyse, record, decide, hand the decision to the guest."""
+    if st.pending is not None:
+        st.pending["applied"] = applied_result(st, st.pending["round"])
+    entry = analyse_round(st, r)
+    action, arg = decide(st, entry)
+    entry["decision"] = {"action": action, "detail": arg}
+    st.rounds.append(entry)
+    write_json(st.rnd_dir(r) / "loop.json", entry)
+    write_json(st.root / "loop.json", loop_doc(st, complete=False))
+    st.progress.say(round_line(entry))
+    if action == "apply":
+        st.pending = {"round": r, "hot_zones": entry["config"]["hot_zones"], "held_out": entry["config"]["held_out"]}
+        write_job(st, r + 1)
+        write_decision(st, r, f"apply {arg}")
+        st.progress.say(f"round {r}: sending zones {entry['config']['hot_zones']} to the device")
+    else:
+        st.stopped = arg
+        write_decision(st, r, f"stop {arg}")
+        st.progress.say(f"loop stops: {arg}")
+
+
+def after_apply(st: LoopState) -> None:
+    """Fold the last apply's result into the rounds (the zones the device holds for the next round)."""
+    if st.pending is None:
+        return
+    res = applied_result(st, st.pending["round"])
+    st.pending["applied"] = res
+    if res is None:
+        return
+    if res["set_ok"]:
+        st.in_force = st.pending["hot_zones"]
+        st.progress.say(f"device holds zones {res['zones_reported']} (sent {sorted(st.pending['hot_zones'])})")
+    else:
+        st.progress.say(f"the device refused SET (ztbp-ctl exit code {res['set_exit_code']}: {res['set_message']}); "
+                        "the loop goes on with the model only (out of sample on the next round)")
+
+
+def _new_state(req: LoopRequest, root: Path, wl: Workload, lba: int, zone_bytes: int, nr: int,
+               prefix: str, progress: Progress) -> LoopState:
+    meta = new_meta(device=Path(wl.device).name, lba_bytes=lba, zone_size_lba=zone_bytes // lba,
+                    zone_cap_lba=zone_bytes // lba, nr_zones=nr, synthetic=False, workload=wl.meta(),
+                    backend=req.backend, probes={"nvme": probe_meta("nvme", LOOP_PROBE)})
+    if req.backend == "nvmevirt":
+        meta["emulator"] = NVMEVIRT_NOTES
+    return LoopState(req=req, root=root, workload=wl, meta_base=meta, progress=progress, rounds=[],
+                     guest_prefix=prefix, in_force=[], started=time.monotonic())
+
+
+def _handler(st: LoopState) -> Any:
+    def on_line(line: str) -> None:
+        m = _READY.match(line)
+        if m:
+            r = int(m.group(1))
+            if r > 1:
+                after_apply(st)
+            on_round(st, r)
+        else:
+            st.progress(line)
+    return on_line
+
+
+def new_loop_dir(name: str, out: str | None) -> Path:
+    root = Path(out) if out else paths.RUNS / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-loop-{name}"
+    if root.exists() and any(root.iterdir()):
+        raise LoopError(f"{root} already exists and is not empty; choose another --out")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def guest_env(wl: Workload, pre: str | None, rounds: int) -> dict[str, str]:
+    env = {"ZTBP_DEV": wl.device, "ZTBP_ROUNDS": str(rounds)}
+    if pre:
+        env["ZTBP_PREFILL"] = pre
+    if len(wl.reset_zones):
+        env["ZTBP_RESET"] = f"{wl.reset_zones.start} {len(wl.reset_zones)}"
+    return env
+
+
+def run_loop(req: LoopRequest) -> dict[str, Any]:
+    """Run the loop; return loop.json's content (also written to the loop directory)."""
+    req.validate()
+    from ..writeback.device import ensure_ctl
+
+    ensure_ctl()
+    progress = Progress(0, req.verbose)
+    if req.backend == "host":
+        return _run_host(req, progress)
+    extra: list[str] = []
+    geometry: Geometry | None = req.geometry
+    if req.backend == "nvmevirt":
+        assert req.nvmevirt_ko is not None
+        plan = NvmevirtPlan(zone_mib=req.geometry.zone_bytes // MIB)
+        extra = plan.vmtest_args(req.nvmevirt_ko)
+        geometry, nr, lba = None, plan.zones, 512
+    else:
+        req.geometry.validate()
+        nr, lba = req.geometry.zones, req.geometry.lba_bytes
+    wl = req.workload.build(device="/dev/nvme0n1", zone_bytes=req.geometry.zone_bytes, nr_zones=nr)
+    try:
+        ensure_image(echo=progress.say)
+    except VmError as e:
+        raise LoopError(str(e)) from None
+    root = new_loop_dir(wl.name if req.fio_file is None else "fio-file", req.out)
+    st = _new_state(req, root, wl, lba, req.geometry.zone_bytes, nr, "/ztbp/out", progress)
+    progress.say(f"loop {wl.name}: up to {req.rounds} rounds of {wl.describe_line()}, backend {req.backend} "
+                 f"-> {root}")
+    write_json(root / "loop.json", loop_doc(st, complete=False))
+    write_job(st, 1)
+    with tempfile.TemporaryDirectory(prefix="ztbp-loop.") as tmp:
+        _, pre = write_jobs(wl, Path(tmp))
+        env = guest_env(wl, f"/ztbp/ctl/{pre.name}" if pre else None, req.rounds)
+        env["ZTBP_PROBE"] = f"/ztbp/src/{LOOP_PROBE}"
+        result = run_in_guest("bash /ztbp/src/vm/guest/loop.sh", root, geometry=geometry, timeout=req.timeout,
+                              files=[pre] if pre else [], env=env, extra_args=extra, on_line=_handler(st))
+    return _finish(st, result.status, result.interrupted)
+
+
+def _run_host(req: LoopRequest, progress: Progress) -> dict[str, Any]:
+    """The loop on a zoned drive of this machine: the same guest script, run here (root, bpftrace, fio)."""
+    dev = req.host_device
+    if not dev:
+        raise LoopError("--host needs the zoned namespace, e.g. --host /dev/nvme0n1")
+    sysfs = Path(os.environ.get("ZTBP_SYSFS", "/sys"))
+    try:
+        check_zoned(dev, sysfs)
+    except CaptureError as e:
+        raise LoopError(str(e)) from None
+    missing = [t for t in ("bpftrace", "fio", "blkzone") if shutil.which(t) is None]
+    if missing:
+        raise LoopError(f"missing on this machine: {', '.join(missing)}; apt-get install bpftrace fio util-linux")
+    if os.geteuid() != 0:
+        raise LoopError("loop --host needs root (bpftrace, raw device access, admin commands); run it with sudo")
+    lba, zone_bytes, nr = host_geometry(dev, sysfs)
+    wl = req.workload.build(device=dev, zone_bytes=zone_bytes, nr_zones=nr)
+    root = new_loop_dir(wl.name if req.fio_file is None else "fio-file", req.out).resolve()
+    st = _new_state(req, root, wl, lba, zone_bytes, nr, str(root), progress)
+    write_json(root / "loop.json", loop_doc(st, complete=False))
+    write_job(st, 1)
+    with tempfile.TemporaryDirectory(prefix="ztbp-loop.") as tmp:
+        _, pre = write_jobs(wl, Path(tmp))
+        env = dict(os.environ)
+        env.update(guest_env(wl, str(pre) if pre else None, req.rounds))
+        env.update(ZTBP_OUT=str(root), ZTBP_STOP_FILE=str(Path(tmp) / "stop"),
+                   ZTBP_PROBE=str(paths.ROOT / LOOP_PROBE))
+        proc = subprocess.Popen(["bash", str(GUEST_SCRIPT)], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        assert proc.stdout is not None
+        handler = _handler(st)
+        interrupted = False
+        try:
+            for line in proc.stdout:
+                handler(line.rstrip("\n"))
+        except KeyboardInterrupt:
+            interrupted = True
+            (Path(tmp) / "stop").touch()
+            for line in proc.stdout:
+                if not _READY.match(line):
+                    progress(line.rstrip("\n"))
+        status = proc.wait()
+    return _finish(st, status, interrupted)
+
+
+def _finish(st: LoopState, status: int, interrupted: bool) -> dict[str, Any]:
+    after_apply(st)
+    session = _read_env(st.root / ".loop" / "session.env")
+    doc = loop_doc(st, complete=bool(status == 0 and not interrupted and st.stopped))
+    doc["guest_status"] = status
+    doc["interrupted"] = interrupted
+    if session:
+        doc["session"] = {k: _int(session.get(f"probe_nvme_{k}")) for k in ("setups", "completed", "rows",
+                                                                             "perf_lost", "attach_s")}
+        doc["session"]["lost"] = _int(session.get("lost_events_nvme"))
+    write_json(st.root / "loop.json", doc)
+    if interrupted:
+        st.progress.say(f"interrupted: {len(st.rounds)} finished round(s) kept in {st.root}")
+    elif status != 0:
+        raise LoopError(f"the guest reported status {status} after {len(st.rounds)} round(s); finished rounds are in "
+                        f"{st.root} (loop.json), see console.log there")
+    doc["dir"] = str(st.root)
+    return doc
+
+
+def summary_text(doc: dict[str, Any]) -> str:
+    lines = [f"loop {doc['backend']}: {len(doc['rounds'])} round(s) -> {doc.get('dir', '')}"]
+    for e in doc["rounds"]:
+        lines.append("  " + round_line(e))
+        app = e.get("applied_before")
+        if app:
+            lines.append(f"    before it: ztbp-ctl set exit {app['set_exit_code']}, device holds "
+                         f"{app['zones_reported']}")
+    if doc.get("emulator"):
+        lines.append("  NVMeVirt: " + doc["emulator"]["listed_zone_latency"])
+    lines.append(f"  stopped: {doc['stopped'] or 'not (interrupted or failed)'}")
+    return "\n".join(lines)

@@ -1,0 +1,69 @@
+"""`ztbp loop`: capture -> analyse -> apply -> capture again, round after round, in one VM boot or on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..acquire.workload import PRESETS
+from ..analysis.params import CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
+from ..units import parse_size
+from .acquire import add_workload_options, workload_options
+
+
+def _loop(args: argparse.Namespace) -> int:
+    from ..acquire.loop import LoopRequest, run_loop, summary_text
+    from ..acquire.vm import Geometry
+
+    backend = "host" if args.host else args.backend
+    req = LoopRequest(workload=workload_options(args), rounds=args.rounds, min_gain=args.min_gain, backend=backend,
+                      nvmevirt_ko=Path(args.nvmevirt_ko) if args.nvmevirt_ko else None,
+                      geometry=Geometry(zone_bytes=parse_size(args.zone_size), zones=args.zones,
+                                        lba_bytes=args.lba_size),
+                      host_device=args.host, fio_file=Path(args.fio_file) if args.fio_file else None,
+                      cache_mib=args.cache_mib, page_kib=args.page_kib, out=args.out, timeout=args.timeout,
+                      verbose=args.verbose)
+    doc = run_loop(req)
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2, default=str)
+        print()
+    else:
+        print(summary_text(doc))
+    return 130 if doc.get("interrupted") else 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("loop", help="closed loop: capture, analyse, send the hot zones, capture again (one boot)",
+                       description="Boot the VM once (or use --host DEV) and run rounds: the workload under the "
+                                   "NVMe probe, the analysis (cluster, config with its recommendation), ztbp-ctl set "
+                                   "and info in the guest, the next round with the config active. Writes "
+                                   "runs/<UTC timestamp>-loop-<workload>/ with loop.json and one run per round "
+                                   "(probes/FORMAT.md). Stops after --rounds, when a config is not recommended "
+                                   "(nothing is sent) or when the measured gain falls below --min-gain.")
+    p.add_argument("workload", nargs="?", default="paper80", help=f"one of {', '.join(PRESETS)} (default: paper80)")
+    add_workload_options(p)
+    p.add_argument("--rounds", type=int, default=3, help="at most this many rounds (default: %(default)s)")
+    p.add_argument("--min-gain", type=float, default=RECOMMEND_GAIN,
+                   help="stop when the model's hit ratio with the zones in force rises by less (default: "
+                        "%(default)s); also the config's recommendation threshold")
+    p.add_argument("--fio-file", default=None, metavar="FILE",
+                   help="run this fio job each round instead of the preset (filename= set to the traced namespace; "
+                        "the preset still chooses the zones reset and prefilled)")
+    p.add_argument("--cache-mib", type=float, default=CACHE_MIB, help="cache size of the model (default: %(default)s)")
+    p.add_argument("--page-kib", type=int, default=PAGE_KIB, help="cache page of the model (default: %(default)s)")
+    p.add_argument("--backend", choices=("qemu", "nvmevirt"), default="qemu",
+                   help="qemu (default: the device refuses SET; the loop evaluates the model only) or nvmevirt")
+    p.add_argument("--nvmevirt-ko", help="NVMeVirt ZNS module built for the guest kernel (backend nvmevirt)")
+    p.add_argument("--host", metavar="DEV", default=None,
+                   help="run on this machine's zoned namespace DEV instead of a VM (root; destroys the data of the "
+                        "zones the workload resets and prefills)")
+    p.add_argument("--zone-size", default="32M", help="zone size (QEMU; NVMeVirt's is 32M) (default: %(default)s)")
+    p.add_argument("--zones", type=int, default=32, help="zones of the QEMU namespace (default: %(default)s)")
+    p.add_argument("--lba-size", type=int, default=4096, help="QEMU logical block size (default: %(default)s)")
+    p.add_argument("-o", "--out", default=None, help="loop directory (default: runs/<UTC time>-loop-<workload>)")
+    p.add_argument("--timeout", type=int, default=7200, help="kill the guest after this many seconds")
+    p.add_argument("--json", action="store_true", help="print loop.json instead of the summary")
+    p.add_argument("-v", "--verbose", action="store_true", help="echo the guest console")
+    p.set_defaults(func=_loop)

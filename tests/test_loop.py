@@ -1,0 +1,110 @@
+"""The loop's host-side rules (acquire/loop.py) on small inputs: the user's fio job, the device counters, the
+kernel log, the latency split, the stop rule. The real loop (VM, NVMeVirt) is in tests/test_loop_vm.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from ztbp.acquire.loop import (
+    STOP_NOTHING,
+    LoopRequest,
+    LoopState,
+    decide,
+    dmesg_figures,
+    latency_split,
+    measured_gain,
+    status_delta,
+    user_job,
+)
+from ztbp.acquire.workload import WorkloadOptions
+from ztbp.errors import ZtbpError
+
+
+def test_user_job_points_every_filename_at_the_device() -> None:
+    job = "[global]\nioengine=io_uring\nfilename=/dev/sdz\n[a]\nrw=randread\n[b]\nfilename = /tmp/x\nrw=read\n"
+    out = user_job(job, "/dev/nvme0n1")
+    assert "/dev/sdz" not in out and "/tmp/x" not in out
+    assert out.count("filename=/dev/nvme0n1") + out.count("filename =/dev/nvme0n1") == 2
+
+
+def test_user_job_without_filename_gets_one_in_global() -> None:
+    assert "[global]\nfilename=/dev/nvme0n1" in user_job("[global]\nbs=4k\n[a]\nrw=randread\n", "/dev/nvme0n1")
+    out = user_job("[a]\nrw=randread\nruntime=5\ntime_based=1\n", "/dev/nvme0n1")
+    assert out.index("filename=/dev/nvme0n1") < out.index("[a]")
+
+
+@pytest.mark.parametrize("bad", ["rw=randread\n", "[a]\ndirectory=/mnt\n"])
+def test_user_job_refuses_what_cannot_trace_the_namespace(bad: str) -> None:
+    with pytest.raises(ZtbpError):
+        user_job(bad, "/dev/nvme0n1")
+
+
+def test_status_delta_starts_at_minus_one_and_wraps() -> None:
+    assert status_delta(0xFFFFFFFF, 1999) == 2000      # a fresh device: its counter starts at -1
+    assert status_delta(1999, 3999) == 2000
+    assert status_delta(999_000, 1_000) == 2_000       # wrapped at 1,000,000
+    assert status_delta(None, 5) is None
+
+
+def test_dmesg_figures_takes_the_last_set_and_the_counters() -> None:
+    log = ("[ 1.0] NVMeVirt: ZONE CLUSTER [1]=3\n" * 5 +
+           "".join(f"[ 2.0] NVMeVirt: ZONE CLUSTER [{i}]={z}\n" for i, z in enumerate([1, 7, 11, 15, 19], 1)) +
+           "[ 3.0] NVMeVirt: [CLUSTERING CURRENT INFO]\n[ 4.0] ZNS: Hit cnt= 12\n[ 4.0] ZNS: Fail cnt= 8\n"
+           "[ 4.0] ZNS: Total read cnt= 20\n")
+    got = dmesg_figures(log)
+    assert got["zones"] == [1, 7, 11, 15, 19]
+    assert got["counters"] == {"hits": 12, "misses": 8, "reads": 20}
+    assert dmesg_figures("nothing here") == {"zones": [], "counters": None}
+
+
+def test_latency_split_listed_against_unlisted() -> None:
+    ev = pl.DataFrame({"op": ["read"] * 5 + ["write"], "zone": [1, 1, 2, 3, 4, 1],
+                       "lat_ns": [10_000, 20_000, 900_000, 1_000_000, 3_000_000, 5]})
+    got = latency_split(ev, [1])
+    assert got["listed"]["reads"] == 2 and got["unlisted"]["reads"] == 3 and got["all"]["reads"] == 5
+    assert got["listed"]["p99_us"] == 20.0 and got["unlisted"]["p50_us"] == 1000.0
+    assert latency_split(ev, [])["listed"] == {"reads": 0, "p50_us": None, "p99_us": None, "mean_us": None}
+
+
+def _state(rounds: int = 3, min_gain: float = 0.01) -> LoopState:
+    req = LoopRequest(workload=WorkloadOptions(), rounds=rounds, min_gain=min_gain)
+    return LoopState(req=req, root=Path("/nonexistent"), workload=None, meta_base={}, progress=None,  # type: ignore
+                     rounds=[], guest_prefix="/ztbp/out", in_force=[])
+
+
+def _entry(r: int, recommend: bool, in_force: float, lru: float = 0.2) -> dict:
+    return {"round": r, "config": {"recommend": recommend, "recommend_reason": "why", "file": f"round-{r:02d}/c.json"},
+            "model": {"in_force_hit_ratio": in_force, "lru": lru}, "measured_gain": None}
+
+
+def test_decide_not_recommended_stops_with_nothing_sent() -> None:
+    action, why = decide(_state(), _entry(1, False, 0.2))
+    assert action == "stop" and why.startswith(STOP_NOTHING) and "nothing sent" in why
+
+
+def test_decide_applies_until_the_rounds_or_the_gain_run_out() -> None:
+    st = _state()
+    first = _entry(1, True, 0.2)
+    first["measured_gain"] = measured_gain(first, None)
+    assert first["measured_gain"] == 0.0
+    assert decide(st, first) == ("apply", "/ztbp/out/round-01/c.json")
+    st.rounds.append(first)
+    rising = _entry(2, True, 0.26)
+    rising["measured_gain"] = measured_gain(rising, first)
+    assert rising["measured_gain"] == pytest.approx(0.06)
+    assert decide(st, rising)[0] == "apply"
+    st.rounds.append(rising)
+    flat = _entry(3, True, 0.262)
+    flat["measured_gain"] = measured_gain(flat, rising)
+    assert decide(_state(rounds=5), flat)[1].startswith("measured gain")
+    assert decide(st, {**flat, "measured_gain": 0.05}) == ("stop", "3 rounds done")
+
+
+def test_request_checks() -> None:
+    with pytest.raises(ZtbpError, match="rounds"):
+        LoopRequest(workload=WorkloadOptions(), rounds=0).validate()
+    with pytest.raises(ZtbpError, match="nvmevirt-ko"):
+        LoopRequest(workload=WorkloadOptions(), backend="nvmevirt").validate()

@@ -1,0 +1,200 @@
+#!/bin/bash
+# loop.sh - the body of `ztbp loop`: one bpftrace session and one device for many rounds. Each round runs the
+# round's fio job under the streaming NVMe probe, hands its rows over as a run directory, waits for the host's
+# decision (apply a cache configuration with ztbp-ctl, skip, or stop) and applies it; the next round then runs with
+# the configuration active. Run by `ztbp loop` in the VM (through vm/vmtest.sh) or on a real machine (--host).
+#
+# Why one session: NVMeVirt's busy-polling threads hold off RCU-tasks grace periods, which fentry programs need to
+# attach and to detach (probe-lib.sh, "a device module"). So the probe attaches once before the module is loaded,
+# rows are handed over per round without detaching (the streaming probe's output is cut at a byte offset once it
+# has drained after the round's fio, with no I/O in flight), and the module is unloaded before bpftrace stops.
+#
+# Handshake (files in ZTBP_OUT, the loop directory; the host is the brain, this script the body):
+#   host  .loop/job-NN.fio             the fio job of round NN (written before the guest asks for it)
+#   guest round-NN/raw/, round-NN/.capture/guest.env, .loop/device-NN.env, .loop/dmesg-NN.txt
+#   guest .loop/ready-NN               round NN is captured (written last)
+#   host  .loop/decision-NN            one line: "apply CONFIG" | "skip REASON" | "stop REASON" (renamed into place)
+#   guest .loop/applied-NN.env         what ztbp-ctl set / info / status answered and the zones the device logged
+# Every wait is bounded (LOOP_DECISION_TIMEOUT, LOOP_JOB_TIMEOUT); the stop file ends the loop after the round in
+# progress. Progress: "ZTBP: loop ..." lines on the console.
+#
+# Environment: ZTBP_OUT (default /ztbp/out), ZTBP_DEV (/dev/nvme0n1), ZTBP_CTRL (the controller, default DEV
+# without its namespace suffix), ZTBP_PREFILL, ZTBP_RESET ("FIRST COUNT"), ZTBP_PROBE (streaming probe),
+# ZTBP_CTL (ztbp-ctl binary), ZTBP_KO / ZTBP_KO_PARAMS (NVMeVirt), ZTBP_STOP_FILE, ZTBP_ROUNDS (upper bound).
+set -uo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# capture.sh's functions (reset_zones, prefill) and through it probe-lib.sh; its settings (OUT, DEV, PREFILL, RESET,
+# STOP_FILE) come from the same ZTBP_* variables
+# shellcheck source=vm/guest/capture.sh
+. "$HERE/capture.sh"
+CTRL="${ZTBP_CTRL:-${DEV%n[0-9]*}}"
+PROBE="${ZTBP_PROBE:-$HERE/../../probes/nvme_zone_stream.bt}"
+CTL="${ZTBP_CTL:-$HERE/../../tools/ztbp-ctl/build/ztbp-ctl}"
+ROUNDS="${ZTBP_ROUNDS:-100}"
+LOOP_DECISION_TIMEOUT=1800   # s to wait for the host's decision on a round
+LOOP_JOB_TIMEOUT=600         # s to wait for the next round's fio job
+LOOP="$OUT/.loop"
+
+TMP=""
+CUT=0            # byte offset of the probe output handed over so far
+READS_MARK=0     # block-layer reads completed at the last cut
+
+usage() {
+	cat <<EOF
+Usage: ZTBP_OUT=DIR bash $0
+The guest side of \`ztbp loop\` (see the comment at the top of this file); not meant to be run by hand.
+EOF
+}
+
+rnd() { printf '%02d' "$1"; }
+
+blk_reads() { awk '{print $1}' "/sys/block/$(basename "$DEV")/stat"; }
+
+wait_for() { # FILE TIMEOUT: until FILE exists (0), the stop file appears or the time is up (1)
+	local t0=$SECONDS
+	until [ -f "$1" ]; do
+		[ -f "$STOP_FILE" ] && { say "loop stop requested"; return 1; }
+		[ $((SECONDS - t0)) -ge "$2" ] && { say "error loop: no $(basename "$1") from the host within $2 s"; return 1; }
+		sleep 0.5
+	done
+}
+
+ctl_json() { # ARGS...: run ztbp-ctl --json, print "RC JSON" (its last line; {} when it printed none)
+	local rc=0
+	"$CTL" "$@" --json > "$TMP/ctl.out" 2>/dev/null || rc=$?
+	echo "$rc $(tail -n 1 "$TMP/ctl.out" | grep . || echo '{}')"
+}
+
+device_status() { # the ZTBP STATUS read counter (empty when the device refuses it)
+	local rc json
+	read -r rc json <<< "$(ctl_json status "$CTRL")"
+	[ "$rc" = 0 ] && sed -n 's/.*"result": *\([0-9]*\).*/\1/p' <<< "$json"
+}
+
+dmesg_mark() { dmesg | wc -l; }
+
+cut_rows() { # ROUND DIR: hand the rows traced since the last cut over as DIR/raw/nvme.csv
+	local r="$1" dir="$2" size rows perf_lost reads read_rows lost
+	probe_drain nvme
+	size="$(stat -c %s "$TMP/nvme.out")"
+	mkdir -p "$dir/raw" "$dir/.capture"
+	head -c "$size" "$TMP/nvme.out" | tail -c +"$((CUT + 1))" > "$TMP/segment"
+	sed -n "/^# ztbp nvme v1\$/{p;n;p;q}" "$TMP/nvme.out" > "$dir/raw/nvme.csv"
+	grep '^[0-9]' "$TMP/segment" >> "$dir/raw/nvme.csv"
+	rows=$(grep -c '^[0-9]' "$TMP/segment")
+	read_rows=$(grep -c '^[0-9][^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,2,read,' "$TMP/segment")
+	perf_lost="$(grep -o -E '^Lost [0-9]+ events' "$TMP/segment" | awk '{s += $2} END {print s + 0}')"
+	reads=$(($(blk_reads) - READS_MARK))
+	# LOSS RULE per round: what bpftrace reported lost + reads the block layer completed without a row
+	lost=$((perf_lost + (reads > read_rows ? reads - read_rows : 0)))
+	CUT=$size
+	READS_MARK=$(blk_reads)
+	{
+		echo "probe_nvme_rows=$rows"
+		echo "probe_nvme_completed=$((rows + perf_lost))"
+		echo "probe_nvme_setups=$((rows + perf_lost))"
+		echo "probe_nvme_perf_lost=$perf_lost"
+		echo "probe_nvme_read_rows=$read_rows"
+		echo "block_reads=$reads"
+		echo "lost_events_nvme=$lost"
+	} >> "$dir/.capture/guest.env"
+	say "loop round $r rows $rows (reads: $read_rows traced, $reads by the block layer), lost $lost"
+}
+
+run_round() { # ROUND: the round's fio job under the running probe; the run directory round-NN
+	local r="$1" n dir job st0 st1 d0 rc=0 t0
+	n="$(rnd "$r")"
+	dir="$OUT/round-$n"
+	job="$LOOP/job-$n.fio"
+	wait_for "$job" "$LOOP_JOB_TIMEOUT" || return 1
+	mkdir -p "$dir/.capture"
+	cp "$TMP/guest.env" "$dir/.capture/guest.env"
+	blkzone report "$DEV" > "$TMP/zones.txt"
+	d0="$(dmesg_mark)"
+	st0="$(device_status)"
+	say "stage workload round $r: $(grep -m1 '^; ' "$job" | sed 's/^; //')"
+	t0="$(date +%s.%N)"
+	fio --eta=never --output-format=json+ --output="$TMP/fio.json" "$job" || rc=$?
+	echo "workload_s=$(echo "$(date +%s.%N) $t0" | awk '{printf "%.3f", $1 - $2}')" >> "$dir/.capture/guest.env"
+	echo "fio_rc=$rc" >> "$dir/.capture/guest.env"
+	st1="$(device_status)"
+	cut_rows "$r" "$dir"
+	[ -s "$TMP/fio.json" ] && sed -n '/^{/,$p' "$TMP/fio.json" > "$dir/raw/fio.json"
+	cp "$TMP/zones.txt" "$dir/raw/zones.txt"
+	[ "$r" = 1 ] && [ -s "$TMP/prefill.json" ] && cp "$TMP/prefill.json" "$dir/.capture/prefill-fio.json"
+	{ echo "status_before=$st0"; echo "status_after=$st1"; } > "$LOOP/device-$n.env"
+	dmesg | tail -n +"$((d0 + 1))" > "$LOOP/dmesg-$n.txt"
+	local state=complete
+	[ "$rc" = 0 ] || state=failed
+	echo "status=$state" >> "$dir/.capture/guest.env"
+	sync
+	: > "$LOOP/ready-$n"
+	say "loop round $r ready"
+}
+
+apply_decision() { # ROUND: wait for the host's decision and carry it out; 1 = stop the loop
+	local r="$1" n action arg rc json irc ijson d0 env
+	n="$(rnd "$r")"
+	wait_for "$LOOP/decision-$n" "$LOOP_DECISION_TIMEOUT" || return 1
+	read -r action arg < "$LOOP/decision-$n"
+	env="$LOOP/applied-$n.env"
+	case "$action" in
+	apply)
+		d0="$(dmesg_mark)"
+		read -r rc json <<< "$(ctl_json set "$DEV" --top5 --config "$arg")"
+		read -r irc ijson <<< "$(ctl_json info "$DEV")"
+		{
+			echo "set_rc=$rc"
+			echo "set_json=$json"
+			echo "info_rc=$irc"
+			echo "info_json=$ijson"
+			echo "status=$(device_status)"
+			echo "dmesg_zones=$(dmesg | tail -n +"$((d0 + 1))" | sed -n 's/.*ZONE CLUSTER \[[0-9]*\]=\([0-9]*\).*/\1/p' | paste -sd, -)"
+		} > "$env.tmp"
+		mv "$env.tmp" "$env"
+		say "loop round $r applied: ztbp-ctl set exit $rc, info exit $irc"
+		;;
+	skip) echo "skipped=$arg" > "$env"; say "loop round $r: nothing applied ($arg)" ;;
+	*) say "loop stop after round $r: $arg"; return 1 ;;
+	esac
+	return 0
+}
+
+finish() { # unload the module, stop the probe, record the session's totals
+	local rc=$?
+	module_unload
+	if [ -n "${PROBE_PID[nvme]:-}" ]; then
+		probe_stop nvme
+		cp "$TMP/guest.env" "$LOOP/session.env" 2>/dev/null
+	fi
+	sync
+	exit "$rc"
+}
+
+main() {
+	case "${1:-}" in -h|--help) usage; return 0 ;; esac
+	TMP="$(mktemp -d /tmp/ztbp-loop.XXXXXX)"
+	: > "$TMP/guest.env"
+	mkdir -p "$LOOP"
+	trap finish EXIT
+	say "stage booted $(cut -d' ' -f1 /proc/uptime) s"
+	record_versions
+	module_prepare || return 1
+	probe_start nvme "$PROBE" 0 || return 1
+	module_load "$DEV" || return 1
+	record_device "$DEV" || return 1
+	reset_zones || return 1
+	prefill || return 1
+	READS_MARK=$(blk_reads)
+	local r
+	for r in $(seq 1 "$ROUNDS"); do
+		[ -f "$STOP_FILE" ] && break
+		run_round "$r" || return 1
+		apply_decision "$r" || break
+	done
+	say "loop done"
+	return 0
+}
+
+main "$@"
