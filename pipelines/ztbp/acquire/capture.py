@@ -27,7 +27,7 @@ from ..errors import ZtbpError
 from ..io.fio import fio_totals
 from ..paths import RunPaths
 from ..units import MIB, parse_size
-from .vm import Geometry, GuestResult, NvmevirtPlan, VmError, ensure_image, qemu_version, run_in_guest
+from .vm import NVMEVIRT_NOTES, Geometry, GuestResult, NvmevirtPlan, VmError, ensure_image, qemu_version, run_in_guest
 from .workload import PRESETS, Workload, WorkloadOptions
 
 GUEST_SCRIPT = paths.VM / "guest" / "capture.sh"
@@ -324,6 +324,8 @@ def run_capture(req: VmCapture) -> CaptureOutcome:
                     zone_cap_lba=(geometry.zone_cap_bytes or geometry.zone_bytes) // lba, nr_zones=nr_zones,
                     synthetic=False, workload=wl.meta(), backend=args.backend,
                     probes={"nvme": probe_meta("nvme", script)})
+    if plan is not None:
+        meta["emulator"] = NVMEVIRT_NOTES  # what NVMeVirt does not model (shown by the reports)
     with tempfile.TemporaryDirectory(prefix="ztbp-jobs.") as tmp:
         job, pre = write_jobs(wl, Path(tmp))
         env = capture_env(wl, f"/ztbp/ctl/{job.name}", f"/ztbp/ctl/{pre.name}" if pre else None,
