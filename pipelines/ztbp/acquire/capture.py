@@ -325,7 +325,7 @@ def run_capture(req: VmCapture) -> CaptureOutcome:
                     synthetic=False, workload=wl.meta(), backend=args.backend,
                     probes={"nvme": probe_meta("nvme", script)})
     if plan is not None:
-        meta["emulator"] = NVMEVIRT_NOTES  # what NVMeVirt does not model (shown by the reports)
+        meta["emulator"] = NVMEVIRT_NOTES  # what NVMeVirt does not model (probes/FORMAT.md)
     with tempfile.TemporaryDirectory(prefix="ztbp-jobs.") as tmp:
         job, pre = write_jobs(wl, Path(tmp))
         env = capture_env(wl, f"/ztbp/ctl/{job.name}", f"/ztbp/ctl/{pre.name}" if pre else None,
