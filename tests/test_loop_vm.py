@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from ztbp import paths
+from ztbp.acquire.vm import image_dir
 
 pytestmark = pytest.mark.vm
 NVMEVIRT = paths.ROOT.parent / "shared" / "nvmevirt"
@@ -45,7 +46,7 @@ def nvmevirt_loop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         pytest.skip(f"NVMeVirt is not here ({NVMEVIRT}/build.sh missing): build it as ../shared/nvmevirt/README.md "
                     "says to run the device loop")
     out = tmp_path_factory.mktemp("nvloop")
-    release = next(paths.CACHE.glob("image-*/kernel-release")).read_text().strip()
+    release = (image_dir() / "kernel-release").read_text().strip()  # the image the loop boots
     build = subprocess.run(["bash", str(NVMEVIRT / "build.sh"), release, str(out / "ko")], capture_output=True,
                            text=True, check=False, timeout=900)
     assert build.returncode == 0, build.stderr[-2000:]
