@@ -23,6 +23,9 @@ FAKE_BPFTRACE = r"""#!/usr/bin/env python3
 # the second), deaf (never: SIGTERM ends it), crash (exits before attaching), silent (never prints its header).
 import os, signal, sys, time
 mode = os.environ["FAKE_BT"]
+if sys.argv[1:2] == ["--help"]:  # the variables a bpftrace reads: 0.17 (Debian 12) or 0.23 (Debian 13) names
+    print("BPFTRACE_MAX_MAP_KEYS" if os.environ.get("FAKE_BT_NEW") else "BPFTRACE_MAP_KEYS_MAX")
+    sys.exit(0)
 seen = 0
 def on_int(sig, frame):
     global seen
@@ -137,13 +140,16 @@ def test_a_probe_that_does_not_attach_is_an_error(tmp_path: Path, fake_bpftrace:
     assert message in res.stdout and "rc=1 pids=0" in res.stdout, res.stdout + res.stderr
 
 
-def test_map_probe_gets_its_map_size(tmp_path: Path, fake_bpftrace: dict[str, str]) -> None:
-    """A probe that keeps @rows (map mode) is started with BPFTRACE_MAP_KEYS_MAX and a small perf buffer."""
+@pytest.mark.parametrize("new,variable", [("", "BPFTRACE_MAP_KEYS_MAX"), ("1", "BPFTRACE_MAX_MAP_KEYS")])
+def test_map_probe_gets_its_map_size(tmp_path: Path, fake_bpftrace: dict[str, str], new: str, variable: str) -> None:
+    """A probe that keeps @rows (map mode) is started with its map size, under the variable's name in that
+    bpftrace (0.17: BPFTRACE_MAP_KEYS_MAX; 0.23: BPFTRACE_MAX_MAP_KEYS, which alone it reads), and a small perf
+    buffer."""
     (tmp_path / "map.bt").write_text("kfunc:x { @rows[1] = 1; }\n")
     spy = tmp_path / "bin" / "bpftrace"
-    spy.write_text("#!/bin/bash\nenv | grep '^BPFTRACE_' | sort > \"$SPY\"\n" + "exec python3 - <<'EOF'\n"
+    spy.write_text("#!/bin/bash\nenv | grep '^BPFTRACE_' | sort > \"$SPY\"\n" + "exec python3 - \"$@\" <<'EOF'\n"
                    + FAKE_BPFTRACE.split("\n", 1)[1] + "EOF\n")
     res = lib(tmp_path, f'probe_start nvme "{tmp_path}/map.bt" 1234; probe_signal_until_exit nvme',
-              {**fake_bpftrace, "FAKE_BT": "prompt", "SPY": str(tmp_path / "spy.txt")})
+              {**fake_bpftrace, "FAKE_BT": "prompt", "FAKE_BT_NEW": new, "SPY": str(tmp_path / "spy.txt")})
     assert "attached" in res.stdout or "exited" in res.stdout, res.stdout + res.stderr
-    assert (tmp_path / "spy.txt").read_text().split() == ["BPFTRACE_MAP_KEYS_MAX=1234", "BPFTRACE_PERF_RB_PAGES=64"]
+    assert (tmp_path / "spy.txt").read_text().split() == [f"{variable}=1234", "BPFTRACE_PERF_RB_PAGES=64"]

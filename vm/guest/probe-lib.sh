@@ -152,6 +152,19 @@ script_name() { # PATH -> relative to the repository when inside it
 	echo "${p#"$PROBE_LIB_SRC"/}"
 }
 
+bpftrace_env() { # map_keys|strlen -> the variable's name in this bpftrace: 0.17 (Debian 12) reads
+	# BPFTRACE_MAP_KEYS_MAX and BPFTRACE_STRLEN, 0.23 (Debian 13) BPFTRACE_MAX_MAP_KEYS and BPFTRACE_MAX_STRLEN
+	# (the old names are not read there: a map would silently keep its default 4096 keys)
+	local new=0
+	bpftrace --help 2>&1 | grep -q BPFTRACE_MAX_MAP_KEYS && new=1
+	case "$1:$new" in
+		map_keys:0) echo BPFTRACE_MAP_KEYS_MAX ;;
+		map_keys:1) echo BPFTRACE_MAX_MAP_KEYS ;;
+		strlen:0) echo BPFTRACE_STRLEN ;;
+		strlen:1) echo BPFTRACE_MAX_STRLEN ;;
+	esac
+}
+
 probe_start() { # NAME SCRIPT KEYS [ARGS...]
 	local name="$1" script="$2" keys="$3" mode
 	shift 3
@@ -165,9 +178,9 @@ probe_start() { # NAME SCRIPT KEYS [ARGS...]
 		tune+=(BPFTRACE_PERF_RB_PAGES=64)
 	else
 		mode=stream
-		tune+=(BPFTRACE_STRLEN=16 BPFTRACE_PERF_RB_PAGES="$PROBE_RB_PAGES")
+		tune+=("$(bpftrace_env strlen)=16" BPFTRACE_PERF_RB_PAGES="$PROBE_RB_PAGES")
 	fi
-	[ "$keys" -gt 0 ] && tune+=(BPFTRACE_MAP_KEYS_MAX="$keys")
+	[ "$keys" -gt 0 ] && tune+=("$(bpftrace_env map_keys)=$keys")
 	PROBE_MODE[$name]=$mode
 	info "probe_${name}_mode" "$mode"
 	info "probe_${name}_script" "$(script_name "$script")"
