@@ -30,6 +30,9 @@ from .errors import ZtbpError
 from .units import MIB
 
 ANALYSES = ("zones", "opcodes", "chains", "frag", "cluster", "cachesim")
+#: a local worker is one task at a time on one core: its libraries' thread pools would only fight the other workers
+ONE_THREAD = {k: "1" for k in ("POLARS_MAX_THREADS", "NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                               "MKL_NUM_THREADS")}
 
 
 def analyse_run(run_dir: str, analyses: tuple[str, ...] = ANALYSES, report: bool = False,
@@ -94,8 +97,8 @@ def client(scheduler: str | None = None, workers: int = 2) -> Iterator[Any]:
         return
     if workers < 1:
         raise ZtbpError("--workers must be ≥ 1")
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0") as lc, \
-            Client(lc) as c:
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      env=ONE_THREAD) as lc, Client(lc) as c:
         yield c
 
 
