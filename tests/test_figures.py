@@ -216,8 +216,8 @@ def test_overview_and_quality(tmp_path: Path, paper80: Run) -> None:
     assert fv.to_dicts() == [{"job": "paper80", "dir": "read", "ios": 100, "iops": 1000.0,
                               "MiB_per_s": 4096000 / (1 << 20), "clat_mean_us": 80.0, "clat_p50_us": 75.0,
                               "clat_p99_us": 160.0}]
-    (root / "raw" / "fio.json").write_text("{not json")
-    assert "could not be read" in str(views.fio_view(run))
+    (root / "raw" / "fio.json").write_text("{not json")  # a Run keeps what it read: open the run again
+    assert "could not be read" in str(views.fio_view(load(root)))
     assert "not captured in this run" in str(views.fio_view(paper80))
     probes = views.probes_table(run)
     assert probes.filter(pl.col("probe") == "nvme")["lost_events"].to_list() == ["7"]

@@ -134,3 +134,22 @@ def test_load_events_reingests_when_the_trace_changes(run_factory) -> None:
 def test_out_of_range_zones_are_counted(run_factory) -> None:
     run = run_factory([("read", 64 * 8192, 1), ("read", 0, 1)])
     assert ingest(RunPaths(run)).out_of_range_zones == 1
+
+
+def test_a_changed_geometry_in_meta_reingests_and_reclusters(run_factory) -> None:
+    """Zone ids depend on meta.json's zone size: editing it must not leave stale events or a stale clustering."""
+    import json as _json
+
+    from ztbp import stages
+    from ztbp.io.run import load
+
+    root = run_factory([("read", 8192 * 3 + i, 1) for i in range(50)])
+    assert set(load(root).events["zone"].to_list()) == {3}
+    stages.cluster(load(root))
+    meta = _json.loads((root / "meta.json").read_text())
+    meta.update(zone_size_lba=4096, zone_cap_lba=4096, nr_zones=128)
+    (root / "meta.json").write_text(_json.dumps(meta))
+    assert set(load(root).events["zone"].to_list()) == {6}
+    key = _json.loads((root / "derived" / "cluster.json").read_text())["cache_key"]
+    stages.cluster(load(root))
+    assert _json.loads((root / "derived" / "cluster.json").read_text())["cache_key"] != key

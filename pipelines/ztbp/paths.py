@@ -55,7 +55,8 @@ class RunPaths:
 
     @property
     def run_id(self) -> str:
-        return self.root.name
+        """The run directory's name (resolved, so a run given as `.` is named too)."""
+        return self.root.resolve().name
 
     def probe_csv(self, probe: str) -> Path:
         return self.raw / f"{probe}.csv"

@@ -14,6 +14,7 @@ from .analysis.params import RECOMMEND_GAIN, TRAIN_SHARE, ClusterParams
 from .errors import ZtbpError
 from .io.derived import cached
 from .io.run import Run
+from .units import KIB, MIB
 
 
 def cluster(run: Run, params: ClusterParams = ClusterParams(),
@@ -37,6 +38,9 @@ def simulate(run: Run, cache_mib: float, page_kib: int, hot_zones: list[int],
     general policies."""
     from .analysis.cachesim import simulate as sim
 
+    if not cache_mib * MIB >= page_kib * KIB > 0:
+        raise ZtbpError(f"a cache of {cache_mib} MiB holds no page of {page_kib} KiB: give a cache of at least one "
+                        "page (the paper's device cache is 64 MiB of 4 KiB pages)")
     return sim(run.events, run.meta, cache_mib, page_kib, check_zones(run, hot_zones), with_sweep, general)
 
 

@@ -28,11 +28,6 @@ def parse_size(text: str) -> int:
     return int(out)
 
 
-def whole_mib(value: float) -> float | int:
-    """A size in MiB kept as an int when whole (cache-config.json holds whole MiB as integers)."""
-    return int(value) if float(value).is_integer() else float(value)
-
-
 def parse_zone_list(text: str, what: str = "zone list") -> tuple[int, ...]:
     """'1,7,11' -> (1, 7, 11): non-negative zone ids; a ZtbpError saying how to write them otherwise."""
     try:

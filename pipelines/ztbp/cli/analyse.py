@@ -108,11 +108,9 @@ def _cachesim(args: argparse.Namespace) -> int:
 def _config(args: argparse.Namespace) -> int:
     from .. import stages
     from ..present.text import config_written_text
-    from ..writeback.config import write_config
+    from ..writeback.config import check_output, write_config
 
-    out = Path(args.output)
-    if out.is_dir():
-        raise ZtbpError(f"-o {out} is a directory; give a file name, e.g. {out / 'cache-config.json'}")
+    out = check_output(Path(args.output))
     cfg = stages.config(_run(args), args.cache_mib, args.page_kib, cluster_params(args), args.train_share,
                         args.min_gain)
     write_config(cfg, out)

@@ -16,15 +16,16 @@ def cached(run: Run, name: str, params_key: str, compute: Callable[[], dict[str,
     """compute(), or its earlier result from derived/<name>.json when the parameters and the trace match."""
     run.events  # noqa: B018 - make sure events.parquet is current before its stat keys the cache
     st = run.paths.events.stat()
-    key = f"{params_key}-{st.st_size}-{st.st_mtime_ns}"
+    geometry = "-".join(str(run.meta[k]) for k in ("lba_bytes", "zone_size_lba", "zone_cap_lba", "nr_zones"))
+    key = f"{params_key}-{st.st_size}-{st.st_mtime_ns}-{geometry}"
     path = run.paths.derived / f"{name}.json"
     if path.is_file():
         try:
             old = json.loads(path.read_text())
-            if old.get("cache_key") == key:
+            if isinstance(old, dict) and old.get("cache_key") == key and isinstance(old.get("result"), dict):
                 return old["result"]
-        except (json.JSONDecodeError, KeyError, OSError):
-            pass
+        except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+            pass  # an unreadable or foreign file is recomputed and replaced
     res = compute()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")

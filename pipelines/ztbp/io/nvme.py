@@ -41,6 +41,8 @@ class IngestReport:
     lost_events: dict[str, int] = field(default_factory=dict)
     source_size: int = 0
     source_mtime_ns: int = 0
+    #: meta.json's geometry the zone ids were computed with: a change re-ingests (the zone column depends on it)
+    geometry: dict[str, int] = field(default_factory=dict)
     path: str = "fast"
 
     def skip(self, line_no: int, reason: str, count_only: bool = False) -> None:
@@ -161,11 +163,17 @@ def open_source(run: RunPaths) -> tuple[dict[str, Any], list[str], IngestReport]
     header = _check_header(src)
     st = src.stat()
     report = IngestReport(source=str(src), source_size=st.st_size, source_mtime_ns=st.st_mtime_ns,
-                          lost_events={k: int(v) for k, v in meta.get("lost_events", {}).items()})
+                          lost_events={k: int(v) for k, v in meta.get("lost_events", {}).items()},
+                          geometry=geometry_of(meta))
     return meta, header, report
 
 
-def ingest(run: RunPaths, quiet: bool = True) -> IngestReport:
+def geometry_of(meta: dict[str, Any]) -> dict[str, int]:
+    """The fields of meta.json that derived data depends on (zone ids, zone counts)."""
+    return {k: int(meta[k]) for k in ("lba_bytes", "zone_size_lba", "zone_cap_lba", "nr_zones")}
+
+
+def ingest(run: RunPaths) -> IngestReport:
     """Read raw/nvme.csv of a run and write derived/events.parquet and derived/ingest.json."""
     meta, header, report = open_source(run)
     src = run.nvme_csv
@@ -187,14 +195,17 @@ def ingest(run: RunPaths, quiet: bool = True) -> IngestReport:
 
 
 def _is_fresh(run: RunPaths) -> bool:
+    """events.parquet was made from this raw/nvme.csv with this meta.json geometry."""
     if not run.events.is_file() or not run.ingest_report.is_file():
         return False
     try:
         rep = json.loads(run.ingest_report.read_text())
         st = run.nvme_csv.stat()
+        geometry = geometry_of(read_meta(run))
     except (OSError, json.JSONDecodeError):
         return False
-    return rep.get("source_size") == st.st_size and rep.get("source_mtime_ns") == st.st_mtime_ns
+    return (isinstance(rep, dict) and rep.get("source_size") == st.st_size
+            and rep.get("source_mtime_ns") == st.st_mtime_ns and rep.get("geometry") == geometry)
 
 
 def load_events(run: RunPaths | str | Path) -> pl.DataFrame:

@@ -29,6 +29,7 @@ class Run:
     event_loads: int = 0
     _events: pl.DataFrame | None = field(default=None, repr=False)
     _layers: tuple[pl.DataFrame, LayersReadReport] | None = field(default=None, repr=False)
+    _fio: list[dict[str, Any]] | None = field(default=None, repr=False)
 
     @property
     def run_id(self) -> str:
@@ -67,7 +68,9 @@ class Run:
 
     def fio_rows(self) -> list[dict[str, Any]] | None:
         """Per-job rows of raw/fio.json, None when the run has no fio output (ZtbpError when it is unreadable)."""
-        return fio_io.fio_rows(self.paths.fio_json) if self.paths.fio_json.is_file() else None
+        if self._fio is None and self.paths.fio_json.is_file():
+            self._fio = fio_io.fio_rows(self.paths.fio_json)
+        return self._fio
 
     def bench(self) -> dict[str, Any] | None:
         return read_bench(self.paths)

@@ -13,7 +13,6 @@ from .. import stages
 from ..analysis.cluster import cell_labels
 from ..analysis.params import ClusterParams
 from ..errors import ZtbpError
-from ..io.fio import fio_rows
 from ..io.run import Run
 from .figures import Note
 from .text import scalar
@@ -77,7 +76,7 @@ def fio_view(run: Run) -> pl.DataFrame | Note:
     if not path.is_file():
         return Note("fio output: not captured in this run (no raw/fio.json)")
     try:
-        rows = fio_rows(path)
+        rows = run.fio_rows() or []
     except ZtbpError as e:
         return Note(f"fio output could not be read: {e}")
     if not rows:
@@ -157,7 +156,7 @@ def quality_warnings(run: Run) -> list[str]:
         out.append(f"{errors} commands completed with a non-zero NVMe status")
     if run.paths.fio_json.is_file():
         try:
-            fio_reads = sum(r["ios"] for r in fio_rows(run.paths.fio_json) if r["dir"] == "read")
+            fio_reads = sum(r["ios"] for r in run.fio_rows() or [] if r["dir"] == "read")
         except ZtbpError as e:
             out.append(f"raw/fio.json: {e}")
         else:

@@ -72,9 +72,18 @@ def make_config(meta: dict[str, Any], run_id: str, cluster: dict[str, Any], pred
     }
 
 
-def write_config(cfg: dict[str, Any], out: Path) -> Path:
+def check_output(out: Path) -> Path:
+    """A path a configuration can be written to (checked before anything is computed)."""
     if out.is_dir():
-        raise ZtbpError(f"-o {out} is a directory; give a file name, e.g. {out / 'cache-config.json'}")
+        raise ZtbpError(f"{out} is a directory; give a file name, e.g. {out / 'cache-config.json'}")
+    parent = next((p for p in out.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise ZtbpError(f"cannot write {out}: {parent} is a file, not a folder")
+    return out
+
+
+def write_config(cfg: dict[str, Any], out: Path) -> Path:
+    check_output(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(cfg, indent=2) + "\n")
@@ -88,6 +97,8 @@ def read_config(path: Path) -> dict[str, Any]:
         cfg = json.loads(path.read_text())
     except FileNotFoundError:
         raise ZtbpError(f"config {path} does not exist; make one with `ztbp config RUN -o {path}`") from None
+    except OSError as e:
+        raise ZtbpError(f"config {path} cannot be read ({e.strerror}); give a cache-config.json file") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise FormatError(f"config {path} is not valid JSON ({e})") from None
     if not isinstance(cfg, dict) or cfg.get("format") != CONFIG_FORMAT:
