@@ -63,11 +63,11 @@ class RunPaths:
 
 
 def resolve_run(run: str | os.PathLike[str]) -> RunPaths:
-    """The one way to find a run: a path (absolute, or from the current folder), else a path from the repository
-    root (the notebooks' defaults, e.g. tests/data/runs/sample-paper80), else a run id under RUNS."""
+    """The one way to find a run: a path (absolute, or from the current folder), else a run id under RUNS, else a
+    path from the repository root (the notebooks' defaults, e.g. tests/data/runs/sample-paper80)."""
     p = Path(run)
     if not p.is_absolute() and not p.exists():
-        for base in (ROOT, RUNS):
+        for base in (RUNS, ROOT):
             if (base / p).exists():
                 p = base / p
                 break
