@@ -165,6 +165,15 @@ run_rocksdb() {
 	fi
 }
 
+stop_cachestat() { # a row a second: its output never stops growing, so no drain (probe_stop would wait for one)
+	[ -n "${PROBE_PID[cachestat]:-}" ] || return 0
+	local misses
+	misses="$(recursion_misses "${PROBE_PID[cachestat]}")"
+	probe_signal_until_exit cachestat
+	probe_extract cachestat
+	probe_account cachestat "$misses"
+}
+
 # ---- the files' layout ------------------------------------------------------------------------------------
 
 btrfs_chunks() { # the chunk tree: "logical length stripe0_offset" per chunk (btrfs FIEMAP gives logical addresses)
@@ -271,7 +280,7 @@ main() {
 	run_rocksdb
 	info workload_s "$(echo "$(date +%s.%N) $t0" | awk '{printf "%.3f", $1 - $2}')"
 	probe_stop appops
-	probe_stop cachestat
+	stop_cachestat
 	probe_stop nvme
 	record_files
 	blkzone report "$ZNS" > "$TMP/zones.txt"
