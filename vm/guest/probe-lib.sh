@@ -154,7 +154,7 @@ script_name() { # PATH -> relative to the repository when inside it
 
 bpftrace_env() { # map_keys|strlen -> the variable's name in this bpftrace: 0.17 (Debian 12) reads
 	# BPFTRACE_MAP_KEYS_MAX and BPFTRACE_STRLEN, 0.23 (Debian 13) BPFTRACE_MAX_MAP_KEYS and BPFTRACE_MAX_STRLEN
-	# (the old names are not read there: a map would silently keep its default 4096 keys)
+	# (it warns that the old names are deprecated)
 	local new=0
 	bpftrace --help 2>&1 | grep -q BPFTRACE_MAX_MAP_KEYS && new=1
 	case "$1:$new" in
@@ -298,8 +298,10 @@ probe_extract() { # NAME: $TMP/NAME.out -> $TMP/NAME.csv (the two header lines, 
 			STATUS="failed"
 		fi
 		# completion order: the first field of each converted row is the completion time
-		awk -f "$to_csv" "$TMP/$name.out" | LC_ALL=C sort -n -t, -k1,1 | cut -d, -f2- >> "$TMP/$name.csv"
-		if [ "${PIPESTATUS[0]}" -ne 0 ]; then
+		# the rows mapdump.py took ($TMP/NAME.dump) and those bpftrace printed at exit, in the same format
+		cat "$TMP/$name.out" "$TMP/$name.dump" 2>/dev/null | awk -f "$to_csv" | LC_ALL=C sort -n -t, -k1,1 |
+			cut -d, -f2- >> "$TMP/$name.csv"
+		if [ "${PIPESTATUS[1]}" -ne 0 ]; then
 			say "error $(basename "$to_csv") could not convert every row (see console.log); they count as lost"
 			STATUS="failed"
 		fi
@@ -342,14 +344,29 @@ probe_account() { # NAME MISSES: the LOSS RULE; sets PROBE_ROWS and PROBE_LOST
 		"$unmatched unmatched or skipped, ${dropped:-0} counted by the probe)"
 }
 
+probe_fast_dump() { # NAME: a map probe's rows taken out of the running bpftrace in batches (mapdump.py); what
+	# completes afterwards stays in the map and bpftrace prints it at exit. Without python3, or when it fails,
+	# bpftrace prints the rows (slowly) itself. ZTBP_MAPDUMP=0 leaves it all to bpftrace (to compare).
+	local name="$1" t0=$SECONDS rc=0
+	: > "$TMP/$name.dump"
+	[ "${ZTBP_MAPDUMP:-1}" = 1 ] && command -v python3 >/dev/null 2>&1 || return 0
+	python3 "$PROBE_LIB_SRC/vm/guest/mapdump.py" "${PROBE_PID[$name]}" > "$TMP/$name.dump" \
+		2> "$TMP/$name.dump.err" || rc=$?
+	info "probe_${name}_dump_s" "$((SECONDS - t0))"
+	say "stage probe $name: $(wc -l < "$TMP/$name.dump") rows read from its map in $((SECONDS - t0)) s" \
+		"$([ "$rc" -eq 0 ] || echo "(mapdump.py exit $rc: $(tr '\n' ' ' < "$TMP/$name.dump.err"); bpftrace prints the rest)")"
+}
+
 probe_stop() { # NAME: drain, stop, extract, account
-	local name="$1" misses
+	local name="$1" misses t0=$SECONDS
 	[ -n "${PROBE_PID[$name]:-}" ] || return 0
 	[ "${PROBE_MODE[$name]}" = stream ] && probe_drain "$name"
 	say "stage probe $name stopping bpftrace"
 	misses="$(recursion_misses "${PROBE_PID[$name]}")"
+	[ "${PROBE_MODE[$name]}" = map ] && probe_fast_dump "$name"
 	probe_signal_until_exit "$name"
 	probe_extract "$name"
+	info "probe_${name}_stop_s" "$((SECONDS - t0))"
 	probe_account "$name" "$misses"
 }
 

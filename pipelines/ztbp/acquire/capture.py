@@ -79,7 +79,8 @@ def count_commands(csv: Path) -> dict[str, int]:
 
 #: meta.json statistics object of each probe (probes/FORMAT.md) and the guest.env counters it holds.
 PROBE_STATS_KEY = {"nvme": "probe_stats", "layers": "layer_stats"}
-_STAT_COUNTERS = ("setups", "completed", "rows", "perf_lost", "max_rows", "recursion_misses", "attach_s", "drain_s")
+_STAT_COUNTERS = ("setups", "completed", "rows", "perf_lost", "max_rows", "recursion_misses", "attach_s", "drain_s",
+                  "dump_s", "stop_s")
 _ATTACH_KINDS = {"kfunc": "fentry", "kretfunc": "fexit", "tracepoint": "tracepoint", "kprobe": "kprobe",
                  "kretprobe": "kretprobe", "rawtracepoint": "rawtracepoint", "uprobe": "uprobe", "usdt": "usdt"}
 _PROBE_POINT = re.compile(r"^(?P<kind>[a-z]+):[^\s]", re.M)
