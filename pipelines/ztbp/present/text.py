@@ -219,7 +219,7 @@ def config_written_text(cfg: dict[str, Any], out: Path) -> str:
                      "the five with the highest read shares are sent and were predicted with")
     if not cfg["hot_zones"]:
         lines.append("  note: no hot zone was found; applying this configuration clears nothing and sets nothing")
-    if cfg.get("recommend") is False:
+    if cfg.get("recommend") is False and cfg["hot_zones"]:
         lines.append("  note: ztbp-ctl set and ztbp apply refuse this configuration (exit code 16) unless --force")
     return "\n".join(lines)
 
