@@ -83,8 +83,9 @@ tool_stop() { # TOOL: let it drain (until it uses no CPU), stop it with SIGINT a
 	echo "$((SECONDS - t0))"
 }
 
-tool_rows() { # TOOL: rows it printed for the traced device
-	grep -c " $(basename "$DEV") " "$TMP/$1.out"
+tool_rows() { # TOOL: rows it printed for the traced device (its name as a word; a sample of the output is kept)
+	head -n 3 "$TMP/$1.out" | sed "s/^/ZTBP-TOOL-OUT $1: /" >&2
+	grep -c -w "$(basename "$DEV")" "$TMP/$1.out"
 }
 
 tool_reported_lost() { # TOOL: the losses it reported itself
