@@ -428,7 +428,10 @@ def run_loop(req: LoopRequest) -> dict[str, Any]:
         _, pre = write_jobs(wl, Path(tmp))
         env = guest_env(wl, f"/ztbp/ctl/{pre.name}" if pre else None, req.rounds)
         env["ZTBP_PROBE"] = f"/ztbp/src/{LOOP_PROBE}"
-        result = run_in_guest("bash /ztbp/src/vm/guest/loop.sh", root, geometry=geometry, timeout=req.timeout,
+        # the guest's kernel log is kept (.loop/dmesg-end.txt) whatever the script's end, for a crash's cause
+        cmd = ("bash /ztbp/src/vm/guest/loop.sh; rc=$?; cat /proc/cmdline > /ztbp/out/.loop/cmdline.txt; "
+               "dmesg > /ztbp/out/.loop/dmesg-end.txt; exit $rc")
+        result = run_in_guest(cmd, root, geometry=geometry, timeout=req.timeout,
                               files=[pre] if pre else [], env=env, extra_args=extra, on_line=_handler(st))
     return _finish(st, result.status, result.interrupted)
 
