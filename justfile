@@ -140,10 +140,10 @@ capture WORKLOAD="paper80" READS="1000000" *ARGS: setup deps
 capture-host DEV WORKLOAD="paper80" *ARGS: setup
     {{ZTBP}} capture-host {{quote(DEV)}} {{quote(WORKLOAD)}} {{ARGS}}
 
-# closed loop in one VM boot: capture WORKLOAD, analyse, send the hot zones, capture again (ROUNDS rounds of READS reads); ARGS: e.g. --backend nvmevirt --nvmevirt-ko nvmev.ko, --fio-file FILE, --host DEV
+# closed loop in one VM boot: capture WORKLOAD, analyse, send the hot zones, capture again (ROUNDS rounds of READS reads; CACHE_MIB: the model's cache, small enough for READS to evict); ARGS: e.g. --backend nvmevirt --nvmevirt-ko nvmev.ko, --fio-file FILE, --host DEV
 [group('capture')]
-loop WORKLOAD="paper80" ROUNDS="3" READS="20000" *ARGS: setup deps build
-    {{ZTBP}} loop {{quote(WORKLOAD)}} --rounds {{ROUNDS}} --reads {{READS}} {{ARGS}}
+loop WORKLOAD="paper80" ROUNDS="3" READS="20000" CACHE_MIB="16" *ARGS: setup deps build
+    {{ZTBP}} loop {{quote(WORKLOAD)}} --rounds {{ROUNDS}} --reads {{READS}} --cache-mib {{CACHE_MIB}} {{ARGS}}
 
 # an interactive root shell in the guest (repository at /ztbp/src, zoned namespace /dev/nvme0n1); power off with: echo o > /proc/sysrq-trigger
 [group('capture')]
