@@ -24,6 +24,7 @@ PACKAGES=(
 	zstd                  # initramfs compression
 	bpftrace              # the probes
 	bpfcc-tools           # bcc's biosnoop & co.: the comparison of vm/bench-probe.sh (+python3-bpfcc)
+	linux-headers-amd64   # bcc compiles its programs against the running kernel's headers (Debian has no kheaders)
 	fio                   # the workloads (io_uring, zonemode=zbd)
 	nvme-cli              # nvme zns report-zones, id-ns
 	util-linux            # blkzone
