@@ -266,3 +266,26 @@ def test_conflicts_text_and_figure() -> None:
     assert isinstance(collisions_over_time(empty), Note) and s0["unmapped"] == 3
     assert "no I/O command falls in a zone of the table" in conflicts_text(
         {"run": "r", "summary": s0, "per_bin": empty, "whatif": {}})
+
+
+def test_confirming_an_interfering_pair_undoes_a_passing_disturbance() -> None:
+    # zones 0..3 are independent; the first time 1 and 3 are measured together the host stalls
+    stalled: list[int] = []
+
+    def measure(zones: Sequence[int]) -> Mapping[int, float]:
+        if len(zones) == 1:
+            return {zones[0]: 50.0}
+        hit = list(zones) == [1, 3] and not stalled
+        if hit:
+            stalled.append(1)
+        return {z: 25.0 if hit else 50.0 for z in zones}
+
+    assert profile_zones(range(4), measure).groups[3] == 1  # unconfirmed: the stall reads as interference
+    stalled.clear()
+    res = profile_zones(range(4), measure, confirm=1)
+    assert sorted(res.groups.values()) == [0, 1, 2, 3]
+    assert next(p for p in res.pairs if (p.a, p.b) == (1, 3)).measured == 2
+    # a real conflict survives confirmation
+    real = profile_zones(range(8), synthetic(lambda z: z % 4, noise=0.02)[0], confirm=2)
+    assert canonical(real.groups) == [[z, z + 4] for z in range(4)]
+    assert all(p.measured == 3 for p in real.pairs if p.interferes)

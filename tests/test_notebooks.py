@@ -29,9 +29,9 @@ def _code_cells(path: Path) -> list[Any]:
     return [c for c in nbformat.read(str(path), as_version=4).cells if c.cell_type == "code"]
 
 
-def test_six_notebooks_one_per_question() -> None:
+def test_seven_notebooks_one_per_question() -> None:
     assert [p.stem for p in NOTEBOOK_PATHS] == ["1-overview", "2-zones", "3-layers", "4-sequentiality",
-                                                 "5-clustering", "6-cache"]
+                                                 "5-clustering", "6-cache", "7-device"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOK_PATHS, ids=lambda p: p.stem)

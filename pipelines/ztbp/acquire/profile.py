@@ -421,6 +421,7 @@ class ProfileRequest:
     threshold_mib: float | None = None
     reference: str = "median"
     full_matrix: bool = False
+    confirm: int = 1
     budget_s: float = 0.0
     fill: bool = True
     key: str | None = None
@@ -494,7 +495,7 @@ def run_profile(req: ProfileRequest, runner: GuestRunner | HostRunner, out: Path
 
         t_meas = time.monotonic()
         res = profile_zones(zones, measure, threshold=req.threshold, threshold_mib=req.threshold_mib,
-                            reference=req.reference, full_matrix=req.full_matrix,
+                            reference=req.reference, full_matrix=req.full_matrix, confirm=req.confirm,
                             min_separation=req.min_separation, on_step=on_step, stop=budget.exhausted)
         measure_s = time.monotonic() - t_meas
         versions = r.versions
@@ -502,7 +503,7 @@ def run_profile(req: ProfileRequest, runner: GuestRunner | HostRunner, out: Path
         "format": PROFILE_FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "device": asdict(dev), "spec": asdict(req.spec), "request": {
             "threshold": req.threshold, "threshold_mib": req.threshold_mib, "reference": req.reference,
-            "full_matrix": req.full_matrix,
+            "full_matrix": req.full_matrix, "confirm": req.confirm,
             "budget_s": req.budget_s, "fill": req.fill, "key": req.key},
         "versions": versions,
         "timing": {"boot_s": round(boot_s, 1), "fill_s": round(fill_s, 1), "measure_s": round(measure_s, 1),

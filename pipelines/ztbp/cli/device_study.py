@@ -63,12 +63,14 @@ def _profile(args: argparse.Namespace) -> int:
     from ..acquire.vm import Geometry, NvmevirtPlan
     from ..present.device import profile_heatmap, profile_text
 
+    if args.confirm < 0:
+        raise ZtbpError("--confirm is a number of extra measurements, 0 or more")
     if not 0 < args.threshold < 2:
         raise ZtbpError("--threshold is a share of the pair's summed solo bandwidth, e.g. 0.8")
     spec = _spec(args)
     req = ProfileRequest(zones=zone_spec(args.zones) if args.zones else None, spec=spec, threshold=args.threshold,
                          threshold_mib=args.threshold_mib, reference=args.reference, full_matrix=args.full_matrix,
-                         budget_s=args.budget,
+                         confirm=args.confirm, budget_s=args.budget,
                          fill=not args.no_fill, key=args.key, max_zones=args.max_zones,
                          min_separation=args.min_separation)
     out = _profile_out(args)
@@ -150,6 +152,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="interfering and independent pairs must be this far apart to count as structure "
                         "(default %(default)s)")
     p.add_argument("--full-matrix", action="store_true", help="measure every pair first (small devices)")
+    p.add_argument("--confirm", type=int, default=1,
+                   help="measure a pair found interfering up to N more times, keeping its best figure (a passing "
+                        "disturbance only lowers bandwidth; default %(default)s)")
     p.add_argument("--budget", type=float, default=0, help="stop measuring after this many seconds (0 = no limit)")
     p.add_argument("--rw", choices=("read", "write"), default=d.rw, help="measure reads or writes (default read)")
     p.add_argument("--bs", default=f"{d.block_bytes // 1024}k", help="block size (default %(default)s)")

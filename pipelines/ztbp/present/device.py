@@ -27,16 +27,16 @@ def groups_frame(groups: dict[str, int] | dict[int, int]) -> pl.DataFrame:
 
 def _shade(v: float | None) -> str:
     if v is None or math.isnan(v):
-        return " ?"
+        return "   ?"
     k = min(len(SHADES) - 1, max(0, int((1.2 - min(v, 1.2)) / 1.2 * (len(SHADES) - 1) + 0.5)))
-    return " " + SHADES[k]
+    return "   " + SHADES[k]
 
 
 def matrix_text(zones: list[int], matrix: list[list[float | None]]) -> str:
     """The pair-ratio matrix as characters: darker = the pair reaches less of its solo bandwidth."""
     if len(zones) > MAX_TEXT_MATRIX:
         return f"(matrix of {len(zones)} zones: see matrix.csv and heatmap.html)"
-    head = "      " + "".join(f"{z % 100:2d}" for z in zones)
+    head = "      " + "".join(f"{z:4d}" for z in zones)
     lines = [head] + [f"{z:5d} " + "".join(_shade(v) for v in row) for z, row in zip(zones, matrix, strict=True)]
     return "\n".join(lines) + f"\n      shades: '{SHADES}' = pair ratio 1.2 .. 0 (? = not measured)"
 
