@@ -196,3 +196,16 @@ def test_reset_figures() -> None:
     assert [d.name for d in fig.data] == ["eager runtime reset", "FAR (T = 0.7)"]
     assert isinstance(reset_timeline(table.head(0)), Note)
     assert isinstance(far_free_space(far_replay(Trace().reset(0).frame(), META)), Note)
+
+
+def test_zone_cycling_workload_job() -> None:
+    from ztbp.acquire.workload import Workload
+
+    wl = Workload(name="zonecycle", region_bytes=128 << 20, nr_zones=16)
+    job = wl.fio_job()
+    for opt in ("rw=randwrite", "zonemode=zbd", "bs=64k", "max_open_zones=4", "zone_reset_threshold=0.4",
+                "zone_reset_frequency=0.05", f"size={128 << 20}", f"io_size={3 * (128 << 20)}"):
+        assert opt in job.splitlines(), opt
+    assert wl.writes == 6144 and wl.total_reads == 0
+    assert wl.prefill_job() is None and wl.reset_zones == range(0, 4)
+    assert wl.meta()["kind"] == "zonecycle"

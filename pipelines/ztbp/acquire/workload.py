@@ -25,6 +25,14 @@ PAPER_HOT_ZONES: tuple[int, ...] = (1, 7, 11, 15, 19)
 PAPER_READS = 1_000_000
 COLD_START = 10 * MIB
 READ_REGION = 1024 * MIB
+#: zonecycle: 64 KiB writes, three passes over the region, at most 4 zones written at once; once the written share
+#: of the region passes 0.4, fio resets the zone it is about to write every 1 / 0.05 = 20 writes.
+WRITE_ONLY = ("seqwrite", "zonecycle")
+CYCLE_BLOCK = 64 * KIB
+CYCLE_PASSES = 3
+CYCLE_OPEN_ZONES = 4
+CYCLE_RESET_THRESHOLD = 0.4
+CYCLE_RESET_FREQUENCY = 0.05
 
 
 class WorkloadError(ZtbpError):
@@ -35,7 +43,7 @@ class WorkloadError(ZtbpError):
 class Preset:
     """Defaults of one named workload."""
 
-    kind: str  # hotcold, uniform, zipf, seqwrite, mixed
+    kind: str  # hotcold, uniform, zipf, seqwrite, mixed, zonecycle
     jobs: int
     iodepth: int
     hot_share: float = 0.0
@@ -48,6 +56,9 @@ PRESETS: dict[str, Preset] = {
     "uniform": Preset("uniform", 4, 4, help="uniform 4 KiB random reads over the read region"),
     "zipf": Preset("zipf", 4, 4, help="4 KiB random reads, zipf(1.2) over the read region"),
     "seqwrite": Preset("seqwrite", 1, 1, help="sequential 128 KiB writes filling the read region's zones"),
+    "zonecycle": Preset("zonecycle", 1, 4, help="64 KiB zoned random writes, three passes over the region's zones: "
+                        "fio resets a full zone it comes back to and, once 40 % of the region is written, a partly "
+                        "written one every 20 writes (zone_reset_threshold/frequency)"),
     "mixed": Preset("mixed", 4, 4, help="random reads over the read region plus sequential writes after it"),
 }
 
@@ -128,11 +139,13 @@ class Workload:
             return max(1, round(self.reads * self.write_share))
         if self.preset.kind == "seqwrite":
             return self.region_bytes // (128 * KIB)
+        if self.preset.kind == "zonecycle":
+            return CYCLE_PASSES * self.region_bytes // CYCLE_BLOCK
         return 0
 
     @property
     def total_reads(self) -> int:
-        return 0 if self.preset.kind == "seqwrite" else self.reads
+        return 0 if self.preset.kind in WRITE_ONLY else self.reads
 
     @property
     def expected_commands(self) -> int:
@@ -144,12 +157,12 @@ class Workload:
     @property
     def prefill_zones(self) -> range:
         """Zones the capture resets and writes before the workload (those the reads touch)."""
-        return range(0, 0 if self.preset.kind == "seqwrite" else self.region_zones)
+        return range(0, 0 if self.preset.kind in WRITE_ONLY else self.region_zones)
 
     @property
     def reset_zones(self) -> range:
         """Zones reset before the workload: the prefilled ones, plus the ones the workload writes."""
-        if self.preset.kind == "seqwrite":
+        if self.preset.kind in WRITE_ONLY:
             return range(0, self.region_zones)
         if self.preset.kind == "mixed":
             return range(0, self.region_zones + self.write_zones)
@@ -230,6 +243,12 @@ class Workload:
                 "offset=0", f"size={self.region_bytes}"])
             lines += self._write_section("write", self.region_bytes, self.write_zones * self.zone_bytes,
                                          self.writes * BLOCK, BLOCK)
+        elif kind == "zonecycle":
+            lines += ["", "[cycle]", "rw=randwrite", "zonemode=zbd", f"bs={CYCLE_BLOCK // KIB}k",
+                      f"iodepth={self.iodepth}", "numjobs=1", "offset=0", f"size={self.region_bytes}",
+                      f"io_size={self.writes * CYCLE_BLOCK}", f"max_open_zones={CYCLE_OPEN_ZONES}",
+                      f"zone_reset_threshold={CYCLE_RESET_THRESHOLD}",
+                      f"zone_reset_frequency={CYCLE_RESET_FREQUENCY}"]
         elif kind == "seqwrite":
             lines += self._write_section("fill", 0, self.region_bytes, self.region_bytes, 128 * KIB)
         return "\n".join(lines) + "\n"
