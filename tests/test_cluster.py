@@ -167,6 +167,18 @@ def test_significance_test_false_positive_rate_on_uniform_zones() -> None:
     assert hits / runs <= 0.01 + 3 * np.sqrt(0.01 * 0.99 / runs)
 
 
+def test_cells_beyond_the_zone_capacity_do_not_count_against_a_hot_zone() -> None:
+    """A device whose zones hold data in their first 40 % only (zone capacity < zone size): the hot zones are read
+    all over their capacity, so they are dense, though 60 % of their cells can never be read."""
+    ev = reads("paper80", 200_000, 2)
+    off = ev["slba"] % 8192
+    squeezed = ev.with_columns((ev["slba"] - off + off * 2 // 5).alias("slba"))
+    cap = {**META, "zone_cap_lba": 8192 * 2 // 5}
+    r = run_cluster(squeezed, cap, ClusterParams(seed=2))
+    assert sorted(r["hot_zones"]) == HOT
+    assert all(z["hot_cell_share"] >= 0.9 for z in r["zone_tests"] if z["hot"])
+
+
 def test_only_one_zone_read_is_not_hot() -> None:
     ev = reads("uniform", 50_000, 1, opts=SynthOptions(region=(32 << 20, 64 << 20)))
     r = run_cluster(ev, META, ClusterParams())

@@ -25,8 +25,8 @@ widened one step beyond that edge and scored again (at most MAX_WIDEN times); ev
 Hot zones. DBSCAN is fitted with the winning pair on the whole run. A cluster is hot when its read density (reads
 per cell) is at least `hot_factor` (default 2) times the run's mean density over the cells that were read. A zone
 is hot when both hold:
-  dense       — at least half of its reads and at least half of its cells lie in hot clusters (one hot cell or page
-                cannot make a zone hot);
+  dense       — at least half of its reads and at least half of its cells (those within the zone capacity) lie in
+                hot clusters (one hot cell or page cannot make a zone hot);
   significant — its reads are significantly above what the non-hot rest of the device would give it: one-sided
                 exact binomial test of the zone's reads r among r + R (R: the reads of the other read zones that
                 are not hot), with success probability e / (e + E) — e, E: the cells read in the zone and in those
@@ -320,10 +320,12 @@ def zone_p_values(reads: np.ndarray, exposure: np.ndarray, hot: np.ndarray) -> n
     return p
 
 
-def hot_zones_from_labels(c: Cells, labels: np.ndarray, params: ClusterParams, nr_zones: int
-                          ) -> tuple[list[int], list[dict[str, Any]], pl.DataFrame]:
-    """Apply the hot rule (module docstring) to cluster labels; return hot zones, clusters, per-zone table."""
+def hot_zones_from_labels(c: Cells, labels: np.ndarray, params: ClusterParams, nr_zones: int,
+                          cap_cells: int | None = None) -> tuple[list[int], list[dict[str, Any]], pl.DataFrame]:
+    """Apply the hot rule (module docstring) to cluster labels; return hot zones, clusters, per-zone table.
+    cap_cells: the cells of a zone that lie within its capacity (the readable ones; default all)."""
     cpz = params.cells_per_zone
+    readable = min(cpz, cap_cells) if cap_cells else cpz
     mean_density = c.counts.sum() / max(1, c.counts.size)
     df = pl.DataFrame({"cell": c.cell, "reads": c.counts, "label": labels}).with_columns(
         (pl.col("cell") // cpz).alias("zone"))
@@ -340,7 +342,7 @@ def hot_zones_from_labels(c: Cells, labels: np.ndarray, params: ClusterParams, n
     hot_reads = np.bincount(zone, c.counts * in_hot, nr_zones)
     hot_cells = np.bincount(zone, in_hot, nr_zones)
     dense = (reads > 0) & (hot_reads >= params.hot_zone_share * np.maximum(reads, 1)) & (
-        hot_cells >= params.hot_cell_share * cpz)
+        hot_cells >= params.hot_cell_share * readable)
     hot = np.zeros(nr_zones, dtype=bool)
     read = reads > 0
     while True:
@@ -352,7 +354,7 @@ def hot_zones_from_labels(c: Cells, labels: np.ndarray, params: ClusterParams, n
             break
         hot = grown
     zt = pl.DataFrame({"zone": np.arange(nr_zones), "reads": reads, "cells_read": exposure,
-                       "hot_read_share": hot_reads / np.maximum(reads, 1), "hot_cell_share": hot_cells / cpz,
+                       "hot_read_share": hot_reads / np.maximum(reads, 1), "hot_cell_share": hot_cells / readable,
                        "p_value": p, "p_holm": p_holm, "significant": p_holm <= params.alpha, "dense": dense,
                        "hot": hot}).filter(pl.col("reads") > 0).sort("reads", descending=True)
     hot_list = zt.filter(pl.col("hot"))["zone"].cast(pl.Int64).to_list()
@@ -392,7 +394,8 @@ def run_cluster(events: pl.DataFrame, meta: dict[str, Any], params: ClusterParam
     if best is None:
         return _empty("no parameter pair gave more than one cluster: no hot zone", grid, base)
     labels = cluster_cells(c, best["eps"], best["min_samples"])
-    hot, clusters, zt = hot_zones_from_labels(c, labels, params, meta["nr_zones"])
+    cap_lba = meta.get("zone_cap_lba") or meta["zone_size_lba"]
+    hot, clusters, zt = hot_zones_from_labels(c, labels, params, meta["nr_zones"], -(-cap_lba // c.cell_lba))
     reads_by_zone = dict(zt.select("zone", "reads").iter_rows())
     scores = [{"zone": z, "reads": int(reads_by_zone[z]), "share": reads_by_zone[z] / reads} for z in hot]
     shown = zt.filter(pl.col("significant") | pl.col("dense")).head(ZONE_TESTS_SHOWN)
