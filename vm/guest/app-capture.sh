@@ -63,7 +63,8 @@ EOF
 }
 
 die() { say "error $*"; STATUS="failed"; exit 1; }
-uptime_ns() { awk '{printf "%d", $1 * 1000000000}' /proc/uptime; }
+# /proc/uptime "696.30" -> 696300000000 ns as text (mawk's %d stops at 2^31)
+uptime_ns() { awk '{split($1, a, "."); printf "%s%s0000000\n", a[1], a[2]}' /proc/uptime; }
 
 # ---- the file system --------------------------------------------------------------------------------------
 
@@ -222,7 +223,7 @@ record_files() { # FIEMAP of every file of the application's folder -> $TMP/file
 						nsid = (m1[i] == zns) ? 1 : 2; dev = ph - m2[i] * 4096
 					}
 				}
-				printf "%s,%d,%d,%d,%d,%d,%d,%d,%s\n", path, size, ext, lo, ph, len, nsid, dev, flags
+				printf "%s,%.0f,%d,%.0f,%.0f,%.0f,%d,%.0f,%s\n", path, size, ext, lo, ph, len, nsid, dev, flags
 			}' >> "$TMP/files.csv"
 	done < <(find "$DB" -type f -print0)
 	info files_seen "$n"
