@@ -32,19 +32,20 @@ modprobe ext4; modprobe btrfs
 O=/ztbp/out
 . /etc/os-release; echo "$VERSION_CODENAME $(uname -r) $(bpftrace --version)" > "$O/guest"
 if bpftrace --help 2>&1 | grep -q -- --dry-run; then
-	compile_e() { bpftrace --dry-run -e "$1"; }; compile_f() { bpftrace --dry-run "$1"; }
+	compile_e=(bpftrace --dry-run -e); compile_f=(bpftrace --dry-run)
 else
-	compile_e() { bpftrace --emit-elf /tmp/one.elf -e "$1"; }; compile_f() { bpftrace -d "$1"; }
+	compile_e=(bpftrace --emit-elf /tmp/one.elf -e); compile_f=(bpftrace -d)
 fi
+# (arrays, not shell functions: timeout runs a program, and a function is not one)
 i=0
 while IFS= read -r prog; do
 	i=$((i + 1))
-	timeout 120 compile_e "$prog" > "$O/$i.elf.out" 2>&1; echo $? > "$O/$i.elf.rc"
+	timeout 120 "${compile_e[@]}" "$prog" > "$O/$i.elf.out" 2>&1; echo $? > "$O/$i.elf.rc"
 	timeout 120 bpftrace -e "$prog" -c /bin/true > "$O/$i.run.out" 2>&1; echo $? > "$O/$i.run.rc"
 done < "$O/programs.txt"
 for p in /ztbp/src/probes/*.bt; do
 	b=$(basename "$p")
-	timeout 300 compile_f "$p" > "$O/$b.elf.out" 2>&1; echo $? > "$O/$b.elf.rc"
+	timeout 300 "${compile_f[@]}" "$p" > "$O/$b.elf.out" 2>&1; echo $? > "$O/$b.elf.rc"
 	timeout 300 env BPFTRACE_MAP_KEYS_MAX=4096 bpftrace "$p" -c /bin/true > "$O/$b.run.out" 2>&1
 	echo $? > "$O/$b.run.rc"
 done

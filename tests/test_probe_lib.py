@@ -143,8 +143,8 @@ def test_a_probe_that_does_not_attach_is_an_error(tmp_path: Path, fake_bpftrace:
 @pytest.mark.parametrize("new,variable", [("", "BPFTRACE_MAP_KEYS_MAX"), ("1", "BPFTRACE_MAX_MAP_KEYS")])
 def test_map_probe_gets_its_map_size(tmp_path: Path, fake_bpftrace: dict[str, str], new: str, variable: str) -> None:
     """A probe that keeps @rows (map mode) is started with its map size, under the variable's name in that
-    bpftrace (0.17: BPFTRACE_MAP_KEYS_MAX; 0.23: BPFTRACE_MAX_MAP_KEYS, which alone it reads), and a small perf
-    buffer."""
+    bpftrace (0.17: BPFTRACE_MAP_KEYS_MAX; 0.23: BPFTRACE_MAX_MAP_KEYS, where the old name is deprecated), and a
+    small perf buffer."""
     (tmp_path / "map.bt").write_text("kfunc:x { @rows[1] = 1; }\n")
     spy = tmp_path / "bin" / "bpftrace"
     spy.write_text("#!/bin/bash\nenv | grep '^BPFTRACE_' | sort > \"$SPY\"\n" + "exec python3 - \"$@\" <<'EOF'\n"
