@@ -128,12 +128,21 @@ def test_every_one_liner_compiles_and_attaches_in_the_guest(guest_checks: tuple[
     assert int((out / f"{n}.run.rc").read_text()) != 0 or "ERROR" in control_out, control_out
 
 
+#: (suite, probe) pairs known not to work, with the reason; the test fails when one starts working (remove it then)
+KNOWN_FAILURES: dict[tuple[str, str], str] = {
+    ("trixie", "layers.bt"): "bpftrace 0.23.2 crashes (SIGSEGV, no message) compiling layers.bt on Debian 13; "
+                             "none of its probe blocks crashes alone (issue 17 is open on this)",
+}
+
+
 @pytest.mark.vm
 def test_every_probe_compiles_and_attaches_in_the_guest(guest_checks: tuple[str, Path]) -> None:
     """probes/*.bt: one source for both suites, each compiled and attached (BEGIN prints its header)."""
-    _, out = guest_checks
+    suite, out = guest_checks
     # a template (placeholders such as __BINARY__, filled in by the capture that uses it) is not a probe yet
     probes = sorted(p.name for p in (ROOT / "probes").glob("*.bt") if not re.search(r"__[A-Z]+__", p.read_text()))
     assert probes
     failures = {p: f for p in probes if (f := _failure(out, p, re.compile(r"^# ztbp \w+ v\d+$|Attach", re.M)))}
-    assert not failures, json.dumps(failures, indent=2)
+    known = {p for (s, p) in KNOWN_FAILURES if s == suite}
+    assert set(failures) - known == set(), json.dumps(failures, indent=2)
+    assert known <= set(failures), f"{sorted(known - set(failures))} now work on {suite}: drop them from KNOWN_FAILURES"
