@@ -77,7 +77,7 @@ def _state(rounds: int = 3, min_gain: float = 0.01) -> LoopState:
 
 def _entry(r: int, recommend: bool, in_force: float, lru: float = 0.2) -> dict:
     return {"round": r, "config": {"recommend": recommend, "recommend_reason": "why", "file": f"round-{r:02d}/c.json"},
-            "model": {"in_force_hit_ratio": in_force, "lru": lru}, "measured_gain": None}
+            "model": {"sent_hit_ratio": in_force, "lru": lru}, "measured_gain": None}
 
 
 def test_decide_not_recommended_stops_with_nothing_sent() -> None:

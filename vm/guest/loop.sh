@@ -69,6 +69,7 @@ ctl_json() { # ARGS...: run ztbp-ctl --json, print "RC JSON" (its last line; {} 
 device_status() { # the ZTBP STATUS read counter (empty when the device refuses it)
 	local rc json
 	read -r rc json <<< "$(ctl_json status "$CTRL")"
+	echo "status_rc=$rc $json" >> "$TMP/status.log"   # why a STATUS failed (copied to .loop/device-NN.env)
 	[ "$rc" = 0 ] && sed -n 's/.*"result": *\([0-9]*\).*/\1/p' <<< "$json"
 }
 
@@ -123,7 +124,8 @@ run_round() { # ROUND: the round's fio job under the running probe; the run dire
 	[ -s "$TMP/fio.json" ] && sed -n '/^{/,$p' "$TMP/fio.json" > "$dir/raw/fio.json"
 	cp "$TMP/zones.txt" "$dir/raw/zones.txt"
 	[ "$r" = 1 ] && [ -s "$TMP/prefill.json" ] && cp "$TMP/prefill.json" "$dir/.capture/prefill-fio.json"
-	{ echo "status_before=$st0"; echo "status_after=$st1"; } > "$LOOP/device-$n.env"
+	{ echo "status_before=$st0"; echo "status_after=$st1"; cat "$TMP/status.log"; } > "$LOOP/device-$n.env"
+	: > "$TMP/status.log"
 	dmesg | tail -n +"$((d0 + 1))" > "$LOOP/dmesg-$n.txt"
 	local state=complete
 	[ "$rc" = 0 ] || state=failed

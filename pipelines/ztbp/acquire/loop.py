@@ -64,7 +64,7 @@ class LoopRequest:
     geometry: Geometry = Geometry(zones=32)
     host_device: str | None = None
     fio_file: Path | None = None
-    cache_mib: float = CACHE_MIB
+    cache_mib: int = CACHE_MIB
     page_kib: int = PAGE_KIB
     out: str | None = None
     timeout: int = 7200
@@ -143,9 +143,9 @@ def latency_split(events: Any, listed: list[int]) -> dict[str, Any]:
 
 
 def measured_gain(this_round: dict[str, Any], previous: dict[str, Any] | None) -> float | None:
-    """The rise of the model's hit ratio with the zones in force, from the previous round to this one."""
-    now = this_round["model"]["in_force_hit_ratio"]
-    before = previous["model"]["in_force_hit_ratio"] if previous else this_round["model"]["lru"]
+    """The rise of the model's hit ratio with the zones sent, from the previous round to this one."""
+    now = this_round["model"]["sent_hit_ratio"]
+    before = previous["model"]["sent_hit_ratio"] if previous else this_round["model"]["lru"]
     return None if now is None or before is None else round(now - before, 4)
 
 
@@ -236,7 +236,8 @@ def analyse_round(st: LoopState, r: int) -> dict[str, Any]:
     from ..writeback.config import write_config
 
     write_config(cfg, run.cache_config)
-    zones_model = st.in_force or []
+    # the model runs with the zones sent after the previous round, whether the device took them or not (QEMU)
+    zones_model = st.pending["hot_zones"] if st.pending else []
     sim = stages.simulate(loaded, st.req.cache_mib, st.req.page_kib, zones_model, general=False)
     dev_env = _read_env(st.root / ".loop" / f"device-{r:02d}.env")
     dmesg = dmesg_figures((st.root / ".loop" / f"dmesg-{r:02d}.txt").read_text(errors="replace")
@@ -254,7 +255,8 @@ def analyse_round(st: LoopState, r: int) -> dict[str, Any]:
         "device": {"status_before": before, "status_after": after, "status_reads": status_delta(before, after),
                    "kernel_log_counters": dmesg["counters"]},
         "model": {"lru": sim["lru"], "zone_lru": sim["zone_lru"] if zones_model else None,
-                  "in_force_hit_ratio": sim["zone_lru"] if zones_model else sim["lru"]},
+                  "sent_zones": zones_model,
+                  "sent_hit_ratio": sim["zone_lru"] if zones_model else sim["lru"]},
         "config": {"file": str(run.cache_config.relative_to(st.root)), "hot_zones": cfg["hot_zones"],
                    "hot_zones_found": cfg["hot_zones_found"], "recommend": cfg["recommend"],
                    "recommend_reason": cfg["recommend_reason"], "held_out": cfg["held_out"]},
@@ -281,7 +283,7 @@ def decide(st: LoopState, entry: dict[str, Any]) -> tuple[str, str]:
     if not cfg["recommend"]:
         return "stop", f"{STOP_NOTHING}: {cfg['recommend_reason']}; nothing sent"
     if r > 1 and entry["measured_gain"] is not None and entry["measured_gain"] < st.req.min_gain:
-        return "stop", (f"measured gain {entry['measured_gain']:+.4f} (model hit ratio with the zones in force, "
+        return "stop", (f"measured gain {entry['measured_gain']:+.4f} (model hit ratio with the zones sent, "
                         f"round {r - 1} -> {r}) below --min-gain {st.req.min_gain:+.2f}")
     if r >= st.req.rounds:
         return "stop", f"{st.req.rounds} rounds done"
@@ -298,7 +300,8 @@ def round_line(entry: dict[str, Any]) -> str:
              f"{lat['unlisted']['p50_us']} us"]
     if dev["status_reads"] is not None:
         parts.append(f"STATUS +{dev['status_reads']:,} reads")
-    parts.append(f"model hit ratio {entry['model']['in_force_hit_ratio']:.4f} with zones {entry['zones_in_force']}")
+    parts.append(f"model hit ratio {entry['model']['sent_hit_ratio']:.4f} with zones {entry['model']['sent_zones']} "
+                 f"(device holds {entry['zones_in_force']})")
     if "out_of_sample" in entry:
         o = entry["out_of_sample"]
         parts.append(f"predicted {o['predicted_zone_lru']:.4f} vs replayed {o['replayed_zone_lru']:.4f}")
@@ -349,8 +352,9 @@ def after_apply(st: LoopState) -> None:
         st.in_force = st.pending["hot_zones"]
         st.progress.say(f"device holds zones {res['zones_reported']} (sent {sorted(st.pending['hot_zones'])})")
     else:
-        st.progress.say(f"the device refused SET (ztbp-ctl exit code {res['set_exit_code']}: {res['set_message']}); "
-                        "the loop goes on with the model only (out of sample on the next round)")
+        what = "the device refused SET" if res["set_exit_code"] == 30 else "ztbp-ctl set failed"
+        st.progress.say(f"{what} (ztbp-ctl exit code {res['set_exit_code']}: {res['set_message']}); the loop goes on "
+                        "with the model only (out of sample on the next round)")
 
 
 def _new_state(req: LoopRequest, root: Path, wl: Workload, lba: int, zone_bytes: int, nr: int,

@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fio-file", default=None, metavar="FILE",
                    help="run this fio job each round instead of the preset (filename= set to the traced namespace; "
                         "the preset still chooses the zones reset and prefilled)")
-    p.add_argument("--cache-mib", type=float, default=CACHE_MIB, help="cache size of the model (default: %(default)s)")
+    p.add_argument("--cache-mib", type=int, default=CACHE_MIB, help="cache size of the model (default: %(default)s)")
     p.add_argument("--page-kib", type=int, default=PAGE_KIB, help="cache page of the model (default: %(default)s)")
     p.add_argument("--backend", choices=("qemu", "nvmevirt"), default="qemu",
                    help="qemu (default: the device refuses SET; the loop evaluates the model only) or nvmevirt")
