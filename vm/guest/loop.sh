@@ -75,28 +75,47 @@ device_status() { # the ZTBP STATUS read counter (empty when the device refuses 
 
 dmesg_mark() { dmesg | wc -l; }
 
+segment_reads() { # read rows in the probe output after byte CUT
+	tail -c +"$((CUT + 1))" "$TMP/nvme.out" | grep -c '^[0-9][^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,2,read,'
+}
+
 cut_rows() { # ROUND DIR: hand the rows traced since the last cut over as DIR/raw/nvme.csv
-	local r="$1" dir="$2" size rows perf_lost reads read_rows lost
+	local r="$1" dir="$2" size rows perf_lost reads read_rows lost t0=$SECONDS copied
 	probe_drain nvme
+	# bpftrace's user space (nice 19) can stall for seconds behind NVMeVirt's busy-polling threads, so a still
+	# output is not proof of a drained buffer: wait (bounded) until it holds a row per read the block layer completed
+	reads=$(($(blk_reads) - READS_MARK))
+	while [ "$(segment_reads)" -lt "$reads" ] && [ $((SECONDS - t0)) -lt "$PROBE_DRAIN_TIMEOUT" ]; do
+		sleep 2
+	done
 	size="$(stat -c %s "$TMP/nvme.out")"
 	mkdir -p "$dir/raw" "$dir/.capture"
 	head -c "$size" "$TMP/nvme.out" | tail -c +"$((CUT + 1))" > "$TMP/segment"
-	sed -n "/^# ztbp nvme v1\$/{p;n;p;q}" "$TMP/nvme.out" > "$dir/raw/nvme.csv"
-	grep '^[0-9]' "$TMP/segment" >> "$dir/raw/nvme.csv"
+	sed -n "/^# ztbp nvme v1\$/{p;n;p;q}" "$TMP/nvme.out" > "$TMP/round.csv"
+	grep '^[0-9]' "$TMP/segment" >> "$TMP/round.csv"
 	rows=$(grep -c '^[0-9]' "$TMP/segment")
 	read_rows=$(grep -c '^[0-9][^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,2,read,' "$TMP/segment")
 	perf_lost="$(grep -o -E '^Lost [0-9]+ events' "$TMP/segment" | awk '{s += $2} END {print s + 0}')"
-	reads=$(($(blk_reads) - READS_MARK))
 	# LOSS RULE per round: what bpftrace reported lost + reads the block layer completed without a row
 	lost=$((perf_lost + (reads > read_rows ? reads - read_rows : 0)))
 	CUT=$size
 	READS_MARK=$(blk_reads)
+	# written locally, then copied and checked: a write to the 9p share has been seen to stop short
+	cp "$TMP/round.csv" "$dir/raw/nvme.csv" && sync
+	copied=$(wc -l < "$dir/raw/nvme.csv")
+	if [ "$copied" -ne $((rows + 2)) ]; then
+		say "loop round $r: nvme.csv has $copied lines on the share, not $((rows + 2)): copying again"
+		cp "$TMP/round.csv" "$dir/raw/nvme.csv" && sync
+		copied=$(wc -l < "$dir/raw/nvme.csv")
+		[ "$copied" -eq $((rows + 2)) ] || { say "error loop round $r: nvme.csv incomplete on the share"; lost=$((lost + rows + 2 - copied)); }
+	fi
 	{
 		echo "probe_nvme_rows=$rows"
 		echo "probe_nvme_completed=$((rows + perf_lost))"
 		echo "probe_nvme_setups=$((rows + perf_lost))"
 		echo "probe_nvme_perf_lost=$perf_lost"
 		echo "probe_nvme_read_rows=$read_rows"
+		echo "probe_nvme_drain_s=$((SECONDS - t0))"
 		echo "block_reads=$reads"
 		echo "lost_events_nvme=$lost"
 	} >> "$dir/.capture/guest.env"
