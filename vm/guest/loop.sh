@@ -91,9 +91,13 @@ cut_rows() { # ROUND DIR: hand the rows traced since the last cut over as DIR/ra
 	size="$(stat -c %s "$TMP/nvme.out")"
 	mkdir -p "$dir/raw" "$dir/.capture"
 	head -c "$size" "$TMP/nvme.out" | tail -c +"$((CUT + 1))" > "$TMP/segment"
+	if [ "$(tr -d -c '\000' < "$TMP/segment" | wc -c)" -gt 0 ]; then
+		# seen with NVMeVirt: pages of guest memory (here the probe's output on tmpfs) zeroed under load
+		say "error loop round $r: the probe output has NUL bytes (guest memory corrupted?); those rows count as lost"
+	fi
 	sed -n "/^# ztbp nvme v1\$/{p;n;p;q}" "$TMP/nvme.out" > "$TMP/round.csv"
-	grep '^[0-9]' "$TMP/segment" >> "$TMP/round.csv"
-	rows=$(grep -c '^[0-9]' "$TMP/segment")
+	grep -a '^[0-9]' "$TMP/segment" | tr -d '\000' | grep '^[0-9][^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*' >> "$TMP/round.csv"
+	rows=$(($(wc -l < "$TMP/round.csv") - 2))
 	read_rows=$(grep -c '^[0-9][^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,2,read,' "$TMP/segment")
 	perf_lost="$(grep -o -E '^Lost [0-9]+ events' "$TMP/segment" | awk '{s += $2} END {print s + 0}')"
 	# LOSS RULE per round: what bpftrace reported lost + reads the block layer completed without a row
