@@ -153,7 +153,10 @@ def test_guest_harness_status_files_and_probe_dry_runs(battery: tuple[GuestResul
     assert (out / "console.log").is_file()
     results = (out / "dry-run.txt").read_text().splitlines()
     assert sorted(line.split()[0].removeprefix("probes/") for line in results) == probes
-    failed = [line for line in results if not line.endswith(" ok")]
+    # a template (placeholders such as __BINARY__, filled in by the capture that uses it) is not a probe yet
+    templates = {p.name for p in paths.PROBES.glob("*.bt") if re.search(r"__[A-Z]+__", p.read_text())}
+    failed = [line for line in results if not line.endswith(" ok")
+              and line.split()[0].removeprefix("probes/") not in templates]
     assert not failed, [(f, (out / (Path(f.split()[0]).name + ".err")).read_text()[-500:]) for f in failed]
 
 
