@@ -289,3 +289,64 @@ def test_confirming_an_interfering_pair_undoes_a_passing_disturbance() -> None:
     real = profile_zones(range(8), synthetic(lambda z: z % 4, noise=0.02)[0], confirm=2)
     assert canonical(real.groups) == [[z, z + 4] for z in range(4)]
     assert all(p.measured == 3 for p in real.pairs if p.interferes)
+
+
+class FioLog:
+    """A runner that records the fio jobs it is given and answers with their zones' bandwidth (no device)."""
+
+    def __init__(self) -> None:
+        from ztbp.acquire.profile import Device
+
+        self.device = Device("nvme0n1", "/dev/nvme0n1", 512, 32 << 20, 8, "test")
+        self.jobs: list[str] = []
+
+    def fio(self, job: str, timeout_s: float) -> dict:
+        self.jobs.append(job)
+        names = [ln.strip("[]") for ln in job.splitlines() if ln.startswith("[z")]
+        return {"jobs": [{"jobname": n, "read": {"bw_bytes": 10 << 20}, "write": {"bw_bytes": 0}} for n in names]}
+
+    def reset(self, first: int, count: int) -> None:
+        self.jobs.append(f"reset {first} {count}")
+
+
+def test_fresh_reads_take_each_zone_s_next_unread_span() -> None:
+    from ztbp.acquire.profile import Meter
+    from ztbp.analysis.devparams import ProfileParams
+
+    runner = FioLog()
+    meter = Meter(runner, ProfileParams(fresh=True, span_mib=8))
+    assert meter.measure([0]) == {0: 10.0}
+    meter.measure([0, 1])
+    meter.measure([1, 0])
+    offsets = [[int(ln.split("=")[1]) for ln in j.splitlines() if ln.startswith("offset=")] for j in runner.jobs]
+    zb, span = 32 << 20, 8 << 20
+    assert offsets == [[0], [span, zb], [zb + span, 2 * span]]
+    assert all("time_based=1" not in j for j in runner.jobs)  # fresh blocks are read once
+    for _ in range(2):
+        meter.measure([0])
+    assert meter.wraps == 1 and meter.log[-1]["start_bytes"] == [0]
+    looping = Meter(runner, ProfileParams())
+    looping.measure([3])
+    assert "time_based=1" in runner.jobs[-1] and f"offset={3 * zb}" in runner.jobs[-1]
+
+
+def test_host_profiling_refuses_what_it_must(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    from ztbp.acquire.profile import HostRunner
+
+    q = tmp_path / "block" / "sda" / "queue"
+    q.mkdir(parents=True)
+    (q / "zoned").write_text("none\n")
+    (q / "logical_block_size").write_text("512\n")
+    (q / "chunk_sectors").write_text("0\n")
+    if shutil.which("fio") and shutil.which("blkzone"):
+        with pytest.raises(ProfileError, match="not a zoned device"):
+            HostRunner("/dev/sda", sysfs=tmp_path).start()
+        with pytest.raises(ProfileError, match="no such block device"):
+            HostRunner("/dev/nvme9n9", sysfs=tmp_path).start()
+    # writes (or the fill before reads) destroy data: refused without --destructive, before anything runs
+    assert main(["profile", "--device", "/dev/nvme9n9", "--out", str(tmp_path / "p")]) == 2
+    assert "--destructive" in capsys.readouterr().err
+    assert main(["profile", "--zones", "3-1", "--out", str(tmp_path / "q")]) == 2
+    assert "runs backwards" in capsys.readouterr().err

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -71,23 +71,25 @@ def _global(device: str, spec: ProfileParams) -> list[str]:
 
 
 def measure_job(device: str, zone_bytes: int, zones: Sequence[int], spec: ProfileParams,
-                start_bytes: int = 0) -> str:
+                starts: Mapping[int, int] | None = None) -> str:
     """fio job reading (or writing) `zones` at once: one job per zone, for `spec.seconds`.
 
-    Each job covers [zone start + start_bytes, + span) of its zone and loops over it until the time is up, unless
+    Each job covers [zone start + starts[zone], + span) of its zone and loops over it until the time is up, unless
     `spec.fresh` (then each block is read once and the job ends early when the span is done). Writes go to the
     zone's write pointer; fio resets a zone it finds full (zonemode=zbd).
     """
     span = spec.span_bytes(zone_bytes)
-    if start_bytes + span > zone_bytes:
-        raise ProfileError(f"the measured span ({(start_bytes + span) // MIB} MiB into the zone) is beyond the "
-                           f"zone size {zone_bytes // MIB} MiB")
+    starts = starts or {}
+    end = max((starts.get(z, 0) for z in zones), default=0) + span
+    if end > zone_bytes:
+        raise ProfileError(f"the measured span ({end // MIB} MiB into the zone) is beyond the zone size "
+                           f"{zone_bytes // MIB} MiB")
     lines = [f"; ztbp profile: zones {' '.join(map(str, zones))} together, {spec.rw} {spec.block_bytes // KIB}k "
              f"QD {spec.iodepth}, {spec.seconds:g} s"]
     lines += _global(device, spec)
     for z in zones:
         lines += ["", f"[z{z}]", f"rw={spec.rw}", f"bs={spec.block_bytes}", f"iodepth={spec.iodepth}",
-                  f"offset={z * zone_bytes + start_bytes}", f"size={span}", f"runtime={spec.seconds:g}s"]
+                  f"offset={z * zone_bytes + starts.get(z, 0)}", f"size={span}", f"runtime={spec.seconds:g}s"]
         if spec.loops:
             lines.append("time_based=1")
         if spec.ramp_seconds:
@@ -345,35 +347,39 @@ class Meter:
     runner: Runner
     spec: ProfileParams
     log: list[dict[str, Any]] = field(default_factory=list)
+    wraps: int = 0
     _next_start: dict[int, int] = field(default_factory=dict)
 
-    def _start(self, zones: Sequence[int]) -> int:
-        """Where in the zone this measurement reads: the same span every time, or (spec.fresh) the next span
-        no earlier measurement of these zones read, wrapping at the zone end (a device cache keyed by LBA then
-        never sees a block twice until the zone wraps)."""
+    def _starts(self, zones: Sequence[int]) -> dict[int, int]:
+        """Where in each zone this measurement reads: the zone start every time, or (spec.fresh) the next span
+        that no earlier measurement of that zone read, so a device cache keyed by LBA never sees a block twice;
+        when a zone has no fresh span left it starts over (counted in `wraps`)."""
         if not self.spec.fresh:
-            return 0
+            return {z: 0 for z in zones}
         zb = self.runner.device.zone_bytes
         span = self.spec.span_bytes(zb)
-        start = max(self._next_start.get(z, 0) for z in zones)
-        if start + span > zb:
-            start = 0
+        out: dict[int, int] = {}
         for z in zones:
+            start = self._next_start.get(z, 0)
+            if start + span > zb:
+                start = 0
+                self.wraps += 1
+            out[z] = start
             self._next_start[z] = start + span
-        return start
+        return out
 
     def measure(self, zones: Sequence[int]) -> dict[int, float]:
         dev = self.runner.device
         t0 = time.monotonic()
-        start = 0 if self.spec.rw == "write" else self._start(zones)
-        job = measure_job(dev.path, dev.zone_bytes, zones, self.spec, start)
+        starts = {z: 0 for z in zones} if self.spec.rw == "write" else self._starts(zones)
+        job = measure_job(dev.path, dev.zone_bytes, zones, self.spec, starts)
         bw = zone_bandwidth(self.runner.fio(job, self.spec.seconds + self.spec.ramp_seconds + FIO_SLACK_S),
                             self.spec.rw)
         missing = [z for z in zones if z not in bw]
         if missing:
             raise ProfileError(f"fio reported no bandwidth for zones {missing}")
         self.log.append({"zones": list(zones), "MiB_per_s": [round(bw[z], 4) for z in zones],
-                         "start_bytes": start, "wall_s": round(time.monotonic() - t0, 2)})
+                         "start_bytes": [starts[z] for z in zones], "wall_s": round(time.monotonic() - t0, 2)})
         return bw
 
     def fill(self, zones: Sequence[int]) -> float:
@@ -508,6 +514,7 @@ def run_profile(req: ProfileRequest, runner: GuestRunner | HostRunner, out: Path
         "versions": versions,
         "timing": {"boot_s": round(boot_s, 1), "fill_s": round(fill_s, 1), "measure_s": round(measure_s, 1),
                    "total_s": round(time.monotonic() - rep.t0, 1), "measurements": res.measurements,
+                   "fresh_wraps": meter.wraps,
                    "budget_exhausted": res.stopped_early},
         **res.as_dict(),
         "matrix": pair_matrix(res.zones, res.pairs),

@@ -55,9 +55,12 @@ def profile_text(doc: dict[str, Any], out: str | None = None) -> str:
         f"threshold: a pair interferes below {thr}",
         f"time: {tm['total_s']:.0f} s in all ({tm['boot_s']:.0f} s start, {tm['fill_s']:.0f} s fill, "
         f"{tm['measure_s']:.0f} s for {tm['measurements']} measurements)"
-        + (" — the time budget ran out" if tm.get("budget_exhausted") else ""),
+        + (" — the time budget ran out" if tm.get("budget_exhausted") else "")
+        + (f"; fresh blocks ran out {tm['fresh_wraps']} times (those measurements read blocks again)"
+           if tm.get("fresh_wraps") else ""),
         "",
-        "verdict: " + ("STRUCTURE — " if v.get("structure") else "NO STRUCTURE — ") + str(v.get("reason")),
+        "verdict: " + ("STRUCTURE — " if v.get("structure") else "NO STRUCTURE — ")
+        + str(v.get("reason")).removeprefix("no structure: "),
     ]
     if doc.get("key"):
         k = doc["key"]
@@ -120,13 +123,21 @@ def conflicts_text(res: dict[str, Any]) -> str:
             f"what-if (each group serves one command at a time for its traced latency; at most {m['queue_depth']} "
             f"in flight; group-aware looks {m['window']} commands ahead), {w['commands']:,} commands"
             + (f" ({w['left_out']:,} left out)" if w.get("left_out") else "") + ":",
-            f"  FIFO:        {f['makespan_s']:.3f} s, mean {f['mean_latency_us']:.0f} us, p99.9 "
-            f"{f['p999_latency_us']:.0f} us, dispatched to a busy group {_pct(f['dispatched_to_busy_group'])}",
-            f"  group-aware: {a['makespan_s']:.3f} s, mean {a['mean_latency_us']:.0f} us, p99.9 "
-            f"{a['p999_latency_us']:.0f} us, dispatched to a busy group {_pct(a['dispatched_to_busy_group'])}",
+            f"  FIFO:        {_dur(f['makespan_s'] * 1e6)}, mean latency {_dur(f['mean_latency_us'])}, p99.9 "
+            f"{_dur(f['p999_latency_us'])}, dispatched to a busy group {_pct(f['dispatched_to_busy_group'])}",
+            f"  group-aware: {_dur(a['makespan_s'] * 1e6)}, mean latency {_dur(a['mean_latency_us'])}, p99.9 "
+            f"{_dur(a['p999_latency_us'])}, dispatched to a busy group {_pct(a['dispatched_to_busy_group'])}",
             f"  gain: {_num(w['makespan_gain'])}x makespan, {_num(w['p999_gain'])}x p99.9 latency",
         ]
     return "\n".join(lines)
+
+
+def _dur(us: float) -> str:
+    if us >= 1e6:
+        return f"{us / 1e6:.3f} s"
+    if us >= 1e4:
+        return f"{us / 1e3:.1f} ms"
+    return f"{us:.0f} us"
 
 
 def _pct(v: float | None) -> str:
@@ -156,6 +167,9 @@ def resets_text(res: dict[str, Any], rows: int = 12) -> str:
                      f"{s['lat_max_us']:.0f} us; zones empty at reset {s['empty_resets']}, partly written "
                      f"{s['partial_resets']}, full {s['full_resets']}, unknown {s['unknown_wp_resets']} (mean "
                      f"fullness {_num(s['mean_fullness'])}); mean free share at reset {s['mean_free_share']:.2f}")
+        per_zone = ", ".join(f"{r['zone']}: {r['resets']}" for r in s["per_zone"][:24])
+        more = f" (and {len(s['per_zone']) - 24} more zones)" if len(s["per_zone"]) > 24 else ""
+        lines.append(f"resets per zone: {per_zone}{more}")
         t: pl.DataFrame = res["table"]
         lines += ["", f"first {min(rows, t.height)} resets:",
                   "      t_s  zone   wp MiB  full  free   lat us  since full s  wp from"]
