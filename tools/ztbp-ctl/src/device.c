@@ -19,6 +19,7 @@
 #include "ztbp_ctl.h"
 
 #define IDENTIFY_OPCODE 0x06
+#define IDENTIFY_BYTES 4096 /* Identify data: one page */
 #define CNS_NAMESPACE 0x00
 #define CNS_CONTROLLER 0x01
 #define CNS_CS_NAMESPACE 0x05
@@ -86,18 +87,34 @@ static uint64_t le64(const unsigned char *p)
 	return v;
 }
 
-/* An Identify admin command into buf (4096 bytes). Returns the ioctl result: 0, an NVMe status > 0, or
- * -1 with errno. */
+/* A buffer for Identify data: one whole, page-aligned 4 KiB page. With a buffer that starts inside a page the
+ * kernel hands the device two data pointers (PRP1 at an offset, PRP2 for the rest); a device that writes all
+ * 4,096 bytes from PRP1 (NVMeVirt's Identify handlers do) then overwrites the physically next page, whatever
+ * it holds. Measured: with malloc'd buffers, loops on NVMeVirt crashed guest programs on zeroed or foreign
+ * memory; with page-aligned ones they did not. NULL when out of memory. */
+static unsigned char *identify_buffer(void)
+{
+	void *p = NULL;
+
+	return posix_memalign(&p, IDENTIFY_BYTES, IDENTIFY_BYTES) == 0 ? p : NULL;
+}
+
+/* An Identify admin command into buf (an identify_buffer()). Returns the ioctl result: 0, an NVMe status > 0,
+ * or -1 with errno (EINVAL for a buffer that is not page-aligned). */
 static int identify(int fd, uint8_t cns, uint8_t csi, uint32_t nsid, unsigned char *buf)
 {
 	struct nvme_admin_cmd c;
 
+	if ((uintptr_t)buf % IDENTIFY_BYTES != 0) {
+		errno = EINVAL;
+		return -1;
+	}
 	memset(&c, 0, sizeof c);
-	memset(buf, 0, 4096);
+	memset(buf, 0, IDENTIFY_BYTES);
 	c.opcode = IDENTIFY_OPCODE;
 	c.nsid = nsid;
 	c.addr = (uint64_t)(uintptr_t)buf;
-	c.data_len = 4096;
+	c.data_len = IDENTIFY_BYTES;
 	c.cdw10 = cns;
 	c.cdw11 = (uint32_t)csi << 24;
 	c.timeout_ms = IDENTIFY_TIMEOUT_MS;
@@ -194,7 +211,7 @@ static int probe_block(struct device *d, int want_report, struct zerr *err)
 
 static int probe_char(struct device *d, uint32_t probe_ns, struct zerr *err)
 {
-	unsigned char *ns = malloc(4096), *zns = malloc(4096);
+	unsigned char *ns = identify_buffer(), *zns = identify_buffer();
 	int id, r, rc = -1;
 	uint64_t nsze, zsze;
 	unsigned flbas, fmt, lbads;
