@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 
 from ztbp.acquire.loop import (
+    STOP_INVALID,
     STOP_NOTHING,
     LoopRequest,
     LoopState,
@@ -47,16 +48,21 @@ def test_status_delta_starts_at_minus_one_and_wraps() -> None:
     assert status_delta(1999, 3999) == 2000
     assert status_delta(999_000, 1_000) == 2_000       # wrapped at 1,000,000
     assert status_delta(None, 5) is None
+    assert status_delta(1999, 1999, wraps=1) == 1_000_000  # one counter print: a full turn, not zero
+    assert status_delta(1999, 2999, wraps=2) == 2_001_000
 
 
 def test_dmesg_figures_takes_the_last_set_and_the_counters() -> None:
     log = ("[ 1.0] NVMeVirt: ZONE CLUSTER [1]=3\n" * 5 +
            "".join(f"[ 2.0] NVMeVirt: ZONE CLUSTER [{i}]={z}\n" for i, z in enumerate([1, 7, 11, 15, 19], 1)) +
            "[ 3.0] NVMeVirt: [CLUSTERING CURRENT INFO]\n[ 4.0] ZNS: Hit cnt= 12\n[ 4.0] ZNS: Fail cnt= 8\n"
-           "[ 4.0] ZNS: Total read cnt= 20\n")
+           "[ 4.0] ZNS: Total read cnt= 20\n"
+           # a print with no read (the module prints when a failed read leaves its counter at 0): not a wrap
+           "[ 5.0] ZNS: Fail cnt= 0\n[ 5.0] ZNS: Hit cnt= 18446744073709551615\n[ 5.0] ZNS: Total read cnt= 0\n"
+           "[ 6.0] ZNS: Fail cnt= 70\n[ 6.0] ZNS: Hit cnt= 30\n[ 6.0] ZNS: Total read cnt= 100\n")
     got = dmesg_figures(log)
     assert got["zones"] == [1, 7, 11, 15, 19]
-    assert got["counters"] == {"hits": 12, "misses": 8, "reads": 20}
+    assert got["counters"] == {"hits": 42, "misses": 78, "reads": 120, "prints": 2, "hit_ratio": 0.35}
     assert dmesg_figures("nothing here") == {"zones": [], "counters": None}
 
 
@@ -77,12 +83,20 @@ def _state(rounds: int = 3, min_gain: float = 0.01) -> LoopState:
 
 def _entry(r: int, recommend: bool, in_force: float, lru: float = 0.2) -> dict:
     return {"round": r, "config": {"recommend": recommend, "recommend_reason": "why", "file": f"round-{r:02d}/c.json"},
-            "model": {"sent_hit_ratio": in_force, "lru": lru}, "measured_gain": None}
+            "model": {"sent_hit_ratio": in_force, "lru": lru}, "measured_gain": None,
+            "read_rows": 100, "fio_reads": 100, "lost": 0}
 
 
 def test_decide_not_recommended_stops_with_nothing_sent() -> None:
     action, why = decide(_state(), _entry(1, False, 0.2))
     assert action == "stop" and why.startswith(STOP_NOTHING) and "nothing sent" in why
+
+
+@pytest.mark.parametrize("rows, lost", [(99, 0), (100, 1), (1727, 12)])
+def test_decide_takes_no_decision_on_an_incomplete_trace(rows: int, lost: int) -> None:
+    """A round whose trace misses reads (or counted losses) stops the loop before its config is looked at."""
+    action, why = decide(_state(), {**_entry(1, True, 0.2), "read_rows": rows, "lost": lost})
+    assert action == "stop" and why.startswith(STOP_INVALID) and "nothing sent" in why
 
 
 def test_decide_applies_until_the_rounds_or_the_gain_run_out() -> None:

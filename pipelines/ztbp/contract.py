@@ -13,6 +13,7 @@ from .paths import RunPaths
 
 RUN_FORMAT = "ztbp-run/1"
 CONFIG_FORMAT = "ztbp-cache-config/1"
+LOOP_FORMAT = "ztbp-loop/1"
 NVME_VERSION_LINE = "# ztbp nvme v1"
 NVME_COLUMNS: tuple[str, ...] = (
     "ts_ns", "lat_ns", "ctrl", "qid", "cid", "nsid", "opcode", "op", "slba", "nlb", "zone_action", "status",

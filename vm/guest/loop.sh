@@ -11,7 +11,8 @@
 #
 # Handshake (files in ZTBP_OUT, the loop directory; the host is the brain, this script the body):
 #   host  .loop/job-NN.fio             the fio job of round NN (written before the guest asks for it)
-#   guest round-NN/raw/, round-NN/.capture/guest.env, .loop/device-NN.env, .loop/dmesg-NN.txt
+#   guest round-NN/raw/, round-NN/.capture/guest.env, .loop/device-NN.env, .loop/dmesg-NN.txt,
+#         .loop/setup-nvme.csv (the probe's rows of the set-up: zone reset, prefill, priming read)
 #   guest .loop/ready-NN               round NN is captured (written last)
 #   host  .loop/decision-NN            one line: "apply CONFIG" | "skip REASON" | "stop REASON" (renamed into place)
 #   guest .loop/applied-NN.env         what ztbp-ctl set / info / status answered and the zones the device logged
@@ -197,6 +198,25 @@ finish() { # unload the module, stop the probe, record the session's totals
 	exit "$rc"
 }
 
+prime_counter() { # NVMeVirt's read counter starts at -1 and its first read only resets it (STATUS answers 4294967295
+	# until then): one read of block 0 starts it, so that each of its counter prints (every 1,000,000 reads) ends
+	# with a round of 1,000,000 reads instead of with the first read of the next one
+	[ "$(device_status)" = 4294967295 ] || { : > "$TMP/status.log"; return 0; }
+	dd if="$DEV" of=/dev/null bs=4096 count=1 iflag=direct status=none || { say "error the priming read failed"; return 1; }
+	info device_priming_reads 1
+	say "stage device: one read of block 0 started its read counter (STATUS now $(device_status))"
+	: > "$TMP/status.log"
+}
+
+cut_setup() { # the set-up's rows (zone reset, prefill, priming read) go to .loop/setup-nvme.csv, not to round 1
+	local size
+	probe_drain nvme
+	size="$(stat -c %s "$TMP/nvme.out")"
+	head -c "$size" "$TMP/nvme.out" > "$LOOP/setup-nvme.csv"
+	CUT=$size
+	say "stage set-up traced: $(grep -c '^[0-9]' "$LOOP/setup-nvme.csv") rows in .loop/setup-nvme.csv"
+}
+
 main() {
 	case "${1:-}" in -h|--help) usage; return 0 ;; esac
 	TMP="$(mktemp -d /tmp/ztbp-loop.XXXXXX)"
@@ -211,6 +231,8 @@ main() {
 	record_device "$DEV" || return 1
 	reset_zones || return 1
 	prefill || return 1
+	prime_counter || return 1
+	cut_setup
 	READS_MARK=$(blk_reads)
 	local r
 	for r in $(seq 1 "$ROUNDS"); do

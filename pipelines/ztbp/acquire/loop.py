@@ -30,7 +30,7 @@ from typing import Any
 
 from .. import paths
 from ..analysis.params import CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
-from ..contract import new_meta, utc_now
+from ..contract import LOOP_FORMAT, new_meta, utc_now
 from ..errors import ZtbpError
 from ..paths import RunPaths
 from ..units import MIB
@@ -38,10 +38,10 @@ from .capture import CaptureError, Progress, check_zoned, finish_meta, host_geom
 from .vm import NVMEVIRT_NOTES, Geometry, NvmevirtPlan, VmError, ensure_image, qemu_version, run_in_guest
 from .workload import PRESETS, Workload, WorkloadOptions
 
-LOOP_FORMAT = "ztbp-loop/1"
 GUEST_SCRIPT = paths.VM / "guest" / "loop.sh"
 LOOP_PROBE = "probes/nvme_zone_stream.bt"
 STOP_NOTHING = "nothing recommended"
+STOP_INVALID = "incomplete trace"
 _READY = re.compile(r"^ZTBP: loop round (\d+) ready")
 _ZONE_LINE = re.compile(r"ZONE CLUSTER \[\d+\]=(\d+)")
 _COUNTER = re.compile(r"(Hit cnt|Fail cnt|Total read cnt)= *(\d+)")
@@ -106,22 +106,37 @@ def user_job(text: str, device: str) -> str:
 
 
 # ---- the round's figures (pure over frames and dicts) -------------------------------------------------------
-def status_delta(before: int | None, after: int | None) -> int | None:
-    """Reads the device counted between two STATUS answers (its counter starts at -1 and wraps every 1,000,000)."""
+def status_delta(before: int | None, after: int | None, wraps: int = 0) -> int | None:
+    """Reads the device counted between two STATUS answers. Its counter starts at -1 and goes back to -1 each
+    time it reaches 1,000,000 (when it prints its counters): `wraps` is how many times that happened in between
+    (the counter prints in the kernel log), so a round of exactly 1,000,000 reads is not taken for zero."""
     if before is None or after is None:
         return None
     b = -1 if before == 0xFFFFFFFF else before
     a = -1 if after == 0xFFFFFFFF else after
-    return (a - b) % STATUS_WRAP
+    return (a - b) % STATUS_WRAP + STATUS_WRAP * wraps
 
 
 def dmesg_figures(text: str) -> dict[str, Any]:
-    """The zones the device logged (ZONE CLUSTER) and the last hit/read counters it printed, from its kernel log."""
+    """The zones the device logged (ZONE CLUSTER) and its counters from a kernel log: the module prints "Fail cnt",
+    "Hit cnt", "Total read cnt" when its read counter reaches 1,000,000, then starts again. Every print in `text`
+    with reads > 0 is summed (`prints` of them; a print with 0 reads, seen when a read fails, is no wrap)."""
     zones = [int(z) for z in _ZONE_LINE.findall(text)]
-    counters: dict[str, int] = {}
+    blocks: list[dict[str, int]] = []
+    cur: dict[str, int] = {}
     for name, value in _COUNTER.findall(text):
-        counters[{"Hit cnt": "hits", "Fail cnt": "misses", "Total read cnt": "reads"}[name]] = int(value)
-    return {"zones": zones[-5:], "counters": counters or None}
+        key = {"Hit cnt": "hits", "Fail cnt": "misses", "Total read cnt": "reads"}[name]
+        cur[key] = int(value)
+        if key == "reads":
+            blocks.append(cur)
+            cur = {}
+    real = [b for b in blocks if b.get("reads", 0) > 0]
+    if not real:
+        return {"zones": zones[-5:], "counters": None}
+    tot = {k: sum(b.get(k, 0) for b in real) for k in ("hits", "misses", "reads")}
+    tot["prints"] = len(real)
+    tot["hit_ratio"] = round(tot["hits"] / tot["reads"], 4)
+    return {"zones": zones[-5:], "counters": tot}
 
 
 def latency_split(events: Any, listed: list[int]) -> dict[str, Any]:
@@ -243,6 +258,7 @@ def analyse_round(st: LoopState, r: int) -> dict[str, Any]:
     dmesg = dmesg_figures((st.root / ".loop" / f"dmesg-{r:02d}.txt").read_text(errors="replace")
                           if (st.root / ".loop" / f"dmesg-{r:02d}.txt").is_file() else "")
     before, after = _int(dev_env.get("status_before")), _int(dev_env.get("status_after"))
+    wraps = (dmesg["counters"] or {}).get("prints", 0)
     fio = loaded.meta.get("fio", {})
     entry: dict[str, Any] = {
         "round": r, "run": run.root.name, "complete": summ["complete"],
@@ -252,7 +268,7 @@ def analyse_round(st: LoopState, r: int) -> dict[str, Any]:
         "fio": {"read_iops": fio.get("read_iops"), "p50_us": fio.get("read_clat_p50_us"),
                 "p99_us": fio.get("read_clat_p99_us"), "runtime_ms": fio.get("runtime_ms")},
         "latency": latency_split(loaded.events, st.in_force),
-        "device": {"status_before": before, "status_after": after, "status_reads": status_delta(before, after),
+        "device": {"status_before": before, "status_after": after, "status_reads": status_delta(before, after, wraps),
                    "kernel_log_counters": dmesg["counters"]},
         "model": {"lru": sim["lru"], "zone_lru": sim["zone_lru"] if zones_model else None,
                   "sent_zones": zones_model,
@@ -280,6 +296,10 @@ def decide(st: LoopState, entry: dict[str, Any]) -> tuple[str, str]:
     """("apply", config path as the guest sees it) or ("stop", why)."""
     r = entry["round"]
     cfg = entry["config"]
+    if entry["lost"] or entry["read_rows"] != entry["fio_reads"]:
+        return "stop", (f"{STOP_INVALID}: round {r} traced {entry['read_rows']:,} reads of fio's "
+                        f"{entry['fio_reads']:,} ({entry['lost']:,} lost); no decision is taken on an incomplete "
+                        "trace (see console.log and the round's kernel log in .loop/); nothing sent")
     if not cfg["recommend"]:
         return "stop", f"{STOP_NOTHING}: {cfg['recommend_reason']}; nothing sent"
     if r > 1 and entry["measured_gain"] is not None and entry["measured_gain"] < st.req.min_gain:

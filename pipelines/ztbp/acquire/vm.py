@@ -75,7 +75,12 @@ NVMEVIRT_NOTES = {
                            "cache hits",
     "zone_reset": "a zone reset is a memory clear with no modelled erase time (NAND_ERASE_LATENCY 0)",
     "hit_counters": "the module prints its hit/read counters to the kernel log only when its read counter reaches "
-                    "a multiple of 1,000,000 (then resets them); STATUS returns the read count since load - 1",
+                    "1,000,000 (then starts again); the counter starts at -1 and its first read only resets it, so "
+                    "the loop reads block 0 once after loading it (traced in .loop/setup-nvme.csv): rounds of "
+                    "1,000,000 reads then get exactly their own counters; STATUS returns the counter",
+    "identify": "its Identify handlers write 4,096 bytes from the first data pointer whatever its offset in the "
+                "page: a buffer not page-aligned spills into the physically next page (guest memory corruption); "
+                "ztbp-ctl passes page-aligned buffers",
     "info": "INFO completes without data: the zones it holds are read from its kernel log (ZONE CLUSTER [i]=z)",
 }
 
