@@ -353,8 +353,10 @@ def test_load_parameters_and_notebook_selection(tmp_path: Path) -> None:
     with pytest.raises(ZtbpError, match="does not exist"):
         report.load_parameters(str(tmp_path / "missing.yaml"), None)
     assert [p.stem for p in report.notebooks(["6", "1-overview"])] == ["6-cache", "1-overview"]
-    with pytest.raises(ZtbpError, match="no notebook '9'"):
-        report.notebooks(["9"])
+    with pytest.raises(ZtbpError, match="no notebook '10'"):
+        report.notebooks(["10"])
+    with pytest.raises(ZtbpError, match="no notebook '8' for this input"):
+        report.notebooks(["8"], (report.INPUT_RUN,))
 
 
 def test_report_cli_bad_input_is_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,16 +22,22 @@ from ztbp.paths import NOTEBOOKS, ROOT
 from ztbp.report import render as report
 
 NOTEBOOK_PATHS = sorted(NOTEBOOKS.glob("[0-9]*.ipynb"))
+RUN_NOTEBOOKS = [p for p in NOTEBOOK_PATHS if report.notebook_input(p) == report.INPUT_RUN]
 SAMPLE = ROOT / report.SAMPLE_RUN
+#: The committed default input of each kind of notebook (the first parameter's value).
+SAMPLES = {report.INPUT_RUN: report.SAMPLE_RUN, report.INPUT_APP_RUN: report.SAMPLE_APP_RUN,
+           report.INPUT_LOOP: report.SAMPLE_LOOP}
 
 
 def _code_cells(path: Path) -> list[Any]:
     return [c for c in nbformat.read(str(path), as_version=4).cells if c.cell_type == "code"]
 
 
-def test_seven_notebooks_one_per_question() -> None:
+def test_one_notebook_per_question() -> None:
     assert [p.stem for p in NOTEBOOK_PATHS] == ["1-overview", "2-zones", "3-layers", "4-sequentiality",
-                                                 "5-clustering", "6-cache", "7-device"]
+                                                 "5-clustering", "6-cache", "7-device", "8-loop", "9-app"]
+    assert {p.stem: report.notebook_input(p) for p in NOTEBOOK_PATHS if p not in RUN_NOTEBOOKS} == {
+        "8-loop": report.INPUT_LOOP, "9-app": report.INPUT_APP_RUN}
 
 
 @pytest.mark.parametrize("path", NOTEBOOK_PATHS, ids=lambda p: p.stem)
@@ -47,8 +53,10 @@ def test_notebook_is_thin_and_parameterised(path: Path) -> None:
         assert isinstance(stmt, ast.AnnAssign), f"not `name: type = value`: {line}"
         ast.literal_eval(stmt.value)  # a literal, not an expression
         assert "  # " in line and line.split("  # ", 1)[1].strip(), f"parameter without a comment: {line}"
-    assert ast.literal_eval(ast.parse(lines[0]).body[0].value) == report.SAMPLE_RUN  # type: ignore[attr-defined]
-    assert lines[0].startswith("run_dir: str = ")
+    kind = report.notebook_input(path)
+    assert ast.literal_eval(ast.parse(lines[0]).body[0].value) == SAMPLES[kind]  # type: ignore[attr-defined]
+    assert lines[0].startswith(f"{report.FIRST_PARAMETER[kind]}: str = ")
+    assert (ROOT / SAMPLES[kind]).is_dir(), f"{path.name}: its default input {SAMPLES[kind]} is not committed"
     for cell in cells:
         tree = ast.parse(cell.source)
         for node in ast.walk(tree):
@@ -122,7 +130,7 @@ def bare_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any
 @pytest.mark.parametrize("fixture", ["synthetic_report", "bare_report"])
 def test_every_notebook_runs_without_raising(fixture: str, request: pytest.FixtureRequest) -> None:
     res, out = request.getfixturevalue(fixture)
-    assert [p["notebook"] for p in res["pages"]] == [p.stem for p in NOTEBOOK_PATHS]
+    assert [p["notebook"] for p in res["pages"]] == [p.stem for p in RUN_NOTEBOOKS]
     for page in res["pages"]:
         assert page["ok"], f"{page['notebook']}: {page['error']}"
         assert not _errors(out / f"{page['notebook']}.ipynb")

@@ -108,7 +108,7 @@ def _figure_outputs(executed: Path) -> int:
 def test_report_pages_render_offline_without_errors(sample_report: tuple[dict[str, Any], Path],
                                                     browser: Any) -> None:
     res, out = sample_report
-    assert res["ok"] and len(res["pages"]) == len(report.notebooks())
+    assert res["ok"] and len(res["pages"]) == len(report.notebooks(None, (report.INPUT_RUN,)))
     pages = [p["html"] for p in res["pages"]]
     assert sorted(p.name for p in out.glob("*.html")) == sorted(["index.html", *pages])
     assert len(list(out.glob("*.js"))) == 1  # plotly.js, once for the whole report

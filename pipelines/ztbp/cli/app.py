@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from ..units import parse_size
 
@@ -22,55 +21,23 @@ def _capture_app(args: argparse.Namespace) -> int:
     return _finish(run_app_capture(req), args.json)
 
 
-def _appops_text(r: dict[str, Any]) -> str:
-    lines = [f"{r['run']} phase {r['phase']}: {r['commands']:,} reads, {r['attributed']:,} attributed to an "
-             f"operation, {r['unattributed']:,} unattributed (background; by thread: {r['unattributed_by_tid']})"]
-    for name, s in r["ops"].items():
-        lines.append(f"  {name}: {s['ops']:,} ops; I/Os per op mean {s['ios_mean']:.2f}, p50 {s['ios_p50']:.0f}, "
-                     f"p99 {s['ios_p99']:.0f}, max {s['ios_max']}; {s['bytes_mean'] / 1024:.1f} KiB/op; chain depth "
-                     f"mean {s['chain_depth_mean']:.2f}; {s['op_us_mean']:.0f} us/op, device "
-                     f"{100 * s['device_share']:.0f} %; histogram {s['ios_hist']}; status {s['status_hist']}")
-    db = r.get("db_bench") or {}
-    if db:
-        lines.append(f"  db_bench: {db.get('operations')} operations, {db.get('micros_per_op')} us/op"
-                     + (f", {db['found']} found" if "found" in db else ""))
-    c = r.get("caches")
-    if c:
-        ph, dh = c["pc_hit_ratio"], c["dc_hit_ratio"]
-        lines.append(f"  page cache: {c['pc_accesses']:,} accesses, hit ratio "
-                     f"{'n/a' if ph is None else f'{ph:.3f}'}; dentry cache: {c['dc_lookups']:,} lookups, hit ratio "
-                     f"{'n/a' if dh is None else f'{dh:.3f}'}")
-    return "\n".join(lines)
-
-
-def _files_text(r: dict[str, Any]) -> str:
-    lines = [f"{r['run']}: {r['files']} files ({r['sst_files']} SST), fragments per SST mean "
-             f"{r['fragments_per_sst_mean']:.2f} (max {r['fragments_per_sst_max']}), zones per SST mean "
-             f"{r['zones_per_sst_mean']:.2f}; {r['phase']} reads in files {r['reads_in_files']:,}, outside "
-             f"{r['reads_outside_files']:,}",
-             f"  {'file':<22} {'bytes':>10} {'ext':>4} {'frag':>4} {'zones':<14} {'gap max':>10} {'reads':>7}"]
-    for t in r["table"]:
-        zones = ",".join(map(str, t["zones"] or [])) or "-"
-        lines.append(f"  {t['path']:<22} {t['file_bytes']:>10,} {t['extents']:>4} {t['fragments']:>4} {zones:<14} "
-                     f"{t['gap_max_bytes'] or 0:>10,.0f} {t['reads']:>7,}")
-    return "\n".join(lines)
-
-
 def _appops(args: argparse.Namespace) -> int:
     from ..appstages import appops_result
+    from ..present.app import appops_text
     from . import emit
 
     r = appops_result(args.run, args.phase)
-    emit(r, args.json, _appops_text(r))
+    emit(r, args.json, appops_text(r))
     return 0
 
 
 def _files(args: argparse.Namespace) -> int:
     from ..appstages import files_result
+    from ..present.app import files_text
     from . import emit
 
     r = files_result(args.run, args.phase)
-    emit(r, args.json, _files_text(r))
+    emit(r, args.json, files_text(r))
     return 0
 
 

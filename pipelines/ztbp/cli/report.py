@@ -30,7 +30,7 @@ def _report(args: argparse.Namespace) -> int:
         log = (lambda s: print(s, file=sys.stderr)) if args.json else print
         try:
             res = render(run, args.output, params, args.only.split(",") if args.only else None, args.timeout, log,
-                         allow_send=args.send)
+                         allow_send=args.send, rounds=args.rounds)
         except ZtbpError as e:
             if len(runs) == 1:
                 raise
@@ -44,6 +44,8 @@ def _report(args: argparse.Namespace) -> int:
     if args.json and results:
         emit(results if len(runs) > 1 else results[0], True)
     failed = [(r["run"], p) for r in results for p in r["pages"] if not p["ok"]]
+    failed += [(r["run"], {"notebook": f"round {x['run']}", "error": f"see {x['index']}"}) for r in results
+               for x in r.get("rounds", []) if not x["ok"]]
     for run_id, p in failed:
         print(f"ztbp report: error: {run_id}: notebook {p['notebook']} failed: {p['error']}", file=sys.stderr)
     if bad_runs:
@@ -53,8 +55,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="run the notebooks on a run and write an offline HTML report")
-    p.add_argument("run", nargs="*", help="run directory (or run id under runs/)")
+    p = sub.add_parser("report", help="run the notebooks on a run (or a loop) and write an offline HTML report")
+    p.add_argument("run", nargs="*", help="run directory, loop directory of `ztbp loop`, or their id under runs/")
     p.add_argument("--all", action="store_true", help="every run in runs/")
     p.add_argument("-o", "--output", help="report folder (default reports/<run-id>)")
     p.add_argument("-f", "--params-file", help="YAML mapping of notebook parameters")
@@ -65,6 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--send", action="store_true",
                    help="let the cache notebook send the configuration to its `device` parameter (default: a dry "
                         "run; nothing is sent while a report renders unless this is given)")
+    p.add_argument("--rounds", action="store_true",
+                   help="a loop directory: also report each round's run (its pages linked from the loop's index)")
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.add_argument("--update-notebooks", action="store_true",
                    help="maintainers: rerun notebooks/ on the sample run and store the outputs nbval checks")

@@ -28,6 +28,10 @@ from ..units import MIB
 
 #: Default run of every notebook's parameters cell: the small real capture committed as test data.
 SAMPLE_RUN = "tests/data/runs/sample-paper80"
+#: Default of the application notebook: a small db_bench capture on btrfs zoned (`ztbp capture-app`).
+SAMPLE_APP_RUN = "tests/data/runs/sample-rocksdb-btrfs"
+#: Default of the loop notebook: loop.json of a closed loop on NVMeVirt (`ztbp loop`).
+SAMPLE_LOOP = "tests/data/loops/sample-nvmevirt"
 #: A notebook's cells tagged with this hold its summary; the report index shows their text output.
 SUMMARY_TAG = "summary"
 PLOTLY_JS = "plotly.min.js"
@@ -45,18 +49,38 @@ class Page:
     summary: list[str] = field(default_factory=list)
 
 
-def notebooks(only: list[str] | None = None) -> list[Path]:
-    """The report's notebooks, in order; `only` selects by number or stem (e.g. "1", "6-cache")."""
+#: What a notebook reads, from its metadata `ztbp.input`: a run (the default), an application run (only for runs
+#: with raw/appops.csv) or a loop directory (`ztbp loop`).
+INPUT_RUN, INPUT_APP_RUN, INPUT_LOOP = "run", "app-run", "loop"
+#: The first parameter of a notebook of each input.
+FIRST_PARAMETER = {INPUT_RUN: "run_dir", INPUT_APP_RUN: "run_dir", INPUT_LOOP: "loop_dir"}
+
+
+def notebook_input(path: Path) -> str:
+    """What the notebook reads (INPUT_RUN, INPUT_APP_RUN or INPUT_LOOP), from its metadata."""
+    import nbformat
+
+    kind = nbformat.read(str(path), as_version=4).metadata.get("ztbp", {}).get("input", INPUT_RUN)
+    if kind not in FIRST_PARAMETER:
+        raise ZtbpError(f"{path.name}: metadata ztbp.input is {kind!r}; use one of {', '.join(FIRST_PARAMETER)}")
+    return str(kind)
+
+
+def notebooks(only: list[str] | None = None, inputs: tuple[str, ...] | None = None) -> list[Path]:
+    """The report's notebooks, in order; `only` selects by number or stem (e.g. "1", "6-cache"), `inputs` by what
+    they read (default: every notebook)."""
     found = sorted(NOTEBOOKS.glob("[0-9]*.ipynb"))
     if not found:
         raise ZtbpError(f"no notebook found in {NOTEBOOKS}")
+    if inputs is not None:
+        found = [p for p in found if notebook_input(p) in inputs]
     if not only:
         return found
     out = []
     for sel in only:
         hit = [p for p in found if p.stem == sel or p.stem.split("-", 1)[0] == sel]
         if not hit:
-            raise ZtbpError(f"no notebook {sel!r}; choose from {', '.join(p.stem for p in found)}")
+            raise ZtbpError(f"no notebook {sel!r} for this input; choose from {', '.join(p.stem for p in found)}")
         out += [p for p in hit if p not in out]
     return out
 
@@ -159,31 +183,27 @@ def write_plotlyjs(out: Path) -> Path:
     return path
 
 
-def render(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None,
-           parameters: dict[str, Any] | None = None, only: list[str] | None = None, timeout: int = 900,
-           log: Callable[[str], None] = print, allow_send: bool = False, perfetto: bool = True) -> dict[str, Any]:
-    """Run every notebook on a run with papermill and write the HTML report. Returns what was written.
-
-    Nothing is sent to a device unless allow_send: the cache notebook's write-back is a dry run otherwise. With
-    perfetto, the run's Perfetto trace (`ztbp perfetto`) is written next to the pages and linked from the index."""
-    import nbformat
-    import papermill
-    from papermill.exceptions import PapermillExecutionError
-
-    run = load(run_dir)  # meta.json checked and the trace ingested here: a bad run fails before any kernel starts
-    rp, meta = run.paths, run.meta
-    parameters = dict(parameters or {})
+def _check_parameters(nbs: list[Path], parameters: dict[str, Any], allow_send: bool) -> dict[Path, set[str]]:
     if not allow_send and parameters.get("send"):
         raise ZtbpError("the parameter send=true would send the cache configuration to a device while rendering "
                         "a report; add --send to `ztbp report` if that is what you want")
-    nbs = notebooks(only)
-    declared = {p: declared_parameters(p) for p in nbs}
+    declared = {p: set(declared_parameters(p)) for p in nbs}
     known = set().union(*declared.values())
     unknown = sorted(set(parameters) - known)
     if unknown:
         raise ZtbpError(f"unknown notebook parameter(s) {', '.join(unknown)}; the notebooks take "
                         f"{', '.join(sorted(known))}")
-    out = Path(out_dir) if out_dir else REPORTS / rp.run_id
+    return declared
+
+
+def _run_pages(nbs: list[Path], declared: dict[Path, set[str]], parameters: dict[str, Any], first: dict[str, str],
+               out: Path, label: str, timeout: int, log: Callable[[str], None]) -> list[Page]:
+    """Execute each notebook with papermill into `out` and render its HTML page; a failing notebook is reported on
+    its page, never raised."""
+    import nbformat
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
     out.mkdir(parents=True, exist_ok=True)
     write_plotlyjs(out)
     exporter = _exporter()
@@ -191,10 +211,10 @@ def render(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | No
     with _env(REPORT_ENV, "1"):
         for path in nbs:
             nb_params = {k: v for k, v in parameters.items() if k in declared[path]}
-            nb_params["run_dir"] = str(rp.root.resolve())
+            nb_params.update({k: v for k, v in first.items() if k in declared[path]})
             executed = out / path.name
             t0 = time.monotonic()
-            log(f"report: {rp.run_id}: running {path.name} ...")
+            log(f"report: {label}: running {path.name} ...")
             err = ""
             try:
                 papermill.execute_notebook(str(path), str(executed), parameters=nb_params, kernel_name="python3",
@@ -210,18 +230,76 @@ def render(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | No
             page = Page(path.stem, title, desc, ok=not err, error=err or _error_of(nb),
                         seconds=time.monotonic() - t0, summary=_summary_text(nb))
             page.ok = not page.error
-            body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": f"{title} — {rp.run_id}"},
-                                                                 "ztbp_title": f"{title} — run {rp.run_id}"})
+            body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": f"{title} — {label}"},
+                                                                 "ztbp_title": f"{title} — {label}"})
             (out / f"{path.stem}.html").write_text(body)
-            log(f"report: {rp.run_id}: {path.stem}.html {'ok' if page.ok else 'FAILED: ' + page.error} "
+            log(f"report: {label}: {path.stem}.html {'ok' if page.ok else 'FAILED: ' + page.error} "
                 f"({page.seconds:.1f} s)")
             pages.append(page)
+    return pages
+
+
+def _pages_json(pages: list[Page]) -> list[dict[str, Any]]:
+    return [{"notebook": p.stem, "html": f"{p.stem}.html", "title": p.title, "ok": p.ok, "error": p.error,
+             "seconds": round(p.seconds, 2)} for p in pages]
+
+
+def render(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None,
+           parameters: dict[str, Any] | None = None, only: list[str] | None = None, timeout: int = 900,
+           log: Callable[[str], None] = print, allow_send: bool = False, perfetto: bool = True,
+           rounds: bool = False) -> dict[str, Any]:
+    """Run the notebooks on a run with papermill and write the HTML report. Returns what was written.
+
+    A loop directory (`ztbp loop`) gets the loop's notebooks (render_loop; with `rounds`, its rounds' run
+    reports too). A run gets the run notebooks, and the application notebook when it has raw/appops.csv.
+    Nothing is sent to a device unless allow_send: the cache notebook's write-back is a dry run otherwise. With
+    perfetto, the run's Perfetto trace (`ztbp perfetto`) is written next to the pages and linked from the
+    index."""
+    from ..io.loop import is_loop_dir
+
+    if is_loop_dir(run_dir):
+        return render_loop(run_dir, out_dir, parameters, only, timeout, log, rounds=rounds)
+    run = load(run_dir)  # meta.json checked and the trace ingested here: a bad run fails before any kernel starts
+    rp, meta = run.paths, run.meta
+    parameters = dict(parameters or {})
+    inputs = (INPUT_RUN, INPUT_APP_RUN) if rp.probe_csv("appops").is_file() else (INPUT_RUN,)
+    nbs = notebooks(only, inputs)
+    declared = _check_parameters(nbs, parameters, allow_send)
+    out = Path(out_dir) if out_dir else REPORTS / rp.run_id
+    pages = _run_pages(nbs, declared, parameters, {"run_dir": str(rp.root.resolve())}, out, f"run {rp.run_id}",
+                       timeout, log)
     trace = timeline_trace(run, out, log) if perfetto else None
     index = out / "index.html"
     index.write_text(index_html(rp, meta, pages, trace))
     return {"run": rp.run_id, "out": str(out), "index": str(index), "ok": all(p.ok for p in pages), "trace": trace,
-            "pages": [{"notebook": p.stem, "html": f"{p.stem}.html", "title": p.title, "ok": p.ok,
-                       "error": p.error, "seconds": round(p.seconds, 2)} for p in pages]}
+            "pages": _pages_json(pages)}
+
+
+def render_loop(loop_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None,
+                parameters: dict[str, Any] | None = None, only: list[str] | None = None, timeout: int = 900,
+                log: Callable[[str], None] = print, rounds: bool = False) -> dict[str, Any]:
+    """The report of a loop directory: the loop notebook(s) and an index with the loop's rounds; with `rounds`,
+    each round's run report too (the run notebooks, in round-NN/ of the report folder, linked from the index)."""
+    from ..io.loop import read_loop
+
+    doc = read_loop(loop_dir)  # checked before any kernel starts
+    root = Path(doc["dir"]).resolve()
+    parameters = dict(parameters or {})
+    nbs = notebooks(only, (INPUT_LOOP,))
+    declared = _check_parameters(nbs, parameters, False)
+    out = Path(out_dir) if out_dir else REPORTS / root.name
+    round_reports = []
+    if rounds:
+        for e in doc["rounds"]:
+            res = render(root / e["run"], out / e["run"], log=log, perfetto=False)
+            round_reports.append(res)
+    pages = _run_pages(nbs, declared, parameters, {"loop_dir": str(root)}, out, f"loop {root.name}", timeout, log)
+    index = out / "index.html"
+    index.write_text(loop_index_html(root.name, doc, pages, {r["run"] for r in round_reports if r["ok"]}))
+    ok = all(p.ok for p in pages) and all(r["ok"] for r in round_reports)
+    return {"run": root.name, "out": str(out), "index": str(index), "ok": ok, "trace": None,
+            "pages": _pages_json(pages), "rounds": [{"run": r["run"], "index": r["index"], "ok": r["ok"]}
+                                                    for r in round_reports]}
 
 
 def timeline_trace(run: Any, out: Path, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -254,10 +332,7 @@ def _trace_card(trace: dict[str, Any] | None) -> str:
             "Made by <code>ztbp perfetto</code>.</p></li>")
 
 
-def index_html(rp: RunPaths, meta: dict[str, Any], pages: list[Page], trace: dict[str, Any] | None = None) -> str:
-    wl = meta.get("workload", {})
-    kind = "synthetic" if meta.get("synthetic") else f"traced ({meta.get('backend', '?')})"
-    zone_mib = meta["zone_size_lba"] * meta["lba_bytes"] / MIB
+def _cards(pages: list[Page]) -> str:
     cards = []
     for p in pages:
         status = ('<span class="ok">ok</span>' if p.ok
@@ -266,8 +341,12 @@ def index_html(rp: RunPaths, meta: dict[str, Any], pages: list[Page], trace: dic
         desc = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(p.description))
         cards.append(f'<li class="card"><h2><a href="{html.escape(p.stem)}.html">{html.escape(p.title)}</a> '
                      f'{status}</h2><p>{desc}</p>{summary}</li>')
+    return "\n".join(cards)
+
+
+def _index_page(name: str, meta_line: str, items: str) -> str:
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>ZTBP report — {html.escape(rp.run_id)}</title>
+<html lang="en"><head><meta charset="utf-8"><title>ZTBP report — {html.escape(name)}</title>
 <style>
 body {{ font-family: sans-serif; margin: 24px auto; max-width: 1100px; color: #222; }}
 h1 {{ margin-bottom: 4px; }} .meta {{ color: #555; margin-top: 0; }}
@@ -278,18 +357,44 @@ ul.pages {{ list-style: none; padding: 0; }}
 .ok {{ color: #2e7d32; font-size: 13px; }} .fail {{ color: #c62828; font-size: 13px; }}
 </style></head>
 <body>
-<h1>ZTBP report — {html.escape(rp.run_id)}</h1>
-<p class="meta">{html.escape(kind)} run · workload {html.escape(str(wl.get('name', '?')))} ·
-{meta['nr_zones']} zones of {zone_mib:g} MiB · {meta['lba_bytes']}-byte LBAs ·
-device {html.escape(str(meta.get('device', '?')))}</p>
+<h1>ZTBP report — {html.escape(name)}</h1>
+<p class="meta">{meta_line}</p>
 <ul class="pages">
-{chr(10).join(cards)}
-{_trace_card(trace)}
+{items}
 </ul>
 <p class="meta">Made by <code>ztbp report</code> (papermill + nbconvert); plotly.js is loaded from
 <code>{PLOTLY_JS}</code> in this folder, so the report opens offline.</p>
 </body></html>
 """
+
+
+def index_html(rp: RunPaths, meta: dict[str, Any], pages: list[Page], trace: dict[str, Any] | None = None) -> str:
+    wl = meta.get("workload", {})
+    kind = "synthetic" if meta.get("synthetic") else f"traced ({meta.get('backend', '?')})"
+    zone_mib = meta["zone_size_lba"] * meta["lba_bytes"] / MIB
+    meta_line = (f"{html.escape(kind)} run · workload {html.escape(str(wl.get('name', '?')))} ·\n"
+                 f"{meta['nr_zones']} zones of {zone_mib:g} MiB · {meta['lba_bytes']}-byte LBAs ·\n"
+                 f"device {html.escape(str(meta.get('device', '?')))}")
+    return _index_page(rp.run_id, meta_line, _cards(pages) + "\n" + _trace_card(trace))
+
+
+def loop_index_html(name: str, doc: dict[str, Any], pages: list[Page], round_pages: set[str] | None = None) -> str:
+    wl = doc.get("workload") or {}
+    meta_line = (f"closed loop on {html.escape(str(doc.get('backend')))} · workload "
+                 f"{html.escape(str(wl.get('name', '?')))} · {len(doc['rounds'])} of {doc.get('rounds_asked')} "
+                 f"rounds · stopped: {html.escape(str(doc.get('stopped') or 'not by its rule'))}")
+    items = []
+    for e in doc["rounds"]:
+        run = html.escape(e["run"])
+        cfg = e.get("config") or {}
+        what = (f"round {e['round']}: {e['read_rows']:,} read rows for {e['fio_reads']:,} fio reads, lost "
+                f"{e['lost']:,}; config {cfg.get('hot_zones')} "
+                f"{'recommended' if cfg.get('recommend') else 'not recommended'}")
+        link = (f'<a href="{run}/index.html">{run}</a>' if round_pages and e["run"] in round_pages
+                else f"<code>{run}/</code> (<code>ztbp report LOOP/{run}</code>)")
+        items.append(f"<li>{link}: {html.escape(what)}</li>")
+    rounds_card = f'<li class="card"><h2>Rounds</h2><ul>{"".join(items)}</ul></li>'
+    return _index_page(name, meta_line, _cards(pages) + "\n" + rounds_card)
 
 
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"

@@ -1,0 +1,140 @@
+"""Tables, text and figures of a closed loop (`ztbp loop`): one row per round from loop.json (io/loop.py).
+
+What a round measured on the device (fio IOPS and latency, the device latency of listed and unlisted zones, the
+device's read counter) sits beside what the model says (the hit ratio of the zones in force, and the previous
+round's prediction replayed out of sample on this round's trace)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+import polars as pl
+from plotly.subplots import make_subplots
+
+from .figures import _layout
+
+
+def _get(d: dict[str, Any] | None, *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d
+
+
+def _zones(z: list[int] | None) -> str:
+    return ", ".join(map(str, sorted(z))) if z else "-"
+
+
+def rounds_frame(doc: dict[str, Any]) -> pl.DataFrame:
+    """One row per round: what was in force, what was traced, what fio and the device measured, the model."""
+    rows = []
+    for e in doc["rounds"]:
+        applied = e.get("applied_before") or {}
+        rows.append({
+            "round": e["round"],
+            "zones_in_force": _zones(e.get("zones_in_force")),
+            "device_reports": _zones(applied.get("zones_reported")) if applied else "-",
+            "set_exit": applied.get("set_exit_code") if applied else None,
+            "read_rows": e["read_rows"], "fio_reads": e["fio_reads"], "lost": e["lost"],
+            "status_reads": _get(e, "device", "status_reads"),
+            "device_hit_ratio": _get(e, "device", "kernel_log_counters", "hit_ratio"),
+            "iops": _get(e, "fio", "read_iops"),
+            "p50_us": _get(e, "fio", "p50_us"), "p99_us": _get(e, "fio", "p99_us"),
+            "listed_reads": _get(e, "latency", "listed", "reads"),
+            "listed_p50_us": _get(e, "latency", "listed", "p50_us"),
+            "unlisted_p50_us": _get(e, "latency", "unlisted", "p50_us"),
+            "lru": _get(e, "model", "lru"),
+            "hit_ratio": _get(e, "model", "sent_hit_ratio"),
+            "predicted": _get(e, "out_of_sample", "predicted_zone_lru"),
+            "replayed": _get(e, "out_of_sample", "replayed_zone_lru"),
+            "config": _zones(_get(e, "config", "hot_zones")),
+            "recommend": bool(_get(e, "config", "recommend")),
+            "decision": _get(e, "decision", "action"),
+        })
+    return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def _f(v: Any, spec: str) -> str:
+    return "n/a" if v is None else format(v, spec)
+
+
+def loop_text(doc: dict[str, Any]) -> str:
+    """The loop in a few stable lines: the device, each round's trace check, config and decision, why it stopped."""
+    dev = {"qemu": "QEMU's ZNS namespace (it refuses the ZTBP SET command: the loop scores each config on the "
+                   "model only)",
+           "nvmevirt": "NVMeVirt (ZTBP fork): it acts on SET", "host": "a zoned drive on this machine"}
+    wl = doc.get("workload") or {}
+    lines = [f"device: {dev.get(doc.get('backend', ''), doc.get('backend'))}",
+             f"workload: {wl.get('name')}; cache {doc.get('cache_mib')} MiB of {doc.get('page_kib')} KiB pages; "
+             f"{len(doc['rounds'])} of {doc.get('rounds_asked')} rounds"]
+    for e in doc["rounds"]:
+        ok = e["read_rows"] == e["fio_reads"] and e["lost"] == 0
+        cfg = e.get("config") or {}
+        line = (f"round {e['round']}: zones in force [{_zones(e.get('zones_in_force'))}]; "
+                f"{e['read_rows']} read rows for {e['fio_reads']} fio reads, lost {e['lost']}"
+                f"{'' if ok else ' (INCOMPLETE TRACE)'}; config [{_zones(cfg.get('hot_zones'))}] "
+                f"{'recommended' if cfg.get('recommend') else 'not recommended'}")
+        applied = e.get("applied_before")
+        if applied:
+            line += (f"; before it: set exit {applied.get('set_exit_code')}, device reports "
+                     f"[{_zones(applied.get('zones_reported'))}]")
+        lines.append(line)
+    lines.append(f"stopped: {doc.get('stopped') or 'not stopped by its rule (interrupted or failed)'}")
+    if doc.get("emulator"):
+        lines.append("emulator: " + doc["emulator"]["listed_zone_latency"])
+    return "\n".join(lines)
+
+
+def gains_text(doc: dict[str, Any]) -> str:
+    """Before vs after, measured and modelled: round 1 (nothing in force) against the later rounds."""
+    rs = doc["rounds"]
+    first = rs[0]
+    lines = []
+    for e in rs[1:]:
+        oos = e.get("out_of_sample") or {}
+        lines.append(
+            f"round {e['round']} vs round 1: IOPS {_f(_get(first, 'fio', 'read_iops'), ',.0f')} -> "
+            f"{_f(_get(e, 'fio', 'read_iops'), ',.0f')}; p50 {_f(_get(first, 'fio', 'p50_us'), ',.0f')} -> "
+            f"{_f(_get(e, 'fio', 'p50_us'), ',.0f')} us; listed-zone device p50 "
+            f"{_f(_get(e, 'latency', 'listed', 'p50_us'), ',.0f')} us vs unlisted "
+            f"{_f(_get(e, 'latency', 'unlisted', 'p50_us'), ',.0f')} us; device hit ratio "
+            f"{_f(_get(first, 'device', 'kernel_log_counters', 'hit_ratio'), '.4f')} -> "
+            f"{_f(_get(e, 'device', 'kernel_log_counters', 'hit_ratio'), '.4f')}; model hit ratio "
+            f"{_f(_get(first, 'model', 'sent_hit_ratio'), '.4f')} -> {_f(_get(e, 'model', 'sent_hit_ratio'), '.4f')}"
+            f"; predicted {_f(oos.get('predicted_zone_lru'), '.4f')} vs replayed "
+            f"{_f(oos.get('replayed_zone_lru'), '.4f')}")
+    return "\n".join(lines) if lines else "one round only: nothing to compare"
+
+
+def rounds_figure(frame: pl.DataFrame) -> go.Figure:
+    """Per round: the model's hit ratio (with the predicted and replayed figures), fio IOPS, fio p50/p99."""
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("cache hit ratio", "read IOPS (fio)",
+                                                        "read latency (fio), us"))
+    x = frame["round"].to_list()
+    fig.add_trace(go.Scatter(x=x, y=frame["hit_ratio"].to_list(), mode="lines+markers",
+                             name="zones in force (zone-LRU)"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=x, y=frame["lru"].to_list(), mode="lines+markers", name="LRU",
+                             line={"dash": "dot"}), row=1, col=1)
+    fig.add_trace(go.Scatter(x=x, y=frame["device_hit_ratio"].to_list(), mode="lines+markers",
+                             name="device's own counters", line={"dash": "dash"}), row=1, col=1)
+    fig.add_trace(go.Scatter(x=x, y=frame["predicted"].to_list(), mode="markers", name="predicted (previous round)",
+                             marker={"symbol": "x", "size": 10}), row=1, col=1)
+    fig.add_trace(go.Bar(x=x, y=frame["iops"].to_list(), name="IOPS"), row=1, col=2)
+    for col, dash in (("p50_us", None), ("p99_us", "dash")):
+        fig.add_trace(go.Scatter(x=x, y=frame[col].to_list(), mode="lines+markers", name=col.replace("_us", ""),
+                                 line={"dash": dash}), row=1, col=3)
+    fig.update_xaxes(title_text="round", dtick=1)
+    return _layout(fig, "Round by round", height=380)
+
+
+def listed_figure(frame: pl.DataFrame) -> go.Figure:
+    """Device latency (p50) of reads to the zones in force against the other zones, per round."""
+    fig = go.Figure()
+    x = frame["round"].to_list()
+    fig.add_trace(go.Bar(x=x, y=frame["listed_p50_us"].to_list(), name="zones in force"))
+    fig.add_trace(go.Bar(x=x, y=frame["unlisted_p50_us"].to_list(), name="other zones"))
+    fig.update_xaxes(title_text="round", dtick=1)
+    fig.update_yaxes(title_text="device read latency p50, us")
+    return _layout(fig, "Listed vs unlisted zones", height=360, barmode="group")
