@@ -155,20 +155,16 @@ vm-shell ZONES="64": deps build
 bench-probe ROUNDS="5" READS="200000" PROBE="nvme_zone.bt": deps
     bash vm/bench-probe.sh --rounds {{ROUNDS}} --reads {{READS}} --probe {{quote(PROBE)}}
 
-# main job: capture paper80 in the VM (READS reads; the paper's 1,000,000 take ~3 min here under TCG), analyse it, decide and apply the cache configuration (a dry run on QEMU), write the HTML report and say where it is
+# main job, the whole loop on the default set-up: capture paper80 in the VM (READS reads a round; the paper's 1,000,000 take a few minutes here under TCG), analyse, decide, apply, capture again (ROUNDS rounds in one boot; QEMU's namespace refuses the send, so each configuration is scored out of sample on the next round; ARGS such as `--backend nvmevirt --nvmevirt-ko nvmev.ko` give a device that acts on it), then the HTML report (the loop's page, each round's pages) and where it is
 [group('capture')]
-run READS="1000000": setup deps image build
+run READS="1000000" ROUNDS="2" *ARGS: setup deps image build
     #!/usr/bin/env bash
     set -euo pipefail
     runs="$({{PY}} -c 'from ztbp import paths; print(paths.RUNS)')"
-    run="$runs/$(date -u +%Y%m%dT%H%M%SZ)-paper80"
-    {{ZTBP}} capture paper80 --reads {{READS}} --out "$run"
-    just analyse "$run"
-    # decide and apply: QEMU's namespace has no cache protocol, so the send is a dry run (ztbp-ctl says what it
-    # would send, or why the configuration is not recommended); `just loop` closes the loop on a device that acts
-    {{ZTBP}} apply "$run" || echo "run: the configuration was not sent (see the reason above)"
-    {{ZTBP}} report "$run"
-    echo "run: the HTML report is $({{PY}} -c 'from ztbp import paths; print(paths.REPORTS)')/$(basename "$run")/index.html"
+    loop="$runs/$(date -u +%Y%m%dT%H%M%SZ)-loop-paper80"
+    {{ZTBP}} loop paper80 --rounds {{ROUNDS}} --reads {{READS}} --out "$loop" {{ARGS}}
+    {{ZTBP}} report "$loop" --rounds
+    echo "run: the HTML report is $({{PY}} -c 'from ztbp import paths; print(paths.REPORTS)')/$(basename "$loop")/index.html"
 
 # capture a layer-by-layer run in the VM with `ztbp capture-layers` (FS raw|ext4|btrfs, ENGINE psync|io_uring|libaio, IODEPTH empty = 1 for psync, 4 otherwise) and print its Table-I breakdown
 [group('capture')]
