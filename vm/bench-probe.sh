@@ -74,7 +74,7 @@ summarise() {
 	# mean of its IOPS over the mean without a tracer; its spread is the standard deviation of its per-round
 	# ratios (each run over the run without a tracer of the same round).
 	local console="$1"
-	grep -a '^ZTBP-BENCH' "$console" | awk -v target="$TARGET_RATIO" -v out="$OUTDIR/bench.json" \
+	grep -a '^ZTBP-BENCH' "$console" | tr -d '\r' | awk -v target="$TARGET_RATIO" -v out="$OUTDIR/bench.json" \
 		-v probe="$PROBE" '
 		function sd(sum, sq, n) { return n > 1 ? sqrt(max0((sq - sum * sum / n) / (n - 1))) : 0 }
 		function max0(x) { return x > 0 ? x : 0 }

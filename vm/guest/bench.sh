@@ -83,9 +83,14 @@ tool_stop() { # TOOL: let it drain (until it uses no CPU), stop it with SIGINT a
 	echo "$((SECONDS - t0))"
 }
 
-tool_rows() { # TOOL: rows it printed for the traced device (its name as a word; a sample of the output is kept)
-	head -n 3 "$TMP/$1.out" | sed "s/^/ZTBP-TOOL-OUT $1: /" >&2
-	grep -c -w "$(basename "$DEV")" "$TMP/$1.out"
+tool_rows() { # TOOL: rows it printed for the traced device; a sample of the output is kept. bcc's biosnoop and
+	# bpftrace <= 0.17's biosnoop.bt name the disk (a word); bpftrace >= 0.21's print its "MAJOR MINOR" after the time
+	local name majmin
+	name="$(basename "$DEV")"
+	majmin="$(cat "/sys/block/$name/dev")"
+	head -n 4 "$TMP/$1.out" | sed "s/^/ZTBP-TOOL-OUT $1: /" >&2
+	grep -c -E "(^|[[:space:]])$name([[:space:]]|\$)|^ *[0-9.]+[[:space:]]+${majmin%:*}[[:space:]]+${majmin#*:}[[:space:]]" \
+		"$TMP/$1.out"
 }
 
 tool_reported_lost() { # TOOL: the losses it reported itself
