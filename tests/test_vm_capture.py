@@ -111,8 +111,6 @@ def test_analysis_finds_the_hot_zones(run: RunPaths, capsys: pytest.CaptureFixtu
 
 # ---- the guest battery: one boot ----------------------------------------------------------------------------
 HOST_READS = 3000
-HOST_LOOP_ROUNDS = 2
-HOST_LOOP_READS = 6000
 TINY_MAP = 4  # keys of every layer-probe map: far fewer than the requests in flight
 TINY_JOBS = 5  # psync readers; with fio's own process and bpftrace, never more than TINY_MAP waiting for room
 BATTERY = f"""
@@ -134,17 +132,6 @@ echo $? > "$O/host.rc"
 ZTBP_OUT="$O/tiny" ZTBP_FS=raw ZTBP_ENGINE=psync ZTBP_JOBS={TINY_JOBS} ZTBP_RUNTIME=3 ZTBP_SIZE=64M \
 	ZTBP_PROBES=layers ZTBP_MAX_ROWS={TINY_MAP} bash vm/guest/layers-capture.sh > "$O/tiny.log" 2>&1
 echo $? > "$O/tiny.rc"
-# 4. the host loop on the guest's zoned namespace, as on a real drive: analysis needs polars & co., taken from the
-# host's .venv (same Debian release, so the same Python and glibc) when its Python is the guest's
-SITE=/ztbp/src/.venv/lib/python$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')/site-packages
-if [ -d "$SITE" ]; then
-	PYTHONPATH="/ztbp/src/pipelines:$SITE" PYTHONDONTWRITEBYTECODE=1 python3 -m ztbp.cli loop paper80 \
-		--host /dev/nvme0n1 --rounds {HOST_LOOP_ROUNDS} --reads {HOST_LOOP_READS} --jobs 6 --cache-mib 2 \
-		--out "$O/hostloop" > "$O/hostloop.txt" 2> "$O/hostloop.err"
-	echo $? > "$O/hostloop.rc"
-else
-	echo "no $SITE: the host's .venv is for another Python than the guest's $(python3 -V)" > "$O/hostloop.skip"
-fi
 exit 7
 """
 
@@ -191,32 +178,6 @@ def test_capture_host_json_names_the_probe_it_ran(battery: tuple[GuestResult, Pa
     assert meta["probe_stats"]["mode"] == "stream" and meta["probe_stats"]["setups"] == meta["probe_stats"]["rows"]
     assert meta["lost_events"] == {"nvme": 0}
     assert meta["fio"]["clat_percentiles_from"] == "histogram of all jobs (json+)"
-
-
-def test_host_loop_runs_on_a_zoned_namespace(battery: tuple[GuestResult, Path]) -> None:
-    """`ztbp loop --host DEV` where analysis and apply run on the machine with the drive (the guest, its namespace
-    taken as a real drive): every round complete, its config scored out of sample on the next round, SET refused
-    by QEMU's device and said so (ztbp-ctl exit 30), loop.json per FORMAT.md."""
-    _, out = battery
-    if (out / "hostloop.skip").is_file():
-        pytest.skip((out / "hostloop.skip").read_text().strip())
-    err = (out / "hostloop.err").read_text(errors="replace") + (out / "hostloop.txt").read_text(errors="replace")
-    assert (out / "hostloop.rc").read_text().strip() == "0", err[-3000:]
-    from ztbp.io.loop import read_loop
-
-    doc = read_loop(out / "hostloop")
-    assert doc["backend"] == "host" and doc["complete"] is True
-    rounds = doc["rounds"]
-    assert 1 <= len(rounds) <= HOST_LOOP_ROUNDS
-    for e in rounds:
-        assert e["read_rows"] == e["fio_reads"] == HOST_LOOP_READS and e["lost"] == 0
-    if rounds[0]["decision"]["action"] == "apply":
-        second = rounds[1]
-        assert second["applied_before"]["set_exit_code"] == 30 and not second["applied_before"]["set_ok"]
-        assert second["zones_in_force"] == []  # the device refused: nothing in force, the model scores it
-        assert second["out_of_sample"]["hot_zones"] == rounds[0]["config"]["hot_zones"]
-    else:
-        assert doc["stopped"].startswith("nothing recommended")
 
 
 def test_a_tiny_layer_map_loses_nothing_uncounted(battery: tuple[GuestResult, Path]) -> None:
