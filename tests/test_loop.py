@@ -57,7 +57,7 @@ def test_dmesg_figures_takes_the_last_set_and_the_counters() -> None:
            "".join(f"[ 2.0] NVMeVirt: ZONE CLUSTER [{i}]={z}\n" for i, z in enumerate([1, 7, 11, 15, 19], 1)) +
            "[ 3.0] NVMeVirt: [CLUSTERING CURRENT INFO]\n[ 4.0] ZNS: Hit cnt= 12\n[ 4.0] ZNS: Fail cnt= 8\n"
            "[ 4.0] ZNS: Total read cnt= 20\n"
-           # a print with no read (the module prints when a failed read leaves its counter at 0): not a wrap
+           # a print with no read (the first read after loading takes the counter from -1 to 0): not a wrap
            "[ 5.0] ZNS: Fail cnt= 0\n[ 5.0] ZNS: Hit cnt= 18446744073709551615\n[ 5.0] ZNS: Total read cnt= 0\n"
            "[ 6.0] ZNS: Fail cnt= 70\n[ 6.0] ZNS: Hit cnt= 30\n[ 6.0] ZNS: Total read cnt= 100\n")
     got = dmesg_figures(log)

@@ -107,9 +107,9 @@ def user_job(text: str, device: str) -> str:
 
 # ---- the round's figures (pure over frames and dicts) -------------------------------------------------------
 def status_delta(before: int | None, after: int | None, wraps: int = 0) -> int | None:
-    """Reads the device counted between two STATUS answers. Its counter starts at -1 and goes back to -1 each
-    time it reaches 1,000,000 (when it prints its counters): `wraps` is how many times that happened in between
-    (the counter prints in the kernel log), so a round of exactly 1,000,000 reads is not taken for zero."""
+    """Reads the device counted between two STATUS answers. Its counter starts at -1 (4294967295) and goes back
+    to 0 each time it reaches 1,000,000 (when it prints its counters): `wraps` is how many times that happened in
+    between (the counter prints in the kernel log), so a round of exactly 1,000,000 reads is not taken for zero."""
     if before is None or after is None:
         return None
     b = -1 if before == 0xFFFFFFFF else before
@@ -120,7 +120,8 @@ def status_delta(before: int | None, after: int | None, wraps: int = 0) -> int |
 def dmesg_figures(text: str) -> dict[str, Any]:
     """The zones the device logged (ZONE CLUSTER) and its counters from a kernel log: the module prints "Fail cnt",
     "Hit cnt", "Total read cnt" when its read counter reaches 1,000,000, then starts again. Every print in `text`
-    with reads > 0 is summed (`prints` of them; a print with 0 reads, seen when a read fails, is no wrap)."""
+    with reads > 0 is summed (`prints` of them). The first read after loading prints 0 reads (its counter goes from
+    -1 to 0): that print is no wrap."""
     zones = [int(z) for z in _ZONE_LINE.findall(text)]
     blocks: list[dict[str, int]] = []
     cur: dict[str, int] = {}
