@@ -129,10 +129,7 @@ def test_every_one_liner_compiles_and_attaches_in_the_guest(guest_checks: tuple[
 
 
 #: (suite, probe) pairs known not to work, with the reason; the test fails when one starts working (remove it then)
-KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    ("trixie", "layers.bt"): "bpftrace 0.23.2 crashes (SIGSEGV, no message) compiling layers.bt on Debian 13; "
-                             "none of its probe blocks crashes alone (issue 17 is open on this)",
-}
+KNOWN_FAILURES: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.vm

@@ -153,3 +153,15 @@ def test_map_probe_gets_its_map_size(tmp_path: Path, fake_bpftrace: dict[str, st
               {**fake_bpftrace, "FAKE_BT": "prompt", "FAKE_BT_NEW": new, "SPY": str(tmp_path / "spy.txt")})
     assert "attached" in res.stdout or "exited" in res.stdout, res.stdout + res.stderr
     assert (tmp_path / "spy.txt").read_text().split() == [f"{variable}=1234", "BPFTRACE_PERF_RB_PAGES=64"]
+
+
+@pytest.mark.parametrize("order", [("1", "2"), ("2", "1")])
+def test_namespace_dev_follows_the_nsid_not_the_disk_name(tmp_path: Path, order: tuple[str, str]) -> None:
+    """Linux 6.12 names namespaces in the order its parallel scan finds them: nvme0n1 may be nsid 2."""
+    for i, nsid in enumerate(order, start=1):
+        (tmp_path / f"nvme0n{i}").mkdir()
+        (tmp_path / f"nvme0n{i}" / "nsid").write_text(nsid + "\n")
+    r = lib(tmp_path, 'echo "$(namespace_dev 1) $(namespace_dev 2) $(namespace_dev 3)"',
+            env={"SYS_BLOCK": str(tmp_path)})
+    zns, conv = ("/dev/nvme0n1", "/dev/nvme0n2") if order == ("1", "2") else ("/dev/nvme0n2", "/dev/nvme0n1")
+    assert r.stdout.split() == [zns, conv, "/dev/nvme0n3"], r.stderr  # nsid 3 absent: the usual name

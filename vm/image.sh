@@ -28,6 +28,7 @@ PACKAGES=(
 	fio                   # the workloads (io_uring, zonemode=zbd)
 	nvme-cli              # nvme zns report-zones, id-ns
 	util-linux            # blkzone
+	e2fsprogs             # mkfs.ext4 and filefrag (in bookworm's minbase, no longer in trixie's)
 	kmod                  # modprobe (9p, NVMeVirt's module)
 	btrfs-progs           # zoned btrfs experiments
 	f2fs-tools            # zoned f2fs (mkfs.f2fs -m) for application captures

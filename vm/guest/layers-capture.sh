@@ -20,6 +20,7 @@
 #                   resets, writes and zone appends of mkfs and of the prefill (for `ztbp opcodes`)
 #   ZTBP_BENCH      1: before the capture, measure fio IOPS without and with the layer probe (same boot)
 #                   and write raw/bench.json
+#   ZTBP_BENCH_ROUNDS  rounds of that bench, each fio without then with the probe (default 2)
 # Progress lines start with "ZTBP:".
 set -uo pipefail
 
@@ -38,10 +39,10 @@ BENCH="${ZTBP_BENCH:-0}"
 TRACE_PREP="${ZTBP_TRACE_PREP:-0}"
 if [ "$ENGINE" = "psync" ]; then IODEPTH="${ZTBP_IODEPTH:-1}"; else IODEPTH="${ZTBP_IODEPTH:-4}"; fi
 EXPECTED="${ZTBP_EXPECTED:-$((JOBS * IODEPTH))}"
-ZNS=/dev/nvme0n1
-CONV=/dev/nvme0n2
+ZNS="$(namespace_dev 1)"    # the zoned namespace (nsid 1: vm/vmtest.sh)
+CONV="$(namespace_dev 2)"   # the conventional one (nsid 2, --conv-ns)
 MNT=/mnt/ztbp
-BENCH_ROUNDS=2
+BENCH_ROUNDS="${ZTBP_BENCH_ROUNDS:-2}"
 # The streaming NVMe probe: its device time starts at nvme_setup_cmd, like the layer probe's.
 NVME_PROBE="$SRC/probes/nvme_zone_stream.bt"
 LAYERS_PROBE="$SRC/probes/layers.bt"

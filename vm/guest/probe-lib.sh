@@ -69,6 +69,16 @@ sys_queue() { # DEV ATTR [DEFAULT]
 	cat "/sys/block/$(basename "$1")/queue/$2" 2>/dev/null || echo "${3:-}"
 }
 
+namespace_dev() { # NSID [FALLBACK]: the block device of namespace NSID of controller nvme0. Linux 6.12 scans
+	# namespaces in parallel, so the disk names (nvme0n1, nvme0n2: the order the kernel found them) need not follow
+	# the namespace ids (QEMU: 1 zoned, 2 conventional); sysfs "nsid" is the device's own id.
+	local d
+	for d in "${SYS_BLOCK:-/sys/block}"/nvme0n*; do
+		[ "$(cat "$d/nsid" 2>/dev/null)" = "$1" ] && { echo "/dev/${d##*/}"; return 0; }
+	done
+	echo "${2:-/dev/nvme0n$1}"
+}
+
 record_device() { # DEV: refuse a device that is not zoned, record its geometry
 	local dev="$1" zoned
 	[ -b "$dev" ] || { say "error $dev is not a block device"; return 1; }
