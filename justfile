@@ -177,11 +177,11 @@ capture-layers FS="raw" ENGINE="psync" IODEPTH="" RUNTIME="5": setup deps
     {{ZTBP}} layers "$run" --by op,size
     {{ZTBP}} opcodes "$run"
 
-# layer-probe overhead: fio IOPS without and with probes/layers.bt in one VM boot (2 rounds each); prints the ratio and the lost events
+# layer-probe overhead: fio IOPS without and with probes/layers.bt in one VM boot (ROUNDS rounds each) on guest SUITE; prints the ratio, its spread and the lost events
 [group('test')]
-bench-layers FS="ext4" ENGINE="psync" RUNTIME="5": setup deps
+bench-layers FS="ext4" ENGINE="psync" RUNTIME="5" ROUNDS="5" SUITE="bookworm": setup deps
     #!/usr/bin/env bash
     set -euo pipefail
     run="$(mktemp -d)/bench-layers"
-    {{ZTBP}} capture-layers --out "$run" --fs {{quote(FS)}} --engine {{quote(ENGINE)}} --runtime {{quote(RUNTIME)}} --bench
+    {{ZTBP}} capture-layers --out "$run" --fs {{quote(FS)}} --engine {{quote(ENGINE)}} --runtime {{quote(RUNTIME)}} --bench --bench-rounds {{quote(ROUNDS)}} --suite {{quote(SUITE)}}
     {{ZTBP}} layers "$run" | grep -E '^(probe overhead|[0-9]+ requests)'

@@ -189,9 +189,12 @@ def test_bench_and_fio_comparison(tmp_path: Path) -> None:
     b = res["bench"]
     assert b["iops_without"] == 1100.0 and b["iops_with"] == 550.0 and b["ratio"] == 0.5
     assert b["lost_events_with"] == [0, 3] and b["rounds"] == 2
+    # per-round ratios 0.55 and 0.4583: sample sd 0.0648; runs without: sd 141.42 over mean 1100 = 0.1286
+    assert b["ratio_sd"] == pytest.approx(0.0648, abs=1e-4) and b["without_cv"] == pytest.approx(0.1286, abs=1e-4)
     assert res["fio"]["clat_mean_ns"] == 2 * sum(TABLE_I) and res["fio"]["kernel_e2e_over_fio_clat"] == 0.5
     shown = text.layers_text(res)
-    assert "ratio 0.500" in shown and "covers 50.0%" in shown
+    assert "ratio 0.500 (per-round ratios ± 0.065; runs without it vary by 12.9%)" in shown
+    assert "covers 50.0%" in shown
     (root / "raw" / "bench.json").write_text("{}")
     with pytest.raises(FormatError, match="bench-layers"):
         stages.layers(load(root, events=False))

@@ -390,6 +390,7 @@ class LayersCapture:
     probes: tuple[str, ...] = ("nvme", "layers")
     trace_prep: bool = False
     bench: bool = False
+    bench_rounds: int = 2
     geometry: Geometry = Geometry(zones=32, conv_ns_bytes=1 << 30)
     out: str | None = None
     timeout: int = 1800
@@ -412,8 +413,9 @@ class LayersCapture:
         unknown = [p for p in self.probes if p not in LAYER_SCRIPTS]
         if unknown or not self.probes:
             raise CaptureError(f"--probes {','.join(self.probes)}: a comma list of {', '.join(LAYER_SCRIPTS)}")
-        if self.runtime_s < 1 or self.jobs < 1 or self.iodepth < 0:
-            raise CaptureError("--runtime and --jobs must be at least 1, --iodepth 0 (the default) or more")
+        if self.runtime_s < 1 or self.jobs < 1 or self.iodepth < 0 or self.bench_rounds < 1:
+            raise CaptureError("--runtime, --jobs and --bench-rounds must be at least 1, --iodepth 0 (the default) "
+                               "or more")
         if self.fs == "ext4" and not self.geometry.conv_ns_bytes:
             raise CaptureError("--fs ext4 runs on the conventional namespace: give it a size with --conv-ns")
         if parse_size(self.size) > self.geometry.zone_bytes * self.geometry.zones:
@@ -433,7 +435,8 @@ class LayersCapture:
         return {"ZTBP_FS": self.fs, "ZTBP_ENGINE": self.engine, "ZTBP_IODEPTH": str(self.depth),
                 "ZTBP_JOBS": str(self.jobs), "ZTBP_RUNTIME": str(self.runtime_s), "ZTBP_SIZE": self.size,
                 "ZTBP_PROBES": ",".join(self.probes), "ZTBP_TRACE_PREP": str(int(self.trace_prep)),
-                "ZTBP_BENCH": str(int(self.bench)), "ZTBP_EXPECTED": str(self.jobs * self.depth)}
+                "ZTBP_BENCH": str(int(self.bench)), "ZTBP_BENCH_ROUNDS": str(self.bench_rounds),
+                "ZTBP_EXPECTED": str(self.jobs * self.depth)}
 
 
 def run_layers_capture(req: LayersCapture) -> CaptureOutcome:

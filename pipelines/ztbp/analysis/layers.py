@@ -128,14 +128,26 @@ def cross_check(df: pl.DataFrame, nv: pl.DataFrame | None, lba_bytes: int) -> di
 
 
 def bench_summary(bench: dict[str, Any] | None) -> dict[str, Any] | None:
-    """fio IOPS without and with the layer probe in one boot (raw/bench.json of `just bench-layers`): means, ratio."""
+    """fio IOPS without and with the layer probe in one boot (raw/bench.json of `just bench-layers`): means, ratio
+    of the means, and the spread: the standard deviation of the per-round ratios (each round's run with the probe
+    over the run without it just before) and the coefficient of variation of the runs without it."""
     if not bench:
         return None
     without, with_probe = bench["iops_without"], bench["iops_with"]
     off, on = sum(without) / len(without), sum(with_probe) / len(with_probe)
+    per_round = [w / o for o, w in zip(without, with_probe, strict=True) if o]
     return {"engine": bench.get("engine"), "fs": bench.get("fs"), "iodepth": bench.get("iodepth"),
             "rounds": len(without), "iops_without": round(off, 1), "iops_with": round(on, 1),
-            "ratio": round(on / off, 4) if off else None, "lost_events_with": bench.get("lost_events_with")}
+            "ratio": round(on / off, 4) if off else None,
+            "ratio_sd": round(_sd(per_round), 4) if len(per_round) > 1 else None,
+            "without_cv": round(_sd(without) / off, 4) if len(without) > 1 and off else None,
+            "lost_events_with": bench.get("lost_events_with")}
+
+
+def _sd(xs: list[float]) -> float:
+    """Sample standard deviation (n - 1)."""
+    m = sum(xs) / len(xs)
+    return (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5
 
 
 def fio_compare(fio_rows: list[dict[str, Any]] | None, e2e_mean_ns: float, op: str | None) -> dict[str, Any] | None:

@@ -98,8 +98,8 @@ def _capture_layers(args: argparse.Namespace) -> int:
                         conv_ns_bytes=parse_size(args.conv_ns) if args.conv_ns else None)
     req = LayersCapture(fs=args.fs, engine=args.engine, iodepth=args.iodepth, jobs=args.jobs,
                         runtime_s=args.runtime, size=args.size, probes=probes, trace_prep=args.trace_prep,
-                        bench=args.bench, geometry=geometry, out=args.out, timeout=args.timeout, verbose=args.verbose,
-                        suite=args.suite)
+                        bench=args.bench, bench_rounds=args.bench_rounds, geometry=geometry, out=args.out,
+                        timeout=args.timeout, verbose=args.verbose, suite=args.suite)
     return _finish(run_layers_capture(req), args.json)
 
 
@@ -230,6 +230,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also trace building the stack (mkfs, prefill) with the NVMe probe")
     c.add_argument("--bench", action="store_true",
                    help="first measure fio IOPS without and with the layer probe, same boot (raw/bench.json)")
+    c.add_argument("--bench-rounds", type=int, default=2,
+                   help="rounds of --bench, each fio without then with the probe (default: %(default)s)")
     c.add_argument("--zones", type=int, default=32, help="zones of the zoned namespace (default: %(default)s)")
     c.add_argument("--zone-size", default="32M", help="zone size (default: %(default)s)")
     c.add_argument("--conv-ns", default="1G", help="size of the conventional namespace (default: %(default)s)")

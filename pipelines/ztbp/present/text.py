@@ -182,8 +182,10 @@ def layers_text(res: dict[str, Any]) -> str:
     b = res.get("bench")
     if b:
         lines.append(f"probe overhead ({b['fs']}, {b['engine']}, {b['rounds']} rounds): fio {b['iops_without']:.0f} "
-                     f"IOPS without, {b['iops_with']:.0f} with the layer probe: ratio {b['ratio']:.3f}; lost events "
-                     f"{b['lost_events_with']}")
+                     f"IOPS without, {b['iops_with']:.0f} with the layer probe: ratio {b['ratio']:.3f}"
+                     + (f" (per-round ratios ± {b['ratio_sd']:.3f}; runs without it vary by {b['without_cv']:.1%})"
+                        if b.get("ratio_sd") is not None else "")
+                     + f"; lost events {b['lost_events_with']}")
     ex = res["excluded"]
     if ex["negative_layer"] or ex["no_device_time"] or res["read"]["skipped"]:
         lines.append(f"left out: {ex['negative_layer']} rows with a negative layer, {ex['no_device_time']} without "
