@@ -38,8 +38,11 @@ def appops_result(run_dir: str, phase: str = "readrandom") -> dict[str, Any]:
     db = next((p.get("db_bench", {}) for p in meta.get("app", {}).get("phases", []) if p["phase"] == phase), {})
     out["db_bench"] = db.get(phase, {})
     if run.probe_csv("cachestat").is_file():
-        rates = appops.in_window(appops.cache_rates(load_cachestat(run)), "ts_ns", start, end)
-        out["caches"] = appops.cache_summary(rates)
+        rates = appops.cache_rates(load_cachestat(run))
+        out["caches"] = appops.cache_summary(appops.in_window(rates, "ts_ns", start, end))
+        if ops.height:
+            out["caches_during_ops"] = appops.cache_summary(appops.intervals_within(
+                rates, int(ops["start_ns"].min()), int(ops["end_ns"].max())))
     return out
 
 

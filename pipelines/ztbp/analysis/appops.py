@@ -105,18 +105,27 @@ def cache_rates(cs: pl.DataFrame) -> pl.DataFrame:
     """Per interval of raw/cachestat.csv (running totals): page-cache accesses, misses, hit ratio (bcc cachestat)
     and dentry lookups, misses, hit ratio (bcc dcstat)."""
     d = cs.sort("ts_ns").with_columns(
-        [pl.col(c).diff().alias(f"d_{c}") for c in cs.columns if c != "ts_ns"]).drop_nulls()
+        *[pl.col(c).diff().alias(f"d_{c}") for c in cs.columns if c != "ts_ns"],
+        pl.col("ts_ns").shift(1).alias("from_ns")).drop_nulls()
     d = d.with_columns(
         (pl.col("d_pc_access") - pl.col("d_buf_dirty")).clip(lower_bound=0).alias("pc_accesses"),
         (pl.col("d_pc_add") - pl.col("d_pc_dirty")).clip(lower_bound=0).alias("pc_misses"),
         pl.col("d_dc_ref").alias("dc_lookups"), pl.col("d_dc_miss").alias("dc_misses"))
-    return d.select("ts_ns", "pc_accesses", "pc_misses", "dc_lookups", "dc_misses")
+    return d.select("from_ns", "ts_ns", "pc_accesses", "pc_misses", "dc_lookups", "dc_misses")
+
+
+def intervals_within(rates: pl.DataFrame, start_ns: int, end_ns: int) -> pl.DataFrame:
+    """The intervals of cache_rates() that lie wholly in [start_ns, end_ns]: e.g. while an application's operations
+    ran, leaving out the start of its process (after a cache drop, loading its binary and libraries is page-cache
+    misses too) and whatever ran around it."""
+    return rates.filter((pl.col("from_ns") >= start_ns) & (pl.col("ts_ns") <= end_ns))
 
 
 def cache_summary(rates: pl.DataFrame) -> dict[str, Any]:
-    """Totals and hit ratios over the rows given (a phase's window)."""
+    """Totals and hit ratios over the intervals given (a phase's window), and the seconds they cover."""
     acc, miss = int(rates["pc_accesses"].sum()), int(rates["pc_misses"].sum())
     look, dmiss = int(rates["dc_lookups"].sum()), int(rates["dc_misses"].sum())
-    return {"seconds": rates.height, "pc_accesses": acc, "pc_misses": min(miss, acc),
+    secs = float((rates["ts_ns"] - rates["from_ns"]).sum()) / 1e9 if rates.height else 0.0
+    return {"seconds": round(secs, 3), "intervals": rates.height, "pc_accesses": acc, "pc_misses": min(miss, acc),
             "pc_hit_ratio": 1 - min(miss, acc) / acc if acc else None,
             "dc_lookups": look, "dc_misses": dmiss, "dc_hit_ratio": 1 - dmiss / look if look else None}

@@ -25,7 +25,12 @@ def appops_text(r: dict[str, Any]) -> str:
                      + (f", {db['found']} found" if "found" in db else ""))
     c = r.get("caches")
     if c:
-        lines.append("  " + caches_line(c))
+        lines.append(f"  whole phase ({c['seconds']:.0f} s): " + caches_line(c))
+    c = r.get("caches_during_ops")
+    if c:
+        lines.append(f"  while the operations ran ({c['seconds']:.0f} s of whole probe intervals): " + caches_line(c)
+                     if c["intervals"] else "  while the operations ran: no whole probe interval (a row a second); "
+                     "run more operations to measure the caches during them")
     return "\n".join(lines)
 
 
