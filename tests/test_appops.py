@@ -67,7 +67,8 @@ def test_fragments_zones_and_reads_per_file() -> None:
 
 def test_cache_rates_follow_bcc() -> None:
     cs = pl.DataFrame({"ts_ns": [0, 10**9, 2 * 10**9], "pc_access": [0, 100, 300], "pc_add": [0, 10, 10],
-                       "pc_dirty": [0, 0, 0], "buf_dirty": [0, 0, 0], "dc_ref": [0, 50, 100], "dc_slow": [0, 5, 5], "dc_miss": [0, 5, 5]})
+                       "pc_dirty": [0, 0, 0], "buf_dirty": [0, 0, 0], "dc_ref": [0, 50, 100], "dc_slow": [0, 5, 5],
+                       "dc_miss": [0, 5, 5]})
     s = appops.cache_summary(appops.cache_rates(cs))
     assert s["pc_accesses"] == 300 and s["pc_misses"] == 10 and abs(s["pc_hit_ratio"] - (1 - 10 / 300)) < 1e-9
     assert s["dc_hit_ratio"] == 0.95 and s["seconds"] == 2.0 and s["intervals"] == 2
