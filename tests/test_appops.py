@@ -84,3 +84,26 @@ def test_db_bench_figures() -> None:
             "Percentiles: P50: 480.00 P75: 600.00 P99: 1500.00 P99.9: 2000.00 P99.99: 3000.00\n")
     r = parse_db_bench(text)["readrandom"]
     assert r["operations"] == 2000 and r["found"] == 1990 and r["latency"]["p99_us"] == 1500.0
+
+
+def test_capture_app_takes_any_function_and_refuses_bad_ones() -> None:
+    """--function OP=FUNCTION and --library reach the guest as they are; malformed ones are refused before a boot."""
+    import pytest
+
+    from ztbp.acquire.app import AppCapture
+    from ztbp.acquire.capture import CaptureError
+
+    req = AppCapture(functions=("get=rocksdb::DBImpl::GetImpl", "compact=rocksdb::CompactionJob::Run"),
+                     library="/usr/lib/librocksdb.so")
+    req.validate()
+    env = req.guest_env()
+    assert env["ZTBP_FUNCTIONS"] == "get=rocksdb::DBImpl::GetImpl compact=rocksdb::CompactionJob::Run"
+    assert env["ZTBP_LIBRARY"] == "/usr/lib/librocksdb.so"
+    assert "ZTBP_FUNCTIONS" not in AppCapture().guest_env() and "ZTBP_LIBRARY" not in AppCapture().guest_env()
+    for bad, says in ((("Get=x",), "OP=FUNCTION"), (("get",), "OP=FUNCTION"), (("get=a b",), "OP=FUNCTION"),
+                      (("get=a", "get=b"), "each OP name once"),
+                      (tuple(f"f{i}=x{i}" for i in range(16)), "at most 15")):
+        with pytest.raises(CaptureError, match=says):
+            AppCapture(functions=bad).validate()
+    with pytest.raises(CaptureError, match="absolute path"):
+        AppCapture(library="librocksdb.so").validate()

@@ -17,6 +17,7 @@
 #   ZTBP_CACHE       RocksDB block cache in bytes (default 65536; index and filter blocks live in it too)
 #   ZTBP_DURATION    seconds of a readwhilewriting phase after readrandom (default 0: none)
 #   ZTBP_BUFFERED    1: reads through the page cache (no O_DIRECT) - the buffered counterpart of a run
+#   ZTBP_LIBRARY     the binary or library the functions are resolved in (default: db_bench's librocksdb)
 #   ZTBP_FUNCTIONS   the traced operations, "OP=FUNCTION ..." (default: get and write of RocksDB's DBImpl);
 #                    FUNCTION is a demangled name prefix ("rocksdb::DBImpl::GetImpl") or a symbol
 #   ZTBP_STATUS      bpftrace expression of the status (default (int64)*(uint8 *)retval: RocksDB's Status code)
@@ -99,18 +100,25 @@ prepare_fs() {
 
 # ---- the application and its functions ---------------------------------------------------------------------
 
-find_library() { # the shared library of db_bench that holds RocksDB
+find_library() { # the binary or library the functions live in: ZTBP_LIBRARY, else db_bench's librocksdb
 	command -v db_bench > /dev/null || die "db_bench missing: the guest image needs rocksdb-tools (vm/image.sh)"
-	LIB="$(ldd "$(command -v db_bench)" | awk '/librocksdb/ {print $3}')"
-	[ -n "$LIB" ] && LIB="$(realpath "$LIB")"
-	[ -f "$LIB" ] || die "db_bench is not linked against a librocksdb shared library"
+	if [ -n "${ZTBP_LIBRARY:-}" ]; then
+		[ -f "$ZTBP_LIBRARY" ] || die "ZTBP_LIBRARY $ZTBP_LIBRARY is not a file in the guest"
+		LIB="$(realpath "$ZTBP_LIBRARY")"
+	else
+		LIB="$(ldd "$(command -v db_bench)" | awk '/librocksdb/ {print $3}')"
+		[ -n "$LIB" ] && LIB="$(realpath "$LIB")"
+		[ -f "$LIB" ] || die "db_bench is not linked against a librocksdb shared library"
+	fi
 	info app_binary "$(command -v db_bench)"
 	info app_library "$LIB"
 	info app_version "$(dpkg-query -W -f='${Package} ${Version}' rocksdb-tools 2>/dev/null)"
 }
 
 resolve_symbols_fast() { # FUNCTIONS -> $TMP/functions.txt "OP SYMBOL DEMANGLED" (one c++filt pass for the library)
-	nm -D --defined-only "$LIB" | awk '$2 ~ /^[TtWw]$/ {print $3}' | sort -u > "$TMP/syms.txt"
+	# the dynamic symbols (a library's exports), and the full table when the file has one (a binary's own functions)
+	{ nm -D --defined-only "$LIB"; nm --defined-only "$LIB"; } 2> /dev/null | awk '$2 ~ /^[TtWw]$/ {print $3}' |
+		sort -u > "$TMP/syms.txt"
 	c++filt < "$TMP/syms.txt" > "$TMP/demangled.txt"
 	paste -d '\t' "$TMP/syms.txt" "$TMP/demangled.txt" > "$TMP/symtab.txt"
 	: > "$TMP/functions.txt"

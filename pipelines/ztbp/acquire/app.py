@@ -30,6 +30,7 @@ _RESULT = re.compile(r"^(?P<bench>[a-z]+)\s+:\s+(?P<us>[\d.]+) micros/op (?P<ops
                      r"(?:\s+(?P<secs>[\d.]+) seconds\s+(?P<ops>\d+) operations)?;(?P<rest>.*)$", re.M)
 _FOUND = re.compile(r"\((?P<found>\d+) of (?P<total>\d+) found\)")
 _PCTL = re.compile(r"^Percentiles: P50: (?P<p50>[\d.]+) P75: [\d.]+ P99: (?P<p99>[\d.]+)", re.M)
+_OP_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 _COUNT = re.compile(r"^Count: (?P<count>\d+) Average: (?P<avg>[\d.]+)", re.M)
 
 
@@ -45,6 +46,10 @@ class AppCapture:
     cache_bytes: int = 64 * 1024
     duration_s: int = 0
     buffered: bool = False
+    #: traced operations "OP=FUNCTION" (FUNCTION: a symbol or a demangled name prefix); () = RocksDB's Get and Write
+    functions: tuple[str, ...] = ()
+    #: the guest path of the binary or library whose symbol table FUNCTION is resolved in; None = db_bench's librocksdb
+    library: str | None = None
     geometry: Geometry = Geometry(zones=64, conv_ns_bytes=1 << 30)
     out: str | None = None
     timeout: int = 3600
@@ -61,6 +66,19 @@ class AppCapture:
             raise CaptureError(f"--fs {self.fs}: choose one of {', '.join(APP_FS)}")
         if min(self.keys, self.value_bytes, self.reads) < 1 or self.cache_bytes < 1 or self.duration_s < 0:
             raise CaptureError("--keys, --value-size, --reads and --cache-size must be positive, --duration 0 or more")
+        for f in self.functions:
+            op, _, name = f.partition("=")
+            if not _OP_NAME.fullmatch(op) or not name or any(c.isspace() for c in name):
+                raise CaptureError(f"--function {f!r}: give OP=FUNCTION, OP a lowercase word (e.g. get, compact), "
+                                   "FUNCTION a symbol or a demangled name without spaces "
+                                   "(e.g. rocksdb::DBImpl::GetImpl)")
+        if len(self.functions) > 15:
+            raise CaptureError("--function: at most 15 functions (the operation id keeps 4 bits for the function)")
+        if len({f.partition("=")[0] for f in self.functions}) != len(self.functions):
+            raise CaptureError("--function: each OP name once")
+        if self.library is not None and not self.library.startswith("/"):
+            raise CaptureError(f"--library {self.library!r}: an absolute path in the guest (e.g. "
+                               "/usr/lib/x86_64-linux-gnu/librocksdb.so.7.8)")
         if self.fs in ("f2fs", "ext4") and not self.geometry.conv_ns_bytes:
             raise CaptureError(f"--fs {self.fs} needs the conventional namespace: give its size with --conv-ns")
         data = self.keys * (self.value_bytes + 16)
@@ -83,7 +101,9 @@ class AppCapture:
         return {"ZTBP_APP": self.app, "ZTBP_FS": self.fs, "ZTBP_KEYS": str(self.keys),
                 "ZTBP_VALUE": str(self.value_bytes), "ZTBP_READS": str(self.reads),
                 "ZTBP_CACHE": str(self.cache_bytes), "ZTBP_DURATION": str(self.duration_s),
-                "ZTBP_BUFFERED": str(int(self.buffered))}
+                "ZTBP_BUFFERED": str(int(self.buffered)),
+                **({"ZTBP_FUNCTIONS": " ".join(self.functions)} if self.functions else {}),
+                **({"ZTBP_LIBRARY": self.library} if self.library else {})}
 
 
 def parse_db_bench(text: str) -> dict[str, Any]:

@@ -17,6 +17,7 @@ def _capture_app(args: argparse.Namespace) -> int:
                         conv_ns_bytes=parse_size(args.conv_ns) if args.conv_ns else None)
     req = AppCapture(app=args.app, fs=args.fs, keys=args.keys, value_bytes=args.value_size, reads=args.reads,
                      cache_bytes=parse_size(args.cache_size), duration_s=args.duration, buffered=args.buffered,
+                     functions=tuple(args.function or ()), library=args.library,
                      geometry=geometry, out=args.out, timeout=args.timeout, verbose=args.verbose)
     return _finish(run_app_capture(req), args.json)
 
@@ -56,6 +57,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--cache-size", default="64K", help="RocksDB block cache (default: %(default)s)")
     c.add_argument("--duration", type=int, default=0, help="seconds of readwhilewriting (default: 0, none)")
     c.add_argument("--buffered", action="store_true", help="reads through the page cache (no O_DIRECT)")
+    c.add_argument("--function", action="append", metavar="OP=FUNCTION",
+                   help="trace FUNCTION as operation OP (repeat it; FUNCTION: a symbol or a demangled name prefix, "
+                        "e.g. compact=rocksdb::CompactionJob::Run; default: get=rocksdb::DBImpl::GetImpl and "
+                        "write=rocksdb::DBImpl::WriteImpl)")
+    c.add_argument("--library", help="resolve the functions in this binary or library of the guest (default: "
+                                     "db_bench's librocksdb)")
     c.add_argument("--zone-size", default="32M", help="zone size (default: %(default)s)")
     c.add_argument("--zones", type=int, default=64, help="zones (default: %(default)s)")
     c.add_argument("--conv-ns", default="1G", help="conventional namespace size (default: %(default)s)")
