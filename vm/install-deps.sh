@@ -21,6 +21,7 @@ PACKAGES=(
 	make                 # builds ztbp-ctl (just build) and its test, ASan and fuzz variants
 	gcc                  # ztbp-ctl's default compiler and its ASan/UBSan test build
 	libc6-dev            # libc headers for ztbp-ctl
+	kmod                 # modinfo: ../shared/nvmevirt/build.sh checks the vermagic of the NVMeVirt module it builds
 	chromium             # headless browser test of the HTML reports (tests/test_report_browser.py)
 	chromium-driver      # chromedriver, driven by selenium in that test
 )

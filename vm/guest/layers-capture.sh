@@ -108,7 +108,17 @@ prepare_stack() {
 
 start_layers() {
 	probe_map_keys layers "$EXPECTED" "$LAYERS_KEY_BYTES"
-	probe_start layers "$LAYERS_PROBE" "$PROBE_KEYS" "$ZONE_SECTORS" "$ZONED_KDEV" || die "the layer probe did not start"
+	local try
+	for try in 1 2 3; do
+		probe_start layers "$LAYERS_PROBE" "$PROBE_KEYS" "$ZONE_SECTORS" "$ZONED_KDEV" && return 0
+		# The probe's BEGIN clears its maps, and bpftrace 0.17 clears a map from user space by walking its keys: when
+		# a running probe deletes a key between two steps of the walk, bpftrace aborts ("failed to look up elem",
+		# "Could not clear map"; seen once in CI on Debian 12). A race, not a fault of the script: start it again.
+		grep -q "Could not clear map" "$TMP/layers.err" "$TMP/layers.out" 2> /dev/null || break
+		say "stage probe layers: bpftrace aborted clearing a map in BEGIN (a race with its running probes), attempt $try"
+		info probe_layers_clear_race "$try"
+	done
+	die "the layer probe did not start"
 }
 
 start_nvme() {
