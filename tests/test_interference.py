@@ -350,3 +350,14 @@ def test_host_profiling_refuses_what_it_must(tmp_path: Path, capsys: pytest.Capt
     assert "--destructive" in capsys.readouterr().err
     assert main(["profile", "--zones", "3-1", "--out", str(tmp_path / "q")]) == 2
     assert "runs backwards" in capsys.readouterr().err
+
+
+def test_one_pair_on_a_side_is_not_structure() -> None:
+    """A negative control seen in CI on QEMU (4 zones, every pair sharing the emulator): five pairs at 0.58 of their
+    solo bandwidth and one at 0.85 by noise. One pair has no spread to judge it by: no structure."""
+    from ztbp.analysis.interference import Pair, structure_verdict
+
+    ratios = {(0, 1): 0.58, (0, 2): 0.57, (0, 3): 0.60, (1, 2): 0.55, (1, 3): 0.85, (2, 3): 0.59}
+    pairs = [Pair(a, b, r, r, r, r, r, r < 0.8) for (a, b), r in ratios.items()]
+    v = structure_verdict(pairs, {0: 0, 1: 0, 2: 0, 3: 1})
+    assert v["structure"] is False and "no spread" in v["reason"], v

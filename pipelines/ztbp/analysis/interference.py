@@ -218,13 +218,19 @@ def _mad(x: Sequence[float]) -> float:
     return float(1.4826 * np.median(np.abs(a - np.median(a))))
 
 
+#: pairs needed on each side of the threshold (interfering, independent) before a gap between them counts
+MIN_PAIRS_PER_SIDE = 2
+
+
 def structure_verdict(pairs: Sequence[Pair], groups: Mapping[int, int],
                       min_separation: float = MIN_SEPARATION) -> dict[str, Any]:
     """Is there conflict structure, or does the grouping only reflect the threshold cutting noise?
 
     No structure when: one group holds every classified zone (every zone interferes with the first: a shared
-    bottleneck, nothing to mix); every zone is alone (no pair interferes); or the pair ratios of interfering and
-    independent pairs are less than `min_separation` apart (medians) or overlap beyond twice their spread.
+    bottleneck, nothing to mix); every zone is alone (no pair interferes); either side has fewer than
+    MIN_PAIRS_PER_SIDE pairs (a single pair has no spread: on QEMU, where every pair shares one emulator, five pairs
+    at 0.58 and one noisy pair at 0.85 once made two "groups"); or the pair ratios of interfering and independent
+    pairs are less than `min_separation` apart (medians) or overlap beyond twice their spread.
     """
     classified = {z: g for z, g in groups.items() if g != UNCLASSIFIED}
     n, n_groups = len(classified), len(set(classified.values()))
@@ -244,6 +250,11 @@ def structure_verdict(pairs: Sequence[Pair], groups: Mapping[int, int],
         return {**out, "structure": False,
                 "reason": "no structure: no pair of zones interferes (the zones run in parallel, or something "
                           "other than the device limits them)"}
+    if min(len(lo), len(hi)) < MIN_PAIRS_PER_SIDE:
+        return {**out, "structure": False,
+                "reason": f"no structure shown: {len(lo)} interfering and {len(hi)} independent pair(s); a side of "
+                          f"fewer than {MIN_PAIRS_PER_SIDE} pairs has no spread to judge it by (one measurement "
+                          "under emulation can be 20 % off): profile more zones or re-measure (--confirm)"}
     gap = float(np.median(hi) - np.median(lo))
     spread = _mad(lo) + _mad(hi)
     out.update(separation=round(gap, 4), spread=round(spread, 4))
