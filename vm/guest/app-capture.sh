@@ -83,7 +83,7 @@ prepare_fs() {
 		f2fs)
 			[ -b "$CONV" ] || die "$CONV missing: f2fs zoned keeps its metadata on a conventional namespace (--conv-ns)"
 			blkzone reset "$ZNS" || die "blkzone reset failed"
-			mkfs.f2fs -d 1 -f -m -c "$ZNS" "$CONV" > "$TMP/mkfs.txt" 2>&1 ||
+			mkfs.f2fs -f -m -c "$ZNS" "$CONV" > "$TMP/mkfs.txt" 2>&1 ||
 				die "mkfs.f2fs -m failed: $(tr '\n' ' ' < "$TMP/mkfs.txt")"
 			mount -t f2fs "$CONV" "$MNT" || die "mount f2fs failed: $(dmesg | tail -3 | tr '\n' ' ')"
 			info fs_device "$(basename "$CONV")+$(basename "$ZNS")" ;;

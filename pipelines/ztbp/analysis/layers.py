@@ -8,6 +8,7 @@ time against `lat_ns` of the NVMe probe for the same requests.
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 import polars as pl
@@ -139,15 +140,9 @@ def bench_summary(bench: dict[str, Any] | None) -> dict[str, Any] | None:
     return {"engine": bench.get("engine"), "fs": bench.get("fs"), "iodepth": bench.get("iodepth"),
             "rounds": len(without), "iops_without": round(off, 1), "iops_with": round(on, 1),
             "ratio": round(on / off, 4) if off else None,
-            "ratio_sd": round(_sd(per_round), 4) if len(per_round) > 1 else None,
-            "without_cv": round(_sd(without) / off, 4) if len(without) > 1 and off else None,
+            "ratio_sd": round(statistics.stdev(per_round), 4) if len(per_round) > 1 else None,
+            "without_cv": round(statistics.stdev(without) / off, 4) if len(without) > 1 and off else None,
             "lost_events_with": bench.get("lost_events_with")}
-
-
-def _sd(xs: list[float]) -> float:
-    """Sample standard deviation (n - 1)."""
-    m = sum(xs) / len(xs)
-    return (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5
 
 
 def fio_compare(fio_rows: list[dict[str, Any]] | None, e2e_mean_ns: float, op: str | None) -> dict[str, Any] | None:
