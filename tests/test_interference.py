@@ -361,3 +361,34 @@ def test_one_pair_on_a_side_is_not_structure() -> None:
     pairs = [Pair(a, b, r, r, r, r, r, r < 0.8) for (a, b), r in ratios.items()]
     v = structure_verdict(pairs, {0: 0, 1: 0, 2: 0, 3: 1})
     assert v["structure"] is False and "no spread" in v["reason"], v
+
+
+def test_a_guest_that_fails_to_start_is_killed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guest booted but never described its device (seen in CI with NVMeVirt under TCG): the profiler gives up
+    and kills it. Before, QEMU outlived `ztbp profile`. The stand-in for vm/vmtest.sh behaves as it does: its own
+    session, QEMU (here a sleep) as a child, which it kills on SIGTERM."""
+    import subprocess
+
+    from ztbp.acquire import profile
+
+    pidfile = tmp_path / "qemu.pid"
+    script = (f"sleep 600 & echo $! > {pidfile}; trap 'kill -KILL $!; exit 143' TERM; "
+              "echo 'booting'; while :; do sleep 0.1; done")
+
+    def fake_run_in_guest(command: str, out: Path, **kw: object) -> profile.GuestResult:
+        proc = subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
+        kw["on_start"](proc)  # type: ignore[operator]
+        for line in proc.stdout:  # type: ignore[union-attr]
+            kw["on_line"](line.rstrip())  # type: ignore[operator]
+        return profile.GuestResult(status=proc.wait(), out=out, console=out / "console.log")
+
+    monkeypatch.setattr(profile, "run_in_guest", fake_run_in_guest)
+    monkeypatch.setattr(profile, "ensure_image", lambda echo: None)
+    monkeypatch.setattr(profile, "BOOT_TIMEOUT_S", 1)
+    runner = profile.GuestRunner(tmp_path / "out")
+    with pytest.raises(ProfileError, match="did not describe its device"), profile.started(runner):
+        pytest.fail("started() must not yield a guest that never described its device")
+    assert runner._proc is not None and runner._proc.poll() is not None  # vmtest.sh's stand-in ended
+    stat = Path(f"/proc/{int(pidfile.read_text())}/stat")
+    assert not stat.exists() or stat.read_text().split(") ")[1][0] == "Z"  # and so did its QEMU (gone, or a zombie)
+    assert not runner._thread.is_alive()  # type: ignore[union-attr]

@@ -81,6 +81,31 @@ def test_streamed_sampler_equals_in_memory(paper80: Path) -> None:
     streamed = shards.estimate(parts.ordered(["op", "slba", "nlb"]), r.meta, 64, 4, HOT, rate=0.01)
     memory = shards.estimate([r.events], r.meta, 64, 4, HOT, rate=0.01)
     assert streamed == memory
+    from ztbp import streamed as st
+
+    as_they_lie = st.shards(parts, r.meta, 0.01, 64, 4, HOT)  # files unordered, only the sample sorted
+    assert len(parts.files()) > 4 and as_they_lie["sampled_requests"] == memory["sampled_requests"]
+    no_belady = {p: v for p, v in memory["hit_ratio"].items() if p != "belady"}
+    assert as_they_lie["hit_ratio"] == no_belady
+
+
+def test_shards_adj_known_answers() -> None:
+    """SHARDS_adj counts the expected-minus-drawn requests as hits: misses over N × R."""
+    near = (lambda x: {"lru": pytest.approx(x, rel=1e-4)})  # noqa: E731 - the threshold's rate is 0.0099999905
+    assert shards.adjusted({"lru": 0.5}, 100, 10_000, 0.01) == near(0.5)  # drew what was expected
+    assert shards.adjusted({"lru": 0.5}, 110, 10_000, 0.01) == near(1 - 55 / 100)  # 10 too many: 55 misses of 100
+    assert shards.adjusted({"lru": 0.5}, 90, 10_000, 0.01) == near(1 - 45 / 100)  # 10 too few
+    assert shards.adjusted({"lru": 0.0}, 300, 10_000, 0.01) == {"lru": 0.0}  # clipped at 0
+    assert shards.effective_rate(0.001) == round(0.001 * 2**24) / 2**24
+
+
+def test_mean_error_over_seeds(paper80: Path) -> None:
+    r = load(paper80)
+    res = shards.compare(r.events, r.meta, 64, 4, HOT, rates=(0.01,), seed=0, seeds=4)
+    one = res["rates"][0]
+    assert one["seeds"] == 4 and set(one["mean_abs_error"]) == set(POLICIES) == set(one["mean_abs_error_adj"])
+    assert all(0 <= v < 0.02 for v in one["mean_abs_error"].values())
+    assert one["mean_abs_error"] != {p: abs(e) for p, e in one["error"].items()}  # other samples counted
 
 
 def test_cli_shards(capsys: pytest.CaptureFixture[str]) -> None:

@@ -135,7 +135,6 @@ def child_ingest(root: Path) -> dict[str, Any]:
 
 def child_analyses(root: Path) -> dict[str, Any]:
     from . import streamed
-    from .analysis import shards
     from .contract import read_meta
     from .io.stream import Parts
 
@@ -148,15 +147,16 @@ def child_analyses(root: Path) -> dict[str, Any]:
                            "cachesim": {k: exact[k] for k in ("requests", "lru", "zone_lru", "static_best")},
                            "hot_zones_by_reads": [z["zone"] for z in sorted(res["zones"], key=lambda z: -z["reads"])
                                                   [:5]], "shards": []}
-    where = (pl.col("op").cast(pl.String) == "read") & (pl.col("nlb") > 0)
     for rate in (0.01, 0.001):
         t = time.perf_counter()
-        est = shards.estimate(parts.ordered(streamed.PASS_COLUMNS, where), meta, 64, 4, [1, 7, 11, 15, 19], rate)
+        est = streamed.shards(parts, meta, rate, 64, 4, HOT.tolist())
         sec = time.perf_counter() - t
         out["shards"].append({
             "rate": rate, "sampled_requests": est["sampled_requests"], "seconds": sec,
             "speedup_vs_exact_stream": res["seconds"]["cachesim"] / sec, "hit_ratio": est["hit_ratio"],
-            "error": {p: est["hit_ratio"][p] - exact[p] for p in ("lru", "zone_lru", "static_best")}})
+            "error": {p: est["hit_ratio"][p] - exact[p] for p in ("lru", "zone_lru", "static_best")},
+            "hit_ratio_adj": est["hit_ratio_adj"],
+            "error_adj": {p: est["hit_ratio_adj"][p] - exact[p] for p in ("lru", "zone_lru", "static_best")}})
     out["peak_rss_gib"] = _rss_gib()
     out["cpu_s"] = _cpu_s()
     return out
@@ -214,7 +214,8 @@ def bench_analyses(work: Path, events: int) -> dict[str, Any]:
     for r in res["shards"]:
         print(f"  SHARDS {r['rate']:.3f}: {r['sampled_requests']:,} sampled, {r['seconds']:.1f} s "
               f"({r['speedup_vs_exact_stream']:.1f}x the exact streamed cache pass), error "
-              + ", ".join(f"{p} {e:+.4f}" for p, e in r["error"].items()), flush=True)
+              + ", ".join(f"{p} {e:+.4f}" for p, e in r["error"].items()) + "; SHARDS_adj "
+              + ", ".join(f"{p} {e:+.4f}" for p, e in r["error_adj"].items()), flush=True)
     return res
 
 
@@ -230,7 +231,8 @@ def bench_shards(work: Path, events: int) -> dict[str, Any]:
     for r in res["rates"]:
         print(f"  rate {r['rate']:.3f}: {r['sampled_requests']:,} sampled, {r['seconds']:.2f} s "
               f"({r['speedup']:.0f}x; {r['speedup_with_prepare']:.1f}x with preparation), error "
-              + ", ".join(f"{p} {e:+.4f}" for p, e in r["error"].items()), flush=True)
+              + ", ".join(f"{p} {e:+.4f}" for p, e in r["error"].items()) + "; SHARDS_adj "
+              + ", ".join(f"{p} {e:+.4f}" for p, e in r["error_adj"].items()), flush=True)
     return res
 
 

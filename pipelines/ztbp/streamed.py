@@ -71,6 +71,19 @@ def cachesim(parts: Parts, meta: dict[str, Any], cache_mib: float = CACHE_MIB, p
                            SWEEP_MIB if sweep else ())
 
 
+def shards(parts: Parts, meta: dict[str, Any], rate: float, cache_mib: float = CACHE_MIB, page_kib: int = PAGE_KIB,
+           hot_zones: list[int] | None = None, seed: int = 0) -> dict[str, Any]:
+    """SHARDS estimate of every policy but Belady's (analysis/shards.py) from the dataset's files as they lie: only
+    the sample is put in submission order, the trace is never sorted."""
+    from .analysis.cachesim import POLICIES
+    from .analysis.shards import estimate
+
+    hot = hot_zones if hot_zones is not None else list(meta.get("workload", {}).get("hot_zones", []))
+    where = (pl.col("op").cast(pl.String) == "read") & (pl.col("nlb") > 0)
+    return estimate(parts.unordered(["op", "slba", "nlb"], where), meta, cache_mib, page_kib, hot, rate, seed,
+                    tuple(p for p in POLICIES if p != "belady"))
+
+
 STAGES: dict[str, Callable[[Parts, dict[str, Any]], Any]] = {
     "zones": zones, "opcodes": opcodes, "cells": cells, "chains": chains, "frag": frag, "cachesim": cachesim}
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -33,6 +34,8 @@ BOOT_TIMEOUT_S = 600
 #: Extra seconds a fio request may take beyond its runtime (fio start-up under emulation, job teardown).
 FIO_SLACK_S = 120
 POLL_S = 0.1
+CLOSE_WAIT_S = 300  # after OUT/req/done, before the guest is killed
+KILL_WAIT_S = 30  # after SIGTERM to vmtest.sh (it kills QEMU at once), before SIGKILL to its group
 
 
 class ProfileError(ZtbpError):
@@ -137,6 +140,7 @@ class GuestRunner:
     _result: GuestResult | None = field(default=None, init=False, repr=False)
     _error: BaseException | None = field(default=None, init=False, repr=False)
     _seq: int = field(default=0, init=False, repr=False)
+    _proc: subprocess.Popen[str] | None = field(default=None, init=False, repr=False)
 
     @property
     def req(self) -> Path:
@@ -170,13 +174,16 @@ class GuestRunner:
             try:
                 self._result = run_in_guest(f"bash /ztbp/src/vm/guest/{GUEST_SCRIPT.name}", self.out,
                                             geometry=geometry, timeout=self.timeout_s, extra_args=extra,
-                                            on_line=self._line)
+                                            on_line=self._line, on_start=self._started)
             except BaseException as e:  # noqa: BLE001 - surfaced by the waiting side
                 self._error = e
 
         self._thread = threading.Thread(target=boot, name="ztbp-profile-guest", daemon=True)
         self._thread.start()
         self.device = self._wait_device()
+
+    def _started(self, proc: subprocess.Popen[str]) -> None:
+        self._proc = proc
 
     def _say(self, msg: str) -> None:
         if self.on_line is not None:
@@ -238,11 +245,28 @@ class GuestRunner:
             raise ProfileError(f"blkzone reset of zones {first}..{first + count - 1} failed in the guest")
 
     def close(self) -> GuestResult | None:
+        """Ask the guest to finish (OUT/req/done) and wait for it; kill it if it does not stop in CLOSE_WAIT_S."""
         if self._thread is None:
             return None
         (self.req / "done").write_text("")
-        self._thread.join(timeout=300)
+        self._thread.join(timeout=CLOSE_WAIT_S)
+        if self._thread.is_alive():
+            self.kill()
         return self._result
+
+    def kill(self) -> None:
+        """Stop the guest now (vmtest.sh kills QEMU on SIGTERM) and wait for the boot thread: no QEMU outlives us."""
+        if self._thread is None:
+            return
+        deadline = time.monotonic() + KILL_WAIT_S
+        while self._proc is None and self._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(POLL_S)  # the boot thread has not started vmtest.sh yet
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+        self._thread.join(timeout=KILL_WAIT_S)
+        if self._proc is not None and self._proc.poll() is None:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+            self._thread.join(timeout=KILL_WAIT_S)
 
     @property
     def versions(self) -> dict[str, str]:
@@ -318,7 +342,14 @@ def _read(p: Path, default: str) -> str:
 
 @contextmanager
 def started(runner: GuestRunner | HostRunner) -> Iterator[GuestRunner | HostRunner]:
-    runner.start()
+    """The runner, started, and closed at the end; a guest that fails to start (no device described in time, an
+    error) is killed rather than left running after the command exits."""
+    try:
+        runner.start()
+    except BaseException:
+        if isinstance(runner, GuestRunner):
+            runner.kill()
+        raise
     try:
         yield runner
     finally:

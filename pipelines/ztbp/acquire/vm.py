@@ -201,12 +201,14 @@ def ensure_image(echo: Callable[[str], None] = print, suite: str | None = None) 
 def run_in_guest(command: str, out: Path, *, geometry: Geometry | None = None, timeout: int = 900,
                  files: Iterable[Path] = (), env: Mapping[str, str] | None = None, extra_args: Iterable[str] = (),
                  on_line: Callable[[str], None] | None = None, echo: bool = False,
-                 suite: str | None = None) -> GuestResult:
+                 suite: str | None = None,
+                 on_start: Callable[[subprocess.Popen[str]], None] | None = None) -> GuestResult:
     """Boot the guest, run `command` (bash) in it, return its status. OUTDIR `out` is /ztbp/out in the guest.
 
     Console lines go to `on_line` (and to stdout with echo=True); they are saved in out/console.log.
     Ctrl-C asks the guest to stop (it sees /ztbp/ctl/stop) and waits for it to save its data. `suite` picks the
-    guest image (SUITES; None: bookworm, or ZTBP_SUITE).
+    guest image (SUITES; None: bookworm, or ZTBP_SUITE). `on_start` gets the vmtest.sh process as soon as it runs
+    (a caller driving the guest from another thread stops it with SIGTERM: vmtest.sh then kills QEMU).
     """
     check_host(suite)
     out.mkdir(parents=True, exist_ok=True)
@@ -224,6 +226,8 @@ def run_in_guest(command: str, out: Path, *, geometry: Geometry | None = None, t
                             errors="replace", start_new_session=True)
     result = GuestResult(status=-1, out=out, console=out / "console.log")
     assert proc.stdout is not None
+    if on_start is not None:
+        on_start(proc)
     try:
         _pump(proc, result, on_line, echo)
     except KeyboardInterrupt:

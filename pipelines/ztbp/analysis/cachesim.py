@@ -56,11 +56,11 @@ ORACLE_GENERAL = np.dtype([("time", "<u4"), ("obj_id", "<u8"), ("obj_size", "<u4
 def page_requests(events: pl.DataFrame, lba_bytes: int, page_bytes: int, zone_bytes: int
                   ) -> tuple[np.ndarray, np.ndarray]:
     """Page number of every page touch of the run's reads, in submission order, and the zone of each."""
-    pages, _ = _page_touches(events, lba_bytes, page_bytes)
+    pages, _ = page_touches(events, lba_bytes, page_bytes)
     return pages, pages * page_bytes // zone_bytes
 
 
-def _page_touches(events: pl.DataFrame, lba_bytes: int, page_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+def page_touches(events: pl.DataFrame, lba_bytes: int, page_bytes: int) -> tuple[np.ndarray, np.ndarray]:
     """Page number of every page touch of the run's reads, and the number of touches of each read command."""
     reads = events.filter((pl.col("op") == "read") & (pl.col("nlb") > 0))
     start = reads["slba"].to_numpy().astype(np.int64) * lba_bytes
@@ -306,7 +306,7 @@ class Trace:
             raise ZtbpError("--page-kib must be positive")
         self.page_bytes = page_kib * 1024
         self.zone_bytes = meta["zone_size_lba"] * meta["lba_bytes"]
-        self.pages, self.touches = _page_touches(events, meta["lba_bytes"], self.page_bytes)
+        self.pages, self.touches = page_touches(events, meta["lba_bytes"], self.page_bytes)
         self.zones = self.pages * self.page_bytes // self.zone_bytes
         self.read_commands = int(self.touches.size)
         self.ids, self.n_pages = _dense(self.pages)

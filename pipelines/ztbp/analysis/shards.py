@@ -6,11 +6,17 @@ is dropped — the reuse pattern of each kept page is intact. The sampled trace 
 by the same rate (round(capacity * rate), at least one page), and its hit ratio estimates the full trace's. This
 module runs every policy (lru, zone_lru, static_best, belady) on the sampled trace by calling cachesim's own
 functions, and `compare` reports the error against the exact figures and the speed-up. The rate is fixed (the
-"fixed-rate" SHARDS; no SHARDS_adj correction), so the error is the sampler's plain bias and variance. The hash is
-splitmix64's finaliser with a seed, so runs are reproducible and different seeds give independent samples.
+"fixed-rate" SHARDS). Beside the plain estimate, each result carries SHARDS_adj (Waldspurger et al., FAST '15,
+section 4.3): the sample holds N_s requests where N × R were expected, and the difference is counted as hits (the
+first bucket of the reuse-distance histogram), i.e. hit_adj = 1 − misses_s / (N × R) — it removes the error of
+having drawn a few too many or too few requests, most of it when one heavily read page is in or out of the sample.
+The hash is splitmix64's finaliser with a seed, so runs are reproducible and different seeds give independent
+samples; `compare` over several seeds reports the mean absolute error of both estimates.
 
-At scale, `Sampler` takes the reads frame by frame in submission order (io/stream.Parts.ordered) and keeps only the
-sampled requests: at rate 0.001, a billion page requests leave about a million.
+At scale, `Sampler` takes the reads frame by frame and keeps only the sampled requests: at rate 0.001, a billion
+page requests leave about a million. Frames may come in any order when they carry `ts_ns` and `row` (the
+partitioned dataset's files as they are): the sample is put in submission order at the end, so the whole trace
+need not be sorted.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import numpy as np
 import polars as pl
 
 from ..errors import ZtbpError
-from .cachesim import POLICIES, belady_hits, lru_hits, page_requests, static_best_hits, zone_lru_hits
+from .cachesim import POLICIES, belady_hits, lru_hits, page_requests, page_touches, static_best_hits, zone_lru_hits
 
 MODULUS = 1 << 24
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -50,6 +56,19 @@ def scaled_capacity(capacity: int, rate: float) -> int:
     return max(1, round(capacity * rate))
 
 
+def effective_rate(rate: float) -> float:
+    """The rate the hash threshold really samples at (a multiple of 2^-24)."""
+    return round(rate * MODULUS) / MODULUS
+
+
+def adjusted(hit_ratio: dict[str, float], sampled_requests: int, requests: int, rate: float) -> dict[str, float]:
+    """SHARDS_adj: each policy's misses over the expected sample size N × R instead of the drawn one."""
+    expected = requests * effective_rate(rate)
+    if expected <= 0:
+        return dict(hit_ratio)
+    return {p: min(1.0, max(0.0, 1.0 - (1.0 - h) * sampled_requests / expected)) for p, h in hit_ratio.items()}
+
+
 def hit_ratios(pages: np.ndarray, zones: np.ndarray, capacity: int, hot_zones: list[int],
                policies: tuple[str, ...] = POLICIES) -> dict[str, float]:
     """Hit ratio of every policy over a page sequence (sampled or not), with cachesim's functions."""
@@ -68,7 +87,8 @@ def hit_ratios(pages: np.ndarray, zones: np.ndarray, capacity: int, hot_zones: l
 
 
 class Sampler:
-    """Keeps the sampled page requests (and their zones) of reads fed in submission order."""
+    """Keeps the sampled page requests (and their zones) of the reads fed: frames in submission order, or frames in
+    any order that carry `ts_ns` and `row` (sorted by them, stably, at the end)."""
 
     def __init__(self, meta: dict[str, Any], page_kib: int, rate: float, seed: int = 0) -> None:
         self.lba_bytes = meta["lba_bytes"]
@@ -78,19 +98,28 @@ class Sampler:
         self.requests = 0
         self._pages: list[np.ndarray] = []
         self._zones: list[np.ndarray] = []
+        self._keys: list[np.ndarray] = []  # ts_ns, row of each kept page request (unordered feeding)
 
     def feed(self, frame: pl.DataFrame) -> None:
         reads = frame.filter((pl.col("op").cast(pl.String) == "read") & (pl.col("nlb") > 0))
-        pages, zones = page_requests(reads.with_columns(pl.col("op").cast(pl.String)), self.lba_bytes,
-                                     self.page_bytes, self.zone_bytes)
+        pages, n = page_touches(reads.with_columns(pl.col("op").cast(pl.String)), self.lba_bytes, self.page_bytes)
         self.requests += pages.size
         keep = sampled(pages, self.rate, self.seed)
         self._pages.append(pages[keep])
-        self._zones.append(zones[keep])
+        self._zones.append(pages[keep] * self.page_bytes // self.zone_bytes)
+        if "ts_ns" in reads.columns and "row" in reads.columns:
+            keys = np.stack([np.repeat(reads[c].to_numpy().astype(np.int64), n) for c in ("ts_ns", "row")])
+            self._keys.append(keys[:, keep])
 
     def trace(self) -> tuple[np.ndarray, np.ndarray]:
+        """The kept page requests and their zones, in submission order."""
         cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, dtype=np.int64))  # noqa: E731
-        return cat(self._pages), cat(self._zones)
+        pages, zones = cat(self._pages), cat(self._zones)
+        if self._keys and sum(k.shape[1] for k in self._keys) == pages.size:
+            keys = np.concatenate(self._keys, axis=1)
+            order = np.lexsort((keys[1], keys[0]))  # stable: a read's pages keep their order
+            pages, zones = pages[order], zones[order]
+        return pages, zones
 
 
 def estimate(frames: Iterable[pl.DataFrame], meta: dict[str, Any], cache_mib: float, page_kib: int,
@@ -102,15 +131,18 @@ def estimate(frames: Iterable[pl.DataFrame], meta: dict[str, Any], cache_mib: fl
         s.feed(f)
     pages, zones = s.trace()
     cap = int(cache_mib * (1 << 20) // s.page_bytes)
+    est = hit_ratios(pages, zones, scaled_capacity(cap, rate), hot_zones, policies)
     return {"rate": rate, "requests": s.requests, "sampled_requests": int(pages.size),
-            "cache_pages": scaled_capacity(cap, rate),
-            "hit_ratio": hit_ratios(pages, zones, scaled_capacity(cap, rate), hot_zones, policies)}
+            "cache_pages": scaled_capacity(cap, rate), "hit_ratio": est,
+            "hit_ratio_adj": adjusted(est, int(pages.size), s.requests, rate)}
 
 
 def compare(events: pl.DataFrame, meta: dict[str, Any], cache_mib: float, page_kib: int, hot_zones: list[int],
-            rates: tuple[float, ...] = (0.01, 0.001), seed: int = 0) -> dict[str, Any]:
+            rates: tuple[float, ...] = (0.01, 0.001), seed: int = 0, seeds: int = 1) -> dict[str, Any]:
     """Exact hit ratios (every policy on the whole page trace) against the SHARDS estimate at each rate: error
-    and speed-up.
+    and speed-up, of the plain estimate and of SHARDS_adj. Each rate's entry is the sample of `seed`; with
+    `seeds` > 1 the samples of seed, seed + 1, … also give each policy's mean absolute error (a small run's
+    single-sample error is mostly luck).
 
     The page trace is prepared once (prepare_seconds); `speedup` compares simulating every policy on the whole
     trace with sampling it and simulating the sample; `speedup_with_prepare` adds the preparation to both sides
@@ -132,9 +164,20 @@ def compare(events: pl.DataFrame, meta: dict[str, Any], cache_mib: float, page_k
         keep = sampled(pages, rate, seed)
         est = hit_ratios(pages[keep], zones[keep], scaled_capacity(cap, rate), hot_zones)
         sec = time.perf_counter() - t
-        out["rates"].append({
-            "rate": rate, "sampled_requests": int(keep.sum()), "cache_pages": scaled_capacity(cap, rate),
-            "hit_ratio": est, "error": {p: est[p] - exact[p] for p in exact}, "seconds": sec,
-            "speedup": exact_s / sec if sec > 0 else float("inf"),
-            "speedup_with_prepare": (prepare + exact_s) / (prepare + sec)})
+        adj = adjusted(est, int(keep.sum()), int(pages.size), rate)
+        entry = {"rate": rate, "sampled_requests": int(keep.sum()), "cache_pages": scaled_capacity(cap, rate),
+                 "hit_ratio": est, "error": {p: est[p] - exact[p] for p in exact},
+                 "hit_ratio_adj": adj, "error_adj": {p: adj[p] - exact[p] for p in exact}, "seconds": sec,
+                 "speedup": exact_s / sec if sec > 0 else float("inf"),
+                 "speedup_with_prepare": (prepare + exact_s) / (prepare + sec), "seeds": seeds}
+        errs, errs_adj = [entry["error"]], [entry["error_adj"]]
+        for other in range(seed + 1, seed + seeds):
+            k = sampled(pages, rate, other)
+            e = hit_ratios(pages[k], zones[k], scaled_capacity(cap, rate), hot_zones)
+            a = adjusted(e, int(k.sum()), int(pages.size), rate)
+            errs.append({p: e[p] - exact[p] for p in exact})
+            errs_adj.append({p: a[p] - exact[p] for p in exact})
+        entry["mean_abs_error"] = {p: float(np.mean([abs(x[p]) for x in errs])) for p in exact}
+        entry["mean_abs_error_adj"] = {p: float(np.mean([abs(x[p]) for x in errs_adj])) for p in exact}
+        out["rates"].append(entry)
     return out
