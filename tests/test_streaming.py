@@ -167,5 +167,43 @@ def test_cli_stream(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -
     assert out["rows"] == ev.height == out["ingest"]["rows"]
     assert out["chains"]["chains"] == chains_report(ev, "read", 4 << 20, 4096)["chains"]
     assert set(out["seconds"]) == {"zones", "chains", "cachesim"}
+    from ztbp.cli.scale import STREAM_ANALYSES
+
+    assert STREAM_ANALYSES == streamed.ANALYSES
     assert main(["stream", str(runs["sample"]), "--analyses", "zones,bogus"]) == 2
     assert "unknown 'bogus'" in capsys.readouterr().err
+
+
+def _without_kfold(res: dict) -> dict:
+    """A clustering result without what the KFold folds decide: the grid's kfold scores, its mean number of
+    clusters (over the fits of both validations), `scores["kfold"]`."""
+    out = {k: v for k, v in res.items() if k not in ("grid", "scores", "folds")}
+    kfold = ("silhouette", "folds_scored", "clusters_mean")
+    out["grid"] = [{k: v for k, v in g.items() if k not in kfold} for g in res["grid"]]
+    out["scores"] = {k: v for k, v in res.get("scores", {}).items() if k != "kfold"}
+    return out
+
+
+@pytest.mark.parametrize("name", ["sample", "varied", "uniform"])
+def test_streamed_clustering_equals_in_memory(runs: dict[str, Path], name: str, tmp_path: Path) -> None:
+    """One pass over the reads in time order gives the in-memory cells: with the same (hashed) folds the whole
+    result is equal; against the default (scikit-learn's KFold permutation) everything the time validation decides
+    — the pair, the hot zones, the zone tests — is. Negative control: uniform reads, no hot zone either way."""
+    from ztbp.acquire.synth import write_run
+    from ztbp.analysis.cluster import cluster_from_cells, read_cells, run_cluster
+    from ztbp.analysis.params import ClusterParams
+
+    if name == "uniform":
+        write_run(tmp_path / "u", "uniform", 20_000, seed=3)
+        ev, meta, parts = both(tmp_path / "u", 0.01)
+    else:
+        ev, meta, parts = both(runs[name], WINDOW_S[name])
+    assert len(parts.windows()) > 1
+    got = streamed.cluster(parts, meta)
+    assert got.pop("folds") == "hash"
+    assert got == cluster_from_cells(read_cells(ev, meta, ClusterParams(), folds="hash"), meta)
+    default = run_cluster(ev, meta)
+    assert _without_kfold(got) == _without_kfold(default)
+    want = {"sample": [1, 7, 11, 15, 19], "varied": None, "uniform": []}[name]
+    if want is not None:
+        assert sorted(got["hot_zones"]) == want

@@ -17,7 +17,7 @@ from .analysis.params import CACHE_MIB, CHAIN_WINDOW, NTS_MIB, PAGE_KIB, SWEEP_M
 from .io.stream import Parts
 from .units import MIB
 
-ANALYSES = ("zones", "opcodes", "cells", "chains", "frag", "cachesim")
+ANALYSES = ("zones", "opcodes", "cells", "cluster", "chains", "frag", "cachesim")
 #: columns the ordered and per-zone passes read
 PASS_COLUMNS = ["op", "nsid", "slba", "nlb", "zone"]
 
@@ -38,6 +38,25 @@ def cells(parts: Parts, meta: dict[str, Any], cells_per_zone: int = 32) -> pl.Da
     from .analysis.streaming import cell_counts_lazy
 
     return cell_counts_lazy(parts.scan(), meta, cells_per_zone)
+
+
+def cluster(parts: Parts, meta: dict[str, Any], params: Any = None) -> dict[str, Any]:
+    """The hot zones (analysis/cluster.py) from one pass over the reads in time order (per-cell aggregates); the
+    KFold scores come from hashed folds (streaming.ClusterCellStream), the time validation is exact."""
+    from .analysis.cluster import check_params, cluster_from_cells
+    from .analysis.params import ClusterParams
+    from .analysis.streaming import ENGINE, ClusterCellStream
+
+    params = params or ClusterParams()
+    check_params(params)
+    where = pl.col("op").cast(pl.String) == "read"
+    n = parts.scan().filter(where).select(pl.len()).collect(engine=ENGINE).item()
+    acc = ClusterCellStream(meta, params, n)
+    for frame in parts.ordered(["slba"], where):
+        acc.feed(frame)
+    res = cluster_from_cells(acc.cells(), meta, params)
+    res["folds"] = "hash"
+    return res
 
 
 def chains(parts: Parts, meta: dict[str, Any], op: str = "read", nts_mib: float = NTS_MIB,
@@ -85,7 +104,8 @@ def shards(parts: Parts, meta: dict[str, Any], rate: float, cache_mib: float = C
 
 
 STAGES: dict[str, Callable[[Parts, dict[str, Any]], Any]] = {
-    "zones": zones, "opcodes": opcodes, "cells": cells, "chains": chains, "frag": frag, "cachesim": cachesim}
+    "zones": zones, "opcodes": opcodes, "cells": cells, "cluster": cluster, "chains": chains, "frag": frag,
+    "cachesim": cachesim}
 
 
 def analyse(parts: Parts, meta: dict[str, Any], which: tuple[str, ...] = ANALYSES) -> dict[str, Any]:

@@ -51,6 +51,7 @@ from scipy.stats import binom
 
 from ..errors import ZtbpError
 from .dbscan import Grid, dbscan, predict
+from .mix import mix64
 from .params import VALIDATIONS, ClusterParams
 
 N_SPLITS = 5
@@ -104,39 +105,69 @@ def kfold_labels(n: int, seed: int) -> np.ndarray:
     return folds
 
 
-def time_windows(n: int) -> np.ndarray:
-    """Time window (0..N_SPLITS) of each of n accesses in time order: the blocks of TimeSeriesSplit(N_SPLITS) —
-    N_SPLITS test windows of n // (N_SPLITS + 1) accesses at the end, the first window takes the remainder."""
+def hash_folds(ranks: np.ndarray, seed: int) -> np.ndarray:
+    """Held-out fold of the accesses of time-order ranks `ranks`: splitmix64(rank, seed) mod N_SPLITS. A seeded
+    random split like KFold's, computable access by access (the streaming path), with fold sizes equal only in
+    expectation."""
+    return (mix64(ranks, seed) % np.uint64(N_SPLITS)).astype(np.int64)
+
+
+def time_window_of(idx: np.ndarray, n: int) -> np.ndarray:
+    """Time window (0..N_SPLITS) of the accesses at time-order positions `idx` of n: the blocks of
+    TimeSeriesSplit(N_SPLITS) — N_SPLITS test windows of n // (N_SPLITS + 1) accesses at the end, the first window
+    takes the remainder."""
     size = n // (N_SPLITS + 1)
     first = n - N_SPLITS * size
-    idx = np.arange(n)
     if size == 0:
         return np.minimum(idx, N_SPLITS)
     return np.where(idx < first, 0, 1 + (idx - first) // max(1, size))
 
 
-def read_cells(events: pl.DataFrame, meta: dict[str, Any], params: ClusterParams) -> Cells:
+def time_windows(n: int) -> np.ndarray:
+    """Time window of each of n accesses in time order (time_window_of)."""
+    return time_window_of(np.arange(n), n)
+
+
+def cell_geometry(meta: dict[str, Any], params: ClusterParams) -> tuple[int, int]:
+    """(cell_lba, n_cells) of the device; refuses a cells_per_zone that does not divide the zone."""
     zone_lba = meta["zone_size_lba"]
     if params.cells_per_zone <= 0 or zone_lba % params.cells_per_zone:
         raise ZtbpError(f"--cells-per-zone {params.cells_per_zone} must divide the zone size ({zone_lba} LBAs)")
-    cell_lba = zone_lba // params.cells_per_zone
-    n_cells = meta["nr_zones"] * params.cells_per_zone
-    slba = events.filter(pl.col("op") == "read")["slba"].to_numpy()
-    cell_of = np.minimum((slba // cell_lba).astype(np.int64), n_cells - 1)
-    all_counts = np.bincount(cell_of, minlength=n_cells)
+    return zone_lba // params.cells_per_zone, meta["nr_zones"] * params.cells_per_zone
+
+
+def cells_from_tables(fold_table: np.ndarray, window_table: np.ndarray, cell_lba: int) -> Cells:
+    """Cells from reads per (fold, cell) [N_SPLITS, n_cells] and per (time window, cell) [N_SPLITS + 1, n_cells]
+    of every cell of the device: what both the in-memory and the streaming path aggregate."""
+    all_counts = fold_table.sum(0)
     cells = np.flatnonzero(all_counts)
     counts = all_counts[cells]
-    dense = np.full(n_cells, -1, dtype=np.int64)
-    dense[cells] = np.arange(cells.size)
-    d = dense[cell_of]
-
-    def per(split: np.ndarray, k: int) -> np.ndarray:
-        return np.bincount(split * cells.size + d, minlength=k * cells.size).reshape(k, cells.size)
-
-    fold_counts = per(kfold_labels(cell_of.size, params.seed), N_SPLITS)
-    window_counts = per(time_windows(cell_of.size), N_SPLITS + 1)
     log_max = float(np.log1p(counts.max())) if counts.size else 0.0
-    return Cells(cells, counts, fold_counts, window_counts, n_cells, cell_lba, log_max)
+    return Cells(cells, counts, fold_table[:, cells], window_table[:, cells], fold_table.shape[1], cell_lba, log_max)
+
+
+def split_tables(cell_of: np.ndarray, folds: np.ndarray, windows: np.ndarray, n_cells: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Reads per (fold, cell) and per (window, cell) of accesses at cells `cell_of` (a chunk's, to be summed)."""
+    def per(split: np.ndarray, k: int) -> np.ndarray:
+        return np.bincount(split * n_cells + cell_of, minlength=k * n_cells).reshape(k, n_cells)
+
+    return per(folds, N_SPLITS), per(windows, N_SPLITS + 1)
+
+
+def read_cells(events: pl.DataFrame, meta: dict[str, Any], params: ClusterParams, folds: str = "kfold") -> Cells:
+    """The run's reads (events in time order) per cell, fold and time window. folds: "kfold" (scikit-learn's
+    shuffled KFold permutation, the default) or "hash" (hash_folds: what the streaming path can compute)."""
+    cell_lba, n_cells = cell_geometry(meta, params)
+    slba = events.filter(pl.col("op") == "read")["slba"].to_numpy()
+    cell_of = np.minimum((slba // cell_lba).astype(np.int64), n_cells - 1)
+    if folds == "kfold":
+        fold = kfold_labels(cell_of.size, params.seed)
+    elif folds == "hash":
+        fold = hash_folds(np.arange(cell_of.size), params.seed)
+    else:
+        raise ZtbpError(f"folds {folds!r}: kfold or hash")
+    return cells_from_tables(*split_tables(cell_of, fold, time_windows(cell_of.size), n_cells), cell_lba)
 
 
 @numba.njit(cache=True)
@@ -370,11 +401,22 @@ def _empty(note: str, grid: list[dict[str, Any]], base: dict[str, Any]) -> dict[
 
 def run_cluster(events: pl.DataFrame, meta: dict[str, Any], params: ClusterParams = ClusterParams(),
                 on_fit: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Tune DBSCAN on the run's reads and apply the hot rule (module docstring); events in time order."""
+    check_params(params)
+    return cluster_from_cells(read_cells(events, meta, params), meta, params, on_fit)
+
+
+def check_params(params: ClusterParams) -> None:
     if params.validation not in VALIDATIONS:
         raise ZtbpError(f"--validation {params.validation!r}: choose one of {', '.join(VALIDATIONS)}")
     if not 0 < params.alpha < 1:
         raise ZtbpError("--alpha must be in (0, 1), e.g. 0.01")
-    c = read_cells(events, meta, params)
+
+
+def cluster_from_cells(c: Cells, meta: dict[str, Any], params: ClusterParams = ClusterParams(),
+                       on_fit: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """run_cluster on reads already aggregated per cell, fold and time window (in memory or streamed)."""
+    check_params(params)
     reads = int(c.counts.sum())
     base: dict[str, Any] = {"reads": reads, "cells_read": int(c.cell.size),
                             "cell_bytes": c.cell_lba * meta["lba_bytes"], "hot_factor": params.hot_factor,

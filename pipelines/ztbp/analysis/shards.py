@@ -30,18 +30,14 @@ import polars as pl
 
 from ..errors import ZtbpError
 from .cachesim import POLICIES, belady_hits, lru_hits, page_requests, page_touches, static_best_hits, zone_lru_hits
+from .mix import mix64
 
 MODULUS = 1 << 24
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
 def page_hash(pages: np.ndarray, seed: int = 0) -> np.ndarray:
-    """splitmix64's finaliser of (page + seed): a uniform 64-bit hash of each page number."""
-    with np.errstate(over="ignore"):
-        z = pages.astype(np.uint64) + np.uint64(seed) * _GOLDEN + _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
+    """A uniform 64-bit hash of each page number (splitmix64's finaliser of page + seed)."""
+    return mix64(pages, seed)
 
 
 def sampled(pages: np.ndarray, rate: float, seed: int = 0) -> np.ndarray:

@@ -14,6 +14,11 @@ bounded state between frames:
                           distances (Mattson) over a Fenwick tree of the live pages' last uses, compacted as it
                           fills, so memory grows with the distinct pages, not the trace. Belady needs every next
                           use (a pass backwards over the whole trace): at scale it is estimated by analysis/shards.py.
+  ClusterCellStream    == cluster.read_cells with folds="hash": reads per cell, time window and held-out fold,
+                          from each read's rank in time order (cluster.cluster_from_cells then tunes DBSCAN and
+                          applies the hot rule on those cells, as run_cluster does). scikit-learn's shuffled KFold
+                          needs a permutation of every read, so the streamed folds come from a hash of the rank;
+                          the time validation (the default, which picks the pair) is exact.
 Per-zone passes take an iterator of frames that each hold every event of a disjoint set of zones
 (io/stream.Parts.by_zone_range):
   frag_table_stream    == frag.frag_table
@@ -152,6 +157,37 @@ def cell_counts_lazy(events: pl.LazyFrame, meta: dict[str, Any], cells_per_zone:
     cell = pl.min_horizontal(pl.col("slba") // (zone_lba // cells_per_zone), pl.lit(n_cells - 1)).cast(pl.Int64)
     return (events.filter(pl.col("op").cast(pl.String) == "read").group_by(cell.alias("cell"))
             .agg(pl.len().cast(pl.Int64).alias("reads")).sort("cell").collect(engine=ENGINE))
+
+
+class ClusterCellStream:
+    """Reads per (fold, cell) and (time window, cell) of reads fed in time order; `n_reads` (all of them) fixes
+    the windows."""
+
+    def __init__(self, meta: dict[str, Any], params: Any, n_reads: int) -> None:
+        from .cluster import cell_geometry
+
+        self.cell_lba, self.n_cells = cell_geometry(meta, params)
+        self.seed, self.n_reads, self.seen = params.seed, n_reads, 0
+        self.folds = np.zeros((5, self.n_cells), dtype=np.int64)
+        self.windows = np.zeros((6, self.n_cells), dtype=np.int64)
+
+    def feed(self, frame: pl.DataFrame) -> None:
+        from .cluster import hash_folds, split_tables, time_window_of
+
+        slba = frame["slba"].to_numpy()
+        cell_of = np.minimum((slba // self.cell_lba).astype(np.int64), self.n_cells - 1)
+        rank = self.seen + np.arange(cell_of.size, dtype=np.int64)
+        f, w = split_tables(cell_of, hash_folds(rank, self.seed), time_window_of(rank, self.n_reads), self.n_cells)
+        self.folds += f
+        self.windows += w
+        self.seen += cell_of.size
+
+    def cells(self) -> Any:
+        from .cluster import cells_from_tables
+
+        if self.seen != self.n_reads:
+            raise ZtbpError(f"the clustering pass saw {self.seen:,} reads of the {self.n_reads:,} counted")
+        return cells_from_tables(self.folds, self.windows, self.cell_lba)
 
 
 # --- chains -----------------------------------------------------------------------------------------------------

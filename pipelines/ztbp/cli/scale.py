@@ -14,7 +14,8 @@ from . import emit
 from .common import mib
 
 IMPORT_FORMATS = ("blkparse", "fio-iolog", "alibaba", "tencent", "msr")
-STREAM_ANALYSES = ("zones", "opcodes", "cells", "chains", "frag", "cachesim")
+#: streamed.ANALYSES (spelled out: building the parser loads no stage; tests/test_streaming.py checks they agree)
+STREAM_ANALYSES = ("zones", "opcodes", "cells", "cluster", "chains", "frag", "cachesim")
 
 
 def _stream_options(p: argparse.ArgumentParser) -> None:

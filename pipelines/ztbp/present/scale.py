@@ -41,6 +41,11 @@ def stream_text(out: dict[str, Any]) -> str:
     if "zones" in out:
         top = sorted(out["zones"], key=lambda z: -z["reads"])[:5]
         lines.append("  most-read zones: " + ", ".join(f"{z['zone']} ({z['reads']:,})" for z in top))
+    if "cluster" in out:
+        c = out["cluster"]
+        hot = ", ".join(map(str, c["hot_zones"])) or "none"
+        pair = f"eps {c['eps']}, min_samples {c['min_samples']}" if c.get("eps") is not None else c.get("note", "")
+        lines.append(f"  hot zones: {hot} ({pair}; KFold scores from hashed folds)")
     if "chains" in out:
         c = out["chains"]
         lines.append(f"  chains ({c['op']}): {c['chains']:,}, {c['frac_bytes_ge_nts']:.1%} of bytes in chains ≥ NTS")
