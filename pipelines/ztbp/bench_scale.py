@@ -3,8 +3,8 @@
   ingest    N rows of synthetic `# ztbp nvme v1` CSV, written in chunks, then streamed to partitioned Parquet
             (io/stream.py): rows/s and peak RSS of the ingest, bytes of the CSV and of the dataset.
   analyses  N synthetic events written straight to partitioned Parquet (no CSV), then every streaming analysis
-            (zones, opcodes, cells, chains, frag, the cache model in one pass) timed, with the peak RSS, and the
-            SHARDS estimates at 1 % and 0.1 % from the same stream against the exact streamed figures.
+            (zones, opcodes, cells, the clustering, chains, frag, the cache model in one pass) timed, with the peak
+            RSS, and the SHARDS estimates at 1 % and 0.1 % from the same stream against the exact streamed figures.
   shards    SHARDS against the exact in-memory simulation of every policy (Belady too) on a run of N events.
   batch     R small synthetic runs analysed by `ztbp batch` on a 2-worker local cluster against the sequential
             loop: wall time of each, identical results; and one run's per-zone and per-cell aggregates over its
@@ -147,6 +147,9 @@ def child_analyses(root: Path) -> dict[str, Any]:
                            "cachesim": {k: exact[k] for k in ("requests", "lru", "zone_lru", "static_best")},
                            "hot_zones_by_reads": [z["zone"] for z in sorted(res["zones"], key=lambda z: -z["reads"])
                                                   [:5]], "shards": []}
+    cl = res.get("cluster", {})
+    out["cluster"] = {k: cl.get(k) for k in ("hot_zones", "eps", "min_samples", "silhouette_time", "reads",
+                                             "cells_read", "widened")}
     for rate in (0.01, 0.001):
         t = time.perf_counter()
         est = streamed.shards(parts, meta, rate, 64, 4, HOT.tolist())
@@ -211,6 +214,9 @@ def bench_analyses(work: Path, events: int) -> dict[str, Any]:
     for k, s in res["seconds"].items():
         print(f"  {k:<9} {s:8.1f} s  ({res['rows'] / s / 1e6:.1f} M events/s)")
     print(f"  peak RSS {res['peak_rss_gib']:.2f} GiB (target ≤ {TARGET_RSS_GIB}); {res['cpu_s']:.0f} CPU s in all")
+    c = res["cluster"]
+    print(f"  hot zones {c['hot_zones']} (eps {c['eps']}, min_samples {c['min_samples']}) from {c['reads']:,} reads "
+          f"in {c['cells_read']:,} cells")
     for r in res["shards"]:
         print(f"  SHARDS {r['rate']:.3f}: {r['sampled_requests']:,} sampled, {r['seconds']:.1f} s "
               f"({r['speedup_vs_exact_stream']:.1f}x the exact streamed cache pass), error "
