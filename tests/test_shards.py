@@ -112,6 +112,11 @@ def test_cli_shards(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["shards", str(SAMPLE), "--rates", "0.01", "--cache-mib", "8", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["requests"] == 30_000 and out["hot_zones"] == HOT
-    assert set(out["rates"][0]["error"]) == set(POLICIES)
+    assert set(out["rates"][0]["error"]) == set(POLICIES) == set(out["rates"][0]["error_adj"])
+    assert main(["shards", str(SAMPLE), "--rates", "0.01", "--seeds", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "over 3 seeds" in text and text.count("\n") == 2 + len(POLICIES)
+    assert main(["shards", str(SAMPLE), "--seeds", "0"]) == 2
+    assert "--seeds" in capsys.readouterr().err
     assert main(["shards", str(SAMPLE), "--rates", "2"]) == 2
     assert "(0, 1]" in capsys.readouterr().err

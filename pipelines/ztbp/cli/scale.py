@@ -127,8 +127,10 @@ def _shards(args: argparse.Namespace) -> int:
            else list(run.meta.get("workload", {}).get("hot_zones", [])))
     from ..analysis.shards import compare
 
+    if args.seeds < 1:
+        raise ZtbpError("--seeds: at least 1 sample per rate")
     res = compare(run.events, run.meta, args.cache_mib, args.page_kib, check_zones(run, hot), rates,
-                  seed=args.seed)
+                  seed=args.seed, seeds=args.seeds)
     res["run"] = run.run_id
     emit(res, args.json, shards_text(res))
     return 0
@@ -142,6 +144,8 @@ def _register_shards(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--page-kib", type=int, default=PAGE_KIB, help=f"cache page in KiB (default {PAGE_KIB})")
     p.add_argument("--hot-zones", help="hot zones for zone_lru (default: the workload's in meta.json)")
     p.add_argument("--seed", type=int, default=0, help="hash seed of the sampler (default 0)")
+    p.add_argument("--seeds", type=int, default=1,
+                   help="samples per rate (seeds SEED, SEED+1, …) for the mean absolute error (default 1)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_shards)
 

@@ -59,11 +59,16 @@ def stream_text(out: dict[str, Any]) -> str:
 def shards_text(res: dict[str, Any]) -> str:
     lines = [f"shards: {res['requests']:,} page requests of {res['run']}, cache {res['cache_mib']} MiB "
              f"({res['cache_pages']:,} pages)",
-             f"  {'rate':>7} {'policy':<12} {'exact':>8} {'sampled':>8} {'error':>8}  {'speed-up':>8}"]
+             f"  {'rate':>7} {'policy':<12} {'exact':>8} {'sampled':>8} {'error':>8} {'adj':>8}  {'speed-up':>8}"
+             + (f"  mean |error| / |adj| over {res['rates'][0]['seeds']} seeds"
+                if res["rates"] and res["rates"][0].get("seeds", 1) > 1 else "")]
     for r in res["rates"]:
         for p, e in r["error"].items():
-            lines.append(f"  {r['rate']:7.4f} {p:<12} {res['exact'][p]:8.4f} {r['hit_ratio'][p]:8.4f} "
-                         f"{e:+8.4f}  {r['speedup']:7.1f}x")
+            line = (f"  {r['rate']:7.4f} {p:<12} {res['exact'][p]:8.4f} {r['hit_ratio'][p]:8.4f} "
+                    f"{e:+8.4f} {r['error_adj'][p]:+8.4f}  {r['speedup']:7.1f}x")
+            if r.get("seeds", 1) > 1:
+                line += f"  {r['mean_abs_error'][p]:.4f} / {r['mean_abs_error_adj'][p]:.4f}"
+            lines.append(line)
     return "\n".join(lines)
 
 
