@@ -61,6 +61,8 @@ def test_one_percent_is_close_on_a_large_run(paper80: Path) -> None:
     for p in POLICIES:  # 1 % of 600 k page requests: every policy within 0.02 of the exact hit ratio
         assert abs(one["error"][p]) < 0.02, (p, one["error"])
     assert one["speedup"] > 1 and res["rates"][1]["sampled_requests"] < one["sampled_requests"]
+    peer = one["libcachesim"]  # libCacheSim's own spatial sampler, same rate and scaled cache: a peer estimate
+    assert peer["policy"] == "lru" and abs(peer["error"]) < 0.02 and peer["hit_ratio"] != one["hit_ratio"]["lru"]
 
 
 def test_no_reuse_gives_no_hit() -> None:
@@ -110,12 +112,12 @@ def test_mean_error_over_seeds(paper80: Path) -> None:
 
 def test_cli_shards(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["shards", str(SAMPLE), "--rates", "0.01", "--cache-mib", "8", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = json.loads(capsys.readouterr().out)  # nothing else on stdout: libCacheSim's C prints are silenced
     assert out["requests"] == 30_000 and out["hot_zones"] == HOT
     assert set(out["rates"][0]["error"]) == set(POLICIES) == set(out["rates"][0]["error_adj"])
     assert main(["shards", str(SAMPLE), "--rates", "0.01", "--seeds", "3"]) == 0
     text = capsys.readouterr().out
-    assert "over 3 seeds" in text and text.count("\n") == 2 + len(POLICIES)
+    assert "over 3 seeds" in text and text.count("\n") == 2 + len(POLICIES) + 1  # and the libCacheSim line
     assert main(["shards", str(SAMPLE), "--seeds", "0"]) == 2
     assert "--seeds" in capsys.readouterr().err
     assert main(["shards", str(SAMPLE), "--rates", "2"]) == 2

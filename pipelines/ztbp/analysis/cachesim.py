@@ -29,7 +29,11 @@ libCacheSim's Belady, which does not bypass and misses a few hits.
 from __future__ import annotations
 
 import heapq
+import os
+import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -284,6 +288,57 @@ def libcachesim_hits(ids: np.ndarray, capacities: list[int], policies: tuple[str
                     continue
                 miss_ratio = getattr(lcs, name)(cap, hashpower=20).process_trace(reader)[0]
                 row[name] = n - round(miss_ratio * n)
+    return out
+
+
+@contextmanager
+def _c_stdout_silenced() -> Iterator[None]:
+    """File descriptor 1 to /dev/null for the duration (what C code prints there; Python's own stdout is flushed)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    sys.stdout.flush()
+    libc.fflush(None)
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            try:
+                yield
+            finally:
+                libc.fflush(None)  # C's stdio buffers what it printed (a pipe is fully buffered): drop it here
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def libcachesim_sampled(ids: np.ndarray, capacity: int, rate: float, policies: tuple[str, ...] = ("LRU",)
+                        ) -> dict[str, float]:
+    """Hit ratio of libCacheSim policies on libCacheSim's own spatial sample of the page stream (its reader's
+    SPATIAL_SAMPLER at `rate`, its own hash of the object id) with a cache of `capacity` pages (scale it by the rate
+    beforehand): a peer of analysis/shards.py's sampler. The Sampler object must outlive the reader (the binding
+    keeps a bare pointer to it: dropping it crashes libcachesim 0.3.5)."""
+    import libcachesim as lcs
+    from libcachesim import libcachesim_python as native
+
+    if ids.size == 0:
+        return dict.fromkeys(policies, 0.0)
+    rows = np.zeros(ids.size, dtype=ORACLE_GENERAL)
+    rows["time"] = np.arange(ids.size) // 1000
+    rows["obj_id"] = ids.astype(np.uint64) + 1
+    rows["obj_size"] = 1
+    rows["next_access"] = -1
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="ztbp-lcs-") as tmp:
+        path = Path(tmp) / "pages.oracleGeneral.bin"
+        rows.tofile(path)
+        for name in policies:
+            with _c_stdout_silenced():  # the C sampler prints its ratio on stdout (and would spoil --json)
+                sampler = native.Sampler(rate, native.SamplerType.SPATIAL_SAMPLER)
+                params = native.ReaderInitParam(sampler=sampler)
+                reader = lcs.TraceReader(str(path), lcs.TraceType.ORACLE_GENERAL_TRACE, reader_init_params=params)
+                out[name] = 1.0 - getattr(lcs, name)(max(1, capacity), hashpower=20).process_trace(reader)[0]
+            del reader, params, sampler
     return out
 
 

@@ -29,7 +29,16 @@ import numpy as np
 import polars as pl
 
 from ..errors import ZtbpError
-from .cachesim import POLICIES, belady_hits, lru_hits, page_requests, page_touches, static_best_hits, zone_lru_hits
+from .cachesim import (
+    POLICIES,
+    belady_hits,
+    libcachesim_sampled,
+    lru_hits,
+    page_requests,
+    page_touches,
+    static_best_hits,
+    zone_lru_hits,
+)
 from .mix import mix64
 
 MODULUS = 1 << 24
@@ -134,11 +143,13 @@ def estimate(frames: Iterable[pl.DataFrame], meta: dict[str, Any], cache_mib: fl
 
 
 def compare(events: pl.DataFrame, meta: dict[str, Any], cache_mib: float, page_kib: int, hot_zones: list[int],
-            rates: tuple[float, ...] = (0.01, 0.001), seed: int = 0, seeds: int = 1) -> dict[str, Any]:
+            rates: tuple[float, ...] = (0.01, 0.001), seed: int = 0, seeds: int = 1, peer: bool = True
+            ) -> dict[str, Any]:
     """Exact hit ratios (every policy on the whole page trace) against the SHARDS estimate at each rate: error
     and speed-up, of the plain estimate and of SHARDS_adj. Each rate's entry is the sample of `seed`; with
     `seeds` > 1 the samples of seed, seed + 1, … also give each policy's mean absolute error (a small run's
-    single-sample error is mostly luck).
+    single-sample error is mostly luck). With `peer`, libCacheSim's own spatial sampler at the same rate and
+    scaled cache gives its LRU estimate beside ours (cachesim.libcachesim_sampled).
 
     The page trace is prepared once (prepare_seconds); `speedup` compares simulating every policy on the whole
     trace with sampling it and simulating the sample; `speedup_with_prepare` adds the preparation to both sides
@@ -175,5 +186,11 @@ def compare(events: pl.DataFrame, meta: dict[str, Any], cache_mib: float, page_k
             errs_adj.append({p: a[p] - exact[p] for p in exact})
         entry["mean_abs_error"] = {p: float(np.mean([abs(x[p]) for x in errs])) for p in exact}
         entry["mean_abs_error_adj"] = {p: float(np.mean([abs(x[p]) for x in errs_adj])) for p in exact}
+        if peer:
+            ids = np.unique(pages, return_inverse=True)[1]
+            t = time.perf_counter()
+            lru = libcachesim_sampled(ids, scaled_capacity(cap, rate), rate)["LRU"]
+            entry["libcachesim"] = {"policy": "lru", "hit_ratio": lru, "error": lru - exact["lru"],
+                                    "seconds": time.perf_counter() - t}
         out["rates"].append(entry)
     return out

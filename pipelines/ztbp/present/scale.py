@@ -69,6 +69,10 @@ def shards_text(res: dict[str, Any]) -> str:
             if r.get("seeds", 1) > 1:
                 line += f"  {r['mean_abs_error'][p]:.4f} / {r['mean_abs_error_adj'][p]:.4f}"
             lines.append(line)
+        if "libcachesim" in r:
+            lc = r["libcachesim"]
+            lines.append(f"  {r['rate']:7.4f} libCacheSim's spatial sampler, lru: {lc['hit_ratio']:.4f} "
+                         f"(error {lc['error']:+.4f})")
     return "\n".join(lines)
 
 
