@@ -255,13 +255,27 @@ def lru_sweep(ids: np.ndarray, capacities: list[int]) -> list[float]:
     return [float(np.searchsorted(d, c, side="left")) / ids.size for c in capacities]
 
 
+@contextmanager
+def oracle_trace(ids: np.ndarray) -> Iterator[Path]:
+    """The page ids as a libCacheSim oracleGeneral trace in a temporary file (its fast C reader), every page an
+    object of size 1 (so a capacity is a number of pages); removed afterwards."""
+    rows = np.zeros(ids.size, dtype=ORACLE_GENERAL)
+    rows["time"] = np.arange(ids.size) // 1000
+    rows["obj_id"] = ids.astype(np.uint64) + 1
+    rows["obj_size"] = 1
+    rows["next_access"] = -1
+    with tempfile.TemporaryDirectory(prefix="ztbp-lcs-") as tmp:
+        path = Path(tmp) / "pages.oracleGeneral.bin"
+        rows.tofile(path)
+        yield path
+
+
 def libcachesim_hits(ids: np.ndarray, capacities: list[int], policies: tuple[str, ...]
                      ) -> list[dict[str, int | None]]:
     """Hits of libCacheSim policies (class names, e.g. "LRU", "ARC") over page ids, one dict per capacity (None for a
     capacity below the policy's MIN_PAGES).
 
-    The pages go to libCacheSim as an oracleGeneral trace in a temporary file (its fast C reader), every page an
-    object of size 1, so a capacity is a number of pages.
+    The pages go to libCacheSim through oracle_trace.
     """
     import libcachesim as lcs
 
@@ -269,14 +283,7 @@ def libcachesim_hits(ids: np.ndarray, capacities: list[int], policies: tuple[str
     out: list[dict[str, int | None]] = [{} for _ in capacities]
     if n == 0:
         return [dict.fromkeys(policies, 0) for _ in capacities]
-    rows = np.zeros(n, dtype=ORACLE_GENERAL)
-    rows["time"] = np.arange(n) // 1000
-    rows["obj_id"] = ids.astype(np.uint64) + 1
-    rows["obj_size"] = 1
-    rows["next_access"] = -1
-    with tempfile.TemporaryDirectory(prefix="ztbp-lcs-") as tmp:
-        path = Path(tmp) / "pages.oracleGeneral.bin"
-        rows.tofile(path)
+    with oracle_trace(ids) as path:
         reader = lcs.TraceReader(str(path), lcs.TraceType.ORACLE_GENERAL_TRACE)
         for cap, row in zip(capacities, out, strict=True):
             for name in policies:
@@ -323,15 +330,8 @@ def libcachesim_sampled(ids: np.ndarray, capacity: int, rate: float, policies: t
 
     if ids.size == 0:
         return dict.fromkeys(policies, 0.0)
-    rows = np.zeros(ids.size, dtype=ORACLE_GENERAL)
-    rows["time"] = np.arange(ids.size) // 1000
-    rows["obj_id"] = ids.astype(np.uint64) + 1
-    rows["obj_size"] = 1
-    rows["next_access"] = -1
     out: dict[str, float] = {}
-    with tempfile.TemporaryDirectory(prefix="ztbp-lcs-") as tmp:
-        path = Path(tmp) / "pages.oracleGeneral.bin"
-        rows.tofile(path)
+    with oracle_trace(ids) as path:
         for name in policies:
             with _c_stdout_silenced():  # the C sampler prints its ratio on stdout (and would spoil --json)
                 sampler = native.Sampler(rate, native.SamplerType.SPATIAL_SAMPLER)
