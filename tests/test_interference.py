@@ -392,3 +392,40 @@ def test_a_guest_that_fails_to_start_is_killed(tmp_path: Path, monkeypatch: pyte
     stat = Path(f"/proc/{int(pidfile.read_text())}/stat")
     assert not stat.exists() or stat.read_text().split(") ")[1][0] == "Z"  # and so did its QEMU (gone, or a zombie)
     assert not runner._thread.is_alive()  # type: ignore[union-attr]
+
+
+def test_a_silent_boot_is_killed_and_booted_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A guest that prints nothing at all (the hung NVMeVirt boot seen in CI) is killed and booted once more; the
+    second boot describes its device and the profile goes on, with the attempts counted."""
+    import subprocess
+
+    from ztbp.acquire import profile
+
+    boots: list[int] = []
+    said: list[str] = []
+
+    def fake_run_in_guest(command: str, out: Path, **kw: object) -> profile.GuestResult:
+        boots.append(1)
+        if len(boots) == 1:  # hangs silently
+            script = "while :; do sleep 0.1; done"
+        else:  # boots, describes a zoned device, then waits for done
+            script = (f"echo 'ztbp-guest: up'; printf 'zoned=host-managed\\nlba_bytes=512\\nzone_sectors=65536\\n"
+                      f"nr_zones=8\\n' > {out}/device.env; while [ ! -e {out}/req/done ]; do sleep 0.1; done")
+        proc = subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
+        kw["on_start"](proc)  # type: ignore[operator]
+        for line in proc.stdout:  # type: ignore[union-attr]
+            kw["on_line"](line.rstrip())  # type: ignore[operator]
+        return profile.GuestResult(status=proc.wait(), out=out, console=out / "console.log")
+
+    monkeypatch.setattr(profile, "run_in_guest", fake_run_in_guest)
+    monkeypatch.setattr(profile, "ensure_image", lambda echo: None)
+    monkeypatch.setattr(profile, "SILENT_BOOT_S", 1)
+    runner = profile.GuestRunner(tmp_path / "out", on_line=said.append)
+    with profile.started(runner) as r:
+        assert r.device.nr_zones == 8 and runner.boot_attempts == 2 and len(boots) == 2
+    assert any(s.startswith("ZTBP: stage boot-again the guest printed nothing") for s in said)
+    assert runner._proc is not None and runner._proc.poll() == 0  # the second guest finished when told
+    monkeypatch.setattr(profile, "BOOT_ATTEMPTS", 1)
+    boots.clear()
+    with pytest.raises(ProfileError, match="printed nothing"), profile.started(profile.GuestRunner(tmp_path / "o2")):
+        pass

@@ -34,12 +34,20 @@ BOOT_TIMEOUT_S = 600
 #: Extra seconds a fio request may take beyond its runtime (fio start-up under emulation, job teardown).
 FIO_SLACK_S = 120
 POLL_S = 0.1
+#: Seconds without a single console line after which a boot counts as hung (the guest's first line, "up in",
+#: comes after ~30 s under TCG); such a guest is killed and booted again, BOOT_ATTEMPTS times in all.
+SILENT_BOOT_S = 240
+BOOT_ATTEMPTS = 2
 CLOSE_WAIT_S = 300  # after OUT/req/done, before the guest is killed
 KILL_WAIT_S = 30  # after SIGTERM to vmtest.sh (it kills QEMU at once), before SIGKILL to its group
 
 
 class ProfileError(ZtbpError):
     """The profiler cannot measure (device, VM or fio trouble)."""
+
+
+class SilentBoot(Exception):
+    """The guest printed nothing within SILENT_BOOT_S: its boot hung (seen with NVMeVirt under TCG)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +149,8 @@ class GuestRunner:
     _error: BaseException | None = field(default=None, init=False, repr=False)
     _seq: int = field(default=0, init=False, repr=False)
     _proc: subprocess.Popen[str] | None = field(default=None, init=False, repr=False)
+    _lines: int = field(default=0, init=False, repr=False)
+    boot_attempts: int = field(default=0, init=False)
 
     @property
     def req(self) -> Path:
@@ -178,9 +188,19 @@ class GuestRunner:
             except BaseException as e:  # noqa: BLE001 - surfaced by the waiting side
                 self._error = e
 
-        self._thread = threading.Thread(target=boot, name="ztbp-profile-guest", daemon=True)
-        self._thread.start()
-        self.device = self._wait_device()
+        for attempt in range(1, BOOT_ATTEMPTS + 1):
+            self.boot_attempts = attempt
+            self._lines, self._proc, self._result, self._error = 0, None, None, None
+            self._thread = threading.Thread(target=boot, name="ztbp-profile-guest", daemon=True)
+            self._thread.start()
+            try:
+                self.device = self._wait_device()
+                return
+            except SilentBoot as e:
+                self.kill()
+                if attempt == BOOT_ATTEMPTS:
+                    raise ProfileError(str(e)) from None
+                self._say(f"boot-again {e}; killed it, booting again (attempt {attempt + 1} of {BOOT_ATTEMPTS})")
 
     def _started(self, proc: subprocess.Popen[str]) -> None:
         self._proc = proc
@@ -190,6 +210,7 @@ class GuestRunner:
             self.on_line(f"ZTBP: stage {msg}")
 
     def _line(self, line: str) -> None:
+        self._lines += 1
         if self.on_line is not None:
             self.on_line(line)
 
@@ -206,6 +227,8 @@ class GuestRunner:
         t0 = time.monotonic()
         while not env_file.is_file():
             self._alive()
+            if self._lines == 0 and time.monotonic() - t0 > SILENT_BOOT_S:
+                raise SilentBoot(f"the guest printed nothing on its console in {SILENT_BOOT_S} s (a hung boot)")
             if time.monotonic() - t0 > BOOT_TIMEOUT_S:
                 raise ProfileError(f"the guest did not describe its device within {BOOT_TIMEOUT_S} s; see "
                                    f"{self.out / 'console.log'}")
@@ -545,7 +568,7 @@ def run_profile(req: ProfileRequest, runner: GuestRunner | HostRunner, out: Path
         "versions": versions,
         "timing": {"boot_s": round(boot_s, 1), "fill_s": round(fill_s, 1), "measure_s": round(measure_s, 1),
                    "total_s": round(time.monotonic() - rep.t0, 1), "measurements": res.measurements,
-                   "fresh_wraps": meter.wraps,
+                   "fresh_wraps": meter.wraps, "boot_attempts": getattr(r, "boot_attempts", 1),
                    "budget_exhausted": res.stopped_early},
         **res.as_dict(),
         "matrix": pair_matrix(res.zones, res.pairs),

@@ -84,7 +84,8 @@ def _profile(args: argparse.Namespace) -> int:
         runner = HostRunner(args.device)
     else:
         def on_line(line: str) -> None:
-            if line.startswith("ZTBP: error") or (args.verbose and line.startswith("ZTBP: stage")):
+            if (line.startswith(("ZTBP: error", "ZTBP: stage boot-again"))
+                    or (args.verbose and line.startswith("ZTBP: stage"))):
                 echo(f"  | {line}")
 
         geometry = Geometry(zone_bytes=parse_size(args.zone_size), zones=args.vm_zones)
