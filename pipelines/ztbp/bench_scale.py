@@ -41,6 +41,7 @@ IOPS = 300_000.0
 LBA_BYTES, ZONE_LBA, NR_ZONES = 4096, 8192, 64  # 64 zones of 32 MiB
 HOT = np.array([1, 7, 11, 15, 19])
 TARGET_RSS_GIB = 4.0
+SHARDS_SEEDS = 5  # samples per rate in the in-memory comparison (mean absolute error beside the first sample's)
 
 
 def _paper80_pages(n: int, rng: np.random.Generator) -> np.ndarray:
@@ -170,7 +171,7 @@ def child_shards(root: Path) -> dict[str, Any]:
     from .io.run import load
 
     run = load(root)
-    res = compare(run.events, run.meta, 64, 4, [1, 7, 11, 15, 19], (0.01, 0.001))
+    res = compare(run.events, run.meta, 64, 4, HOT.tolist(), (0.01, 0.001), seeds=SHARDS_SEEDS)
     res["peak_rss_gib"] = _rss_gib()
     return res
 
@@ -239,6 +240,11 @@ def bench_shards(work: Path, events: int) -> dict[str, Any]:
               f"({r['speedup']:.0f}x; {r['speedup_with_prepare']:.1f}x with preparation), error "
               + ", ".join(f"{p} {e:+.4f}" for p, e in r["error"].items()) + "; SHARDS_adj "
               + ", ".join(f"{p} {e:+.4f}" for p, e in r["error_adj"].items()), flush=True)
+        print(f"    mean |error| over {r['seeds']} seeds: "
+              + ", ".join(f"{p} {e:.4f}" for p, e in r["mean_abs_error"].items()) + "; SHARDS_adj "
+              + ", ".join(f"{p} {e:.4f}" for p, e in r["mean_abs_error_adj"].items())
+              + (f"; libCacheSim's spatial sampler lru {r['libcachesim']['mean_abs_error']:.4f}"
+                 if "libcachesim" in r else ""), flush=True)
     return res
 
 

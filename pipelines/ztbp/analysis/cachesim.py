@@ -319,12 +319,12 @@ def _c_stdout_silenced() -> Iterator[None]:
         os.close(saved)
 
 
-def libcachesim_sampled(ids: np.ndarray, capacity: int, rate: float, policies: tuple[str, ...] = ("LRU",)
-                        ) -> dict[str, float]:
+def libcachesim_sampled(ids: np.ndarray, capacity: int, rate: float, policies: tuple[str, ...] = ("LRU",),
+                        salt: int = 0) -> dict[str, float]:
     """Hit ratio of libCacheSim policies on libCacheSim's own spatial sample of the page stream (its reader's
-    SPATIAL_SAMPLER at `rate`, its own hash of the object id) with a cache of `capacity` pages (scale it by the rate
-    beforehand): a peer of analysis/shards.py's sampler. The Sampler object must outlive the reader (the binding
-    keeps a bare pointer to it: dropping it crashes libcachesim 0.3.5)."""
+    SPATIAL_SAMPLER at `rate`, its own hash of the object id salted by `salt`) with a cache of `capacity` pages
+    (scale it by the rate beforehand): a peer of analysis/shards.py's sampler. The Sampler object must outlive the
+    reader (the binding keeps a bare pointer to it: dropping it crashes libcachesim 0.3.5)."""
     import libcachesim as lcs
     from libcachesim import libcachesim_python as native
 
@@ -335,6 +335,7 @@ def libcachesim_sampled(ids: np.ndarray, capacity: int, rate: float, policies: t
         for name in policies:
             with _c_stdout_silenced():  # the C sampler prints its ratio on stdout (and would spoil --json)
                 sampler = native.Sampler(rate, native.SamplerType.SPATIAL_SAMPLER)
+                sampler.sampling_salt = salt
                 params = native.ReaderInitParam(sampler=sampler)
                 reader = lcs.TraceReader(str(path), lcs.TraceType.ORACLE_GENERAL_TRACE, reader_init_params=params)
                 out[name] = 1.0 - getattr(lcs, name)(max(1, capacity), hashpower=20).process_trace(reader)[0]

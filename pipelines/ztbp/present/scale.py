@@ -72,7 +72,8 @@ def shards_text(res: dict[str, Any]) -> str:
         if "libcachesim" in r:
             lc = r["libcachesim"]
             lines.append(f"  {r['rate']:7.4f} libCacheSim's spatial sampler, lru: {lc['hit_ratio']:.4f} "
-                         f"(error {lc['error']:+.4f})")
+                         f"(error {lc['error']:+.4f}"
+                         + (f"; mean |error| {lc['mean_abs_error']:.4f})" if r.get("seeds", 1) > 1 else ")"))
     return "\n".join(lines)
 
 
