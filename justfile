@@ -30,10 +30,10 @@ setup:
 deps:
     bash vm/install-deps.sh
 
-# run the whole test suite (unit, property, real VM capture) — the README's test line runs this
+# run the whole test suite (unit, property, real VM capture; the 25 slowest listed at the end) — the README's test line runs this
 [group('test')]
 test: setup deps lint
-    {{PY}} -m pytest -q tests notebooks --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/nbval-sanitize.cfg
+    {{PY}} -m pytest -q --durations=25 tests notebooks --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/nbval-sanitize.cfg
 
 # run only the fast tests (no VM)
 [group('test')]
