@@ -122,3 +122,22 @@ def test_cli_shards(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--seeds" in capsys.readouterr().err
     assert main(["shards", str(SAMPLE), "--rates", "2"]) == 2
     assert "(0, 1]" in capsys.readouterr().err
+
+
+def test_an_empty_sample_gives_no_estimate() -> None:
+    """Forty pages at 0.1 %: most samples hold no request. Such a sample is no estimate (not a hit ratio of 0): it
+    is left out of the means and counted."""
+    pages = np.repeat(np.arange(40, dtype=np.uint64), 5)
+    ev = pl.DataFrame({"op": ["read"] * pages.size, "slba": pages, "nlb": np.ones(pages.size, np.uint32)})
+    meta = {"lba_bytes": 4096, "zone_size_lba": 8192, "nr_zones": 64}
+    res = shards.compare(ev, meta, 4, 4, [], rates=(0.001,), seeds=20, peer=False)
+    r = res["rates"][0]
+    kept = [int(shards.sampled(pages.astype(np.int64), 0.001, k).sum()) for k in range(20)]
+    assert (r["hit_ratio"] is None) == (kept[0] == 0) and r["sampled_requests"] == kept[0]
+    assert r["empty_samples"] == sum(1 for k in kept if k == 0) > 0
+    if r["empty_samples"] == 20:
+        assert r["mean_abs_error"]["lru"] is None
+    res["run"] = "forty-pages"
+    from ztbp.present.scale import shards_text
+
+    assert "samples held no request" in shards_text(res)

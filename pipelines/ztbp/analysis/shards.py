@@ -148,7 +148,8 @@ def compare(events: pl.DataFrame, meta: dict[str, Any], cache_mib: float, page_k
     """Exact hit ratios (every policy on the whole page trace) against the SHARDS estimate at each rate: error
     and speed-up, of the plain estimate and of SHARDS_adj. Each rate's entry is the sample of `seed`; with
     `seeds` > 1 the samples of seed, seed + 1, … also give each policy's mean absolute error (a small run's
-    single-sample error is mostly luck). With `peer`, libCacheSim's own spatial sampler at the same rate and
+    single-sample error is mostly luck). A sample that holds no request gives no estimate (None), and is left out
+    of the means and counted (`empty_samples`). With `peer`, libCacheSim's own spatial sampler at the same rate and
     scaled cache gives its LRU estimate beside ours (cachesim.libcachesim_sampled), salted by the same seeds.
 
     The page trace is prepared once (prepare_seconds); `speedup` compares simulating every policy on the whole
@@ -167,29 +168,39 @@ def compare(events: pl.DataFrame, meta: dict[str, Any], cache_mib: float, page_k
                            "cache_pages": cap, "hot_zones": hot_zones, "seed": seed, "exact": exact,
                            "prepare_seconds": prepare, "exact_seconds": exact_s, "rates": []}
     for rate in rates:
+        scap = scaled_capacity(cap, rate)
         t = time.perf_counter()
         keep = sampled(pages, rate, seed)
-        est = hit_ratios(pages[keep], zones[keep], scaled_capacity(cap, rate), hot_zones)
+        est = hit_ratios(pages[keep], zones[keep], scap, hot_zones)
         sec = time.perf_counter() - t
-        adj = adjusted(est, int(keep.sum()), int(pages.size), rate)
-        entry = {"rate": rate, "sampled_requests": int(keep.sum()), "cache_pages": scaled_capacity(cap, rate),
-                 "hit_ratio": est, "error": {p: est[p] - exact[p] for p in exact},
-                 "hit_ratio_adj": adj, "error_adj": {p: adj[p] - exact[p] for p in exact}, "seconds": sec,
-                 "speedup": exact_s / sec if sec > 0 else float("inf"),
-                 "speedup_with_prepare": (prepare + exact_s) / (prepare + sec), "seeds": seeds}
-        errs, errs_adj = [entry["error"]], [entry["error_adj"]]
+        n_kept = int(keep.sum())
+        adj = adjusted(est, n_kept, int(pages.size), rate)
+        empty = n_kept == 0  # no page of the sample was read: no estimate (not a hit ratio of 0)
+        entry: dict[str, Any] = {
+            "rate": rate, "sampled_requests": n_kept, "cache_pages": scap,
+            "hit_ratio": None if empty else est, "error": None if empty else {p: est[p] - exact[p] for p in exact},
+            "hit_ratio_adj": None if empty else adj,
+            "error_adj": None if empty else {p: adj[p] - exact[p] for p in exact}, "seconds": sec,
+            "speedup": exact_s / sec if sec > 0 else float("inf"),
+            "speedup_with_prepare": (prepare + exact_s) / (prepare + sec), "seeds": seeds}
+        errs = [] if empty else [entry["error"]]
+        errs_adj = [] if empty else [entry["error_adj"]]
         for other in range(seed + 1, seed + seeds):
             k = sampled(pages, rate, other)
-            e = hit_ratios(pages[k], zones[k], scaled_capacity(cap, rate), hot_zones)
+            if not k.any():
+                continue
+            e = hit_ratios(pages[k], zones[k], scap, hot_zones)
             a = adjusted(e, int(k.sum()), int(pages.size), rate)
             errs.append({p: e[p] - exact[p] for p in exact})
             errs_adj.append({p: a[p] - exact[p] for p in exact})
-        entry["mean_abs_error"] = {p: float(np.mean([abs(x[p]) for x in errs])) for p in exact}
-        entry["mean_abs_error_adj"] = {p: float(np.mean([abs(x[p]) for x in errs_adj])) for p in exact}
+        entry["empty_samples"] = seeds - len(errs)
+        mean = (lambda xs, p: float(np.mean([abs(x[p]) for x in xs])) if xs else None)  # noqa: E731
+        entry["mean_abs_error"] = {p: mean(errs, p) for p in exact}
+        entry["mean_abs_error_adj"] = {p: mean(errs_adj, p) for p in exact}
         if peer:
             ids = np.unique(pages, return_inverse=True)[1]
             t = time.perf_counter()
-            lrus = [libcachesim_sampled(ids, scaled_capacity(cap, rate), rate, salt=k)["LRU"]
+            lrus = [libcachesim_sampled(ids, scap, rate, salt=k)["LRU"]
                     for k in range(seed, seed + seeds)]
             entry["libcachesim"] = {"policy": "lru", "hit_ratio": lrus[0], "error": lrus[0] - exact["lru"],
                                     "mean_abs_error": float(np.mean([abs(x - exact["lru"]) for x in lrus])),

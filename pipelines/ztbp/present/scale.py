@@ -62,13 +62,19 @@ def shards_text(res: dict[str, Any]) -> str:
              f"  {'rate':>7} {'policy':<12} {'exact':>8} {'sampled':>8} {'error':>8} {'adj':>8}  {'speed-up':>8}"
              + (f"  mean |error| / |adj| over {res['rates'][0]['seeds']} seeds"
                 if res["rates"] and res["rates"][0].get("seeds", 1) > 1 else "")]
+    num = (lambda v, f: format(v, f) if v is not None else "–")  # noqa: E731
     for r in res["rates"]:
-        for p, e in r["error"].items():
-            line = (f"  {r['rate']:7.4f} {p:<12} {res['exact'][p]:8.4f} {r['hit_ratio'][p]:8.4f} "
-                    f"{e:+8.4f} {r['error_adj'][p]:+8.4f}  {r['speedup']:7.1f}x")
+        for p in res["exact"]:
+            est = (r["hit_ratio"] or {}).get(p)
+            line = (f"  {r['rate']:7.4f} {p:<12} {res['exact'][p]:8.4f} {num(est, '8.4f'):>8} "
+                    f"{num((r['error'] or {}).get(p), '+8.4f'):>8} {num((r['error_adj'] or {}).get(p), '+8.4f'):>8}"
+                    f"  {r['speedup']:7.1f}x")
             if r.get("seeds", 1) > 1:
-                line += f"  {r['mean_abs_error'][p]:.4f} / {r['mean_abs_error_adj'][p]:.4f}"
+                line += f"  {num(r['mean_abs_error'][p], '.4f')} / {num(r['mean_abs_error_adj'][p], '.4f')}"
             lines.append(line)
+        if r.get("empty_samples"):
+            lines.append(f"  {r['rate']:7.4f} {r['empty_samples']} of {r['seeds']} samples held no request (no "
+                         "estimate; left out of the means)")
         if "libcachesim" in r:
             lc = r["libcachesim"]
             lines.append(f"  {r['rate']:7.4f} libCacheSim's spatial sampler, lru: {lc['hit_ratio']:.4f} "
