@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,3 +51,39 @@ def run_factory(tmp_path: Path):
         return make_run(tmp_path / f"run{next(counter)}", requests, lines, **meta)
 
     return factory
+
+
+# --- the guest images: built in the background while the other tests run -------------------------------------
+#: the background build of every suite's guest image (None: nothing to build, or not started)
+_IMAGES: subprocess.Popen[bytes] | None = None
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` has deselected what it deselects
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The VM tests run last (in their own order), and when any is selected the guest images of both suites are
+    built (or found cached) in the background meanwhile: on a fresh machine that is ~5 minutes of mmdebstrap taken
+    off the critical path. vm/image.sh builds a suite once at a time, so a VM test that needs an image still being
+    built waits for it. ZTBP_NO_IMAGE_PREBUILD=1 turns the background build off."""
+    global _IMAGES
+    vm = [i for i in items if i.get_closest_marker("vm") is not None]
+    if not vm:
+        return
+    items[:] = [i for i in items if i.get_closest_marker("vm") is None] + vm
+    from ztbp import paths
+    from ztbp.acquire.vm import SUITES
+
+    if os.environ.get("ZTBP_NO_IMAGE_PREBUILD") == "1" or config.option.collectonly:
+        return
+    script = paths.ROOT / "vm" / "image.sh"
+    builds = " && ".join(f"bash {script} --suite {s}" for s in SUITES)
+    log = Path(config.cache.mkdir("ztbp")) / "image-prebuild.log" if config.cache else Path(os.devnull)
+    with open(log, "wb") as out:
+        _IMAGES = subprocess.Popen(["bash", "-c", builds], stdout=out, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Never leave the background image build behind (a run stopped early kills it; image.sh cleans its folder)."""
+    if _IMAGES is not None and _IMAGES.poll() is None:
+        os.killpg(_IMAGES.pid, signal.SIGTERM)
+        _IMAGES.wait(timeout=60)

@@ -158,6 +158,14 @@ main() {
 	local dir
 	dir="$(image_dir)"
 	[ "$print" -eq 1 ] && { echo "$dir"; return 0; }
+	# One build of a suite at a time: a second caller (the test suite builds the images in the background while
+	# the unit tests run) waits here, then finds the image built.
+	mkdir -p "$CACHE_DIR"
+	exec 9>"$CACHE_DIR/build-$SUITE.lock"
+	if ! flock -n 9; then
+		log "another build of the $SUITE image is running: waiting for it"
+		flock 9
+	fi
 	if [ "$force" -eq 0 ] && [ -f "$dir/rootfs.ext4" ] && [ -f "$dir/vmlinuz" ] && [ -f "$dir/initrd.img" ]; then
 		log "cached image $(basename "$dir") matches the recipe"
 	else
