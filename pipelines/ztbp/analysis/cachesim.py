@@ -78,27 +78,36 @@ def page_touches(events: pl.DataFrame, lba_bytes: int, page_bytes: int) -> tuple
     return pages, n
 
 
-@numba.njit(cache=True)
 def _segmented_lru(ids: np.ndarray, hot: np.ndarray, n_pages: int, capacity: int, count_from: int = 0) -> int:
-    """Algorithm 4 on array-linked lists: segment 1 (hot) before l_head, segment 0 (normal) after it; the hits of
-    requests count_from.. (the requests before only warm the cache).
+    """Algorithm 4 over a whole page sequence: segmented_lru_pass from an empty cache; the hits of requests
+    count_from.. (the requests before only warm the cache)."""
+    nxt, prv, cached, seg_len = segmented_lru_state(n_pages)
+    return int(segmented_lru_pass(ids, hot, capacity, nxt, prv, cached, seg_len, count_from))
+
+
+def segmented_lru_state(n_pages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """An empty Algorithm-4 cache for pages 0..n_pages-1 (nodes 2.., the two segment heads 0 and 1)."""
+    nxt = np.empty(n_pages + 2, dtype=np.int64)
+    prv = np.empty(n_pages + 2, dtype=np.int64)
+    nxt[:2] = prv[:2] = np.arange(2)
+    return nxt, prv, np.zeros(n_pages + 2, dtype=np.bool_), np.zeros(2, dtype=np.int64)
+
+
+@numba.njit(cache=True)
+def segmented_lru_pass(ids: np.ndarray, hot: np.ndarray, capacity: int, nxt: np.ndarray, prv: np.ndarray,
+                       cached: np.ndarray, seg_len: np.ndarray, count_from: int = 0) -> int:
+    """Algorithm 4 on array-linked lists, resumable: segment 1 (hot) before l_head, segment 0 (normal) after it.
+    Page p is node p + 2; nodes 0 and 1 head the normal and the hot segment; the state arrays
+    (segmented_lru_state) carry over between calls (the streaming path feeds one frame at a time). Returns the
+    hits of requests count_from.. of this call.
 
     With every page normal this is plain LRU. When the cache is full, the list's tail — the tail of the normal
     segment, or of the hot segment when no normal page is cached — is evicted before the new page enters.
     """
-    # nodes 0..n_pages-1 are pages; n_pages + s is the sentinel of segment s (head side = nxt of the sentinel)
-    nxt = np.empty(n_pages + 2, dtype=np.int64)
-    prv = np.empty(n_pages + 2, dtype=np.int64)
-    for s in range(2):
-        nxt[n_pages + s] = n_pages + s
-        prv[n_pages + s] = n_pages + s
-    cached = np.zeros(n_pages, dtype=np.bool_)
-    seg_len = np.zeros(2, dtype=np.int64)
     hits = 0
     for i in range(ids.size):
-        p = ids[i]
+        p = ids[i] + 2
         s = 1 if hot[i] else 0
-        head = n_pages + s
         if cached[p]:
             if i >= count_from:
                 hits += 1
@@ -107,17 +116,17 @@ def _segmented_lru(ids: np.ndarray, hot: np.ndarray, n_pages: int, capacity: int
         else:
             if seg_len[0] + seg_len[1] >= capacity:
                 v = 0 if seg_len[0] > 0 else 1
-                t = prv[n_pages + v]  # tail of the victim segment
+                t = prv[v]  # tail of the victim segment
                 nxt[prv[t]] = nxt[t]
                 prv[nxt[t]] = prv[t]
                 cached[t] = False
                 seg_len[v] -= 1
             cached[p] = True
             seg_len[s] += 1
-        nxt[p] = nxt[head]  # ... and insert at the head of its segment
-        prv[p] = head
-        prv[nxt[head]] = p
-        nxt[head] = p
+        nxt[p] = nxt[s]  # ... and insert at the head of its segment
+        prv[p] = s
+        prv[nxt[s]] = p
+        nxt[s] = p
     return hits
 
 

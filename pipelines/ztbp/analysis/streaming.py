@@ -34,7 +34,7 @@ import numpy as np
 import polars as pl
 
 from ..errors import ZtbpError
-from .cachesim import page_requests
+from .cachesim import page_requests, segmented_lru_pass
 from .chains import DEFAULT_WINDOW, _grow, _slot, chain_cdf_weighted, chain_summary_weighted, size_cdf_weighted
 from .frag import DIRECTIONS, NLB_BITS, _zone_fragments, frag_frame
 from .opcodes import KEYS, OP_ORDER, QUANTILES
@@ -405,36 +405,6 @@ def _stack_pass(ids: np.ndarray, last: np.ndarray, tree: np.ndarray, clock: np.n
     return -1
 
 
-@numba.njit(cache=True)
-def _segmented_lru_pass(ids: np.ndarray, hot: np.ndarray, capacity: int, nxt: np.ndarray, prv: np.ndarray,
-                        cached: np.ndarray, seg_len: np.ndarray) -> int:
-    """cachesim's Algorithm-4 list, resumable: page p is node p + 2, nodes 0 and 1 head the normal and hot
-    segments; the state arrays carry over between frames. Returns the hits in this frame."""
-    hits = 0
-    for i in range(ids.size):
-        p = ids[i] + 2
-        s = 1 if hot[i] else 0
-        if cached[p]:
-            hits += 1
-            nxt[prv[p]] = nxt[p]
-            prv[nxt[p]] = prv[p]
-        else:
-            if seg_len[0] + seg_len[1] >= capacity:
-                v = 0 if seg_len[0] > 0 else 1
-                t = prv[v]
-                nxt[prv[t]] = nxt[t]
-                prv[nxt[t]] = prv[t]
-                cached[t] = False
-                seg_len[v] -= 1
-            cached[p] = True
-            seg_len[s] += 1
-        nxt[p] = nxt[s]
-        prv[p] = s
-        prv[nxt[s]] = p
-        nxt[s] = p
-    return hits
-
-
 class PageIds:
     """Page numbers as ids for the state arrays (indexed by page), with the highest seen; pages at or beyond
     `limit` (2^25 pages: a 128 GiB device at 4 KiB) are refused rather than allocating beyond memory."""
@@ -537,7 +507,7 @@ class CacheStream:
             else:
                 self._compact()
         hot = np.isin(zones, self.hot)
-        self.zone_lru_hits += _segmented_lru_pass(ids, hot, self.capacity, self.nxt, self.prv, self.cached,
+        self.zone_lru_hits += segmented_lru_pass(ids, hot, self.capacity, self.nxt, self.prv, self.cached,
                                                   self.seg_len)
 
     def lru_hits(self, capacity: int) -> int:
