@@ -102,8 +102,7 @@ fuzz SECONDS="600":
 # write RUN's cache config and send its five best zones to DEV with ztbp-ctl set (dry run when DEV is empty); a config that says "recommend": false is refused (exit code 16) unless FORCE is non-empty
 [group('device')]
 apply RUN="runs/synth-paper80" DEV="" FORCE="": setup build
-    {{ZTBP}} config {{quote(RUN)}} -o {{quote(RUN / "derived" / "cache-config.json")}}
-    tools/ztbp-ctl/build/ztbp-ctl set {{ if DEV == "" { "--dry-run" } else { quote(DEV) } }} --top5 --config {{quote(RUN / "derived" / "cache-config.json")}}{{ if FORCE == "" { "" } else { " --force" } }}
+    {{ZTBP}} apply {{quote(RUN)}}{{ if DEV == "" { "" } else { " --device " + quote(DEV) } }}{{ if FORCE == "" { "" } else { " --force" } }}
 
 # run every notebook on RUN (papermill) and write the offline HTML report reports/<run-id>/index.html; ARGS: -f params.yaml, -p NAME VALUE, -o DIR, --only 1,6
 [group('report')]
