@@ -33,13 +33,14 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from .acquire.patterns import HOT_ZONES
 from .contract import NVME_COLUMNS, NVME_VERSION_LINE, new_meta, write_meta
 from .paths import RunPaths
 
 CHUNK = 4_000_000
 IOPS = 300_000.0
 LBA_BYTES, ZONE_LBA, NR_ZONES = 4096, 8192, 64  # 64 zones of 32 MiB
-HOT = np.array([1, 7, 11, 15, 19])
+HOT = np.array(HOT_ZONES)
 TARGET_RSS_GIB = 4.0
 SHARDS_SEEDS = 5  # samples per rate in the in-memory comparison (mean absolute error beside the first sample's)
 
@@ -171,7 +172,7 @@ def child_shards(root: Path) -> dict[str, Any]:
     from .io.run import load
 
     run = load(root)
-    res = compare(run.events, run.meta, 64, 4, HOT.tolist(), (0.01, 0.001), seeds=SHARDS_SEEDS)
+    res = compare(run.events, run.meta, 64, 4, list(HOT_ZONES), (0.01, 0.001), seeds=SHARDS_SEEDS)
     res["peak_rss_gib"] = _rss_gib()
     return res
 

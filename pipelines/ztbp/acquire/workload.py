@@ -18,10 +18,11 @@ from typing import Any
 
 from ..errors import ZtbpError
 from ..units import KIB, MIB, parse_size, parse_zone_list
+from .patterns import HOT_ZONES
 
 __all__ = ["KIB", "MIB", "PRESETS", "Workload", "WorkloadError", "WorkloadOptions", "parse_size", "parse_zone_list"]
 BLOCK = 4 * KIB
-PAPER_HOT_ZONES: tuple[int, ...] = (1, 7, 11, 15, 19)
+PAPER_HOT_ZONES: tuple[int, ...] = HOT_ZONES  # one list of the paper's hot zones (acquire/patterns.py)
 PAPER_READS = 1_000_000
 COLD_START = 10 * MIB
 READ_REGION = 1024 * MIB
