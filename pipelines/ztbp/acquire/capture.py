@@ -293,37 +293,36 @@ class CaptureOutcome:
 
 def run_capture(req: VmCapture) -> CaptureOutcome:
     """Trace req.workload in the VM into a new run directory (meta.json first, marked incomplete until done)."""
-    args = req
-    if args.workload.name not in PRESETS:
-        raise CaptureError(f"unknown workload '{args.workload.name}'; choose one of: {', '.join(PRESETS)}")
+    if req.workload.name not in PRESETS:
+        raise CaptureError(f"unknown workload '{req.workload.name}'; choose one of: {', '.join(PRESETS)}")
     geometry = req.geometry
     plan: NvmevirtPlan | None = None
     extra: list[str] = []
-    if args.backend == "nvmevirt":
-        if not args.nvmevirt_ko:
+    if req.backend == "nvmevirt":
+        if not req.nvmevirt_ko:
             raise CaptureError("--backend nvmevirt needs --nvmevirt-ko FILE: the nvmev.ko you built for the guest "
                                "kernel (see vm/README.md, 'NVMeVirt backend')")
-        ko = args.nvmevirt_ko
+        ko = req.nvmevirt_ko
         if not ko.is_file():
             raise CaptureError(f"--nvmevirt-ko {ko}: no such file")
-        plan = NvmevirtPlan(storage_mib=args.nvmevirt_storage_bytes // MIB, zone_mib=geometry.zone_bytes // MIB)
+        plan = NvmevirtPlan(storage_mib=req.nvmevirt_storage_bytes // MIB, zone_mib=geometry.zone_bytes // MIB)
         extra = plan.vmtest_args(ko)
         nr_zones, lba = plan.zones, 512
     else:
         geometry.validate()
         nr_zones, lba = geometry.zones, geometry.lba_bytes
-    wl = args.workload.build(device="/dev/nvme0n1", zone_bytes=geometry.zone_bytes, nr_zones=nr_zones)
-    progress = Progress(wl.total_reads, args.verbose)
-    progress.say(f"capture {wl.name}: {wl.describe_line()}, backend {args.backend}")
+    wl = req.workload.build(device="/dev/nvme0n1", zone_bytes=geometry.zone_bytes, nr_zones=nr_zones)
+    progress = Progress(wl.total_reads, req.verbose)
+    progress.say(f"capture {wl.name}: {wl.describe_line()}, backend {req.backend}")
     try:
-        ensure_image(echo=progress.say, suite=args.suite)
+        ensure_image(echo=progress.say, suite=req.suite)
     except VmError as e:
         raise CaptureError(str(e)) from None
-    script = nvme_probe(args.probe)
-    run = new_run_dir(wl.name, args.out)
+    script = nvme_probe(req.probe)
+    run = new_run_dir(wl.name, req.out)
     meta = new_meta(device="nvme0n1", lba_bytes=lba, zone_size_lba=geometry.zone_bytes // lba,
                     zone_cap_lba=(geometry.zone_cap_bytes or geometry.zone_bytes) // lba, nr_zones=nr_zones,
-                    synthetic=False, workload=wl.meta(), backend=args.backend,
+                    synthetic=False, workload=wl.meta(), backend=req.backend,
                     probes={"nvme": probe_meta("nvme", script)})
     if plan is not None:
         meta["emulator"] = NVMEVIRT_NOTES  # what NVMeVirt does not model (probes/FORMAT.md)
@@ -333,7 +332,7 @@ def run_capture(req: VmCapture) -> CaptureOutcome:
                           probe=f"/ztbp/src/{script}")
         return run_vm_capture(run, meta, GuestCommand(
             "capture.sh", env, files=[job] + ([pre] if pre else []), extra_args=extra,
-            geometry=None if plan else geometry, timeout=args.timeout, suite=args.suite), progress)
+            geometry=None if plan else geometry, timeout=req.timeout, suite=req.suite), progress)
 
 
 @dataclass(frozen=True)
@@ -511,34 +510,34 @@ class HostCapture:
     probe: str | None = None  # None: ZTBP_PROBE of the environment, else probes/nvme_zone.bt
 
 
-def run_capture_host(args: HostCapture) -> CaptureOutcome:
+def run_capture_host(req: HostCapture) -> CaptureOutcome:
     """Trace a workload on a real zoned drive with the same guest script as a VM capture."""
-    dev = args.device
+    dev = req.device
     sysfs = Path(os.environ.get("ZTBP_SYSFS", "/sys"))
     check_zoned(dev, sysfs)
     lba, zone_bytes, nr = host_geometry(dev, sysfs)
-    wl = args.workload.build(device=dev, zone_bytes=zone_bytes, nr_zones=nr)
-    check_writes(dev, wl, args.destructive, args.no_prefill)
-    script = nvme_probe(args.probe) if args.probe else os.environ.get("ZTBP_PROBE", NVME_SCRIPT)
+    wl = req.workload.build(device=dev, zone_bytes=zone_bytes, nr_zones=nr)
+    check_writes(dev, wl, req.destructive, req.no_prefill)
+    script = nvme_probe(req.probe) if req.probe else os.environ.get("ZTBP_PROBE", NVME_SCRIPT)
     missing = [t for t in ("bpftrace", "fio", "blkzone") if shutil.which(t) is None]
     if missing:
         raise CaptureError(f"missing on this machine: {', '.join(missing)}; install with "
                            "apt-get install bpftrace fio util-linux")
     if os.geteuid() != 0:
         raise CaptureError("capture-host needs root (bpftrace and raw device access); run it with sudo")
-    run = new_run_dir(wl.name, args.out)
+    run = new_run_dir(wl.name, req.out)
     meta = new_meta(device=Path(dev).name, lba_bytes=lba, zone_size_lba=zone_bytes // lba,
                     zone_cap_lba=zone_bytes // lba, nr_zones=nr, synthetic=False, workload=wl.meta(), backend="host",
                     probes={"nvme": probe_meta("nvme", script)})
     meta["complete"] = False
     write_meta(run, meta)
     started = time.monotonic()
-    progress = Progress(wl.total_reads, args.verbose)
+    progress = Progress(wl.total_reads, req.verbose)
     with tempfile.TemporaryDirectory(prefix="ztbp-host.") as tmp:
         job, pre = write_jobs(wl, Path(tmp))
         env = dict(os.environ)
-        env.update(capture_env(wl, str(job), str(pre) if pre else None, reset=not args.no_prefill,
-                               probe=str(paths.ROOT / script) if args.probe else None))
+        env.update(capture_env(wl, str(job), str(pre) if pre else None, reset=not req.no_prefill,
+                               probe=str(paths.ROOT / script) if req.probe else None))
         env.update(ZTBP_OUT=str(run.root), ZTBP_STOP_FILE=str(Path(tmp) / "stop"))
         proc = subprocess.Popen(["bash", str(GUEST_SCRIPT)], env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
