@@ -7,6 +7,7 @@ import json
 import random
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -363,27 +364,40 @@ def test_one_pair_on_a_side_is_not_structure() -> None:
     assert v["structure"] is False and "no spread" in v["reason"], v
 
 
-def test_a_guest_that_fails_to_start_is_killed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The guest booted but never described its device (seen in CI with NVMeVirt under TCG): the profiler gives up
-    and kills it. Before, QEMU outlived `ztbp profile`. The stand-in for vm/vmtest.sh behaves as it does: its own
-    session, QEMU (here a sleep) as a child, which it kills on SIGTERM."""
+def stand_in_guests(monkeypatch: pytest.MonkeyPatch, script_of_boot: Callable[[int, Path], str]) -> list[int]:
+    """Boots of the profiler's guest are bash scripts (script_of_boot(boot number, OUT)) standing in for
+    vm/vmtest.sh as it behaves: its own session, its process handed over at start, its lines on the console.
+    Returns the list the boots are counted in."""
     import subprocess
 
     from ztbp.acquire import profile
 
-    pidfile = tmp_path / "qemu.pid"
-    script = (f"sleep 600 & echo $! > {pidfile}; trap 'kill -KILL $!; exit 143' TERM; "
-              "echo 'booting'; while :; do sleep 0.1; done")
+    boots: list[int] = []
 
-    def fake_run_in_guest(command: str, out: Path, **kw: object) -> profile.GuestResult:
-        proc = subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
-        kw["on_start"](proc)  # type: ignore[operator]
-        for line in proc.stdout:  # type: ignore[union-attr]
-            kw["on_line"](line.rstrip())  # type: ignore[operator]
+    def fake_run_in_guest(command: str, out: Path, **kw: Any) -> profile.GuestResult:
+        boots.append(len(boots) + 1)
+        proc = subprocess.Popen(["bash", "-c", script_of_boot(boots[-1], out)], stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        kw["on_start"](proc)
+        for line in proc.stdout or ():
+            kw["on_line"](line.rstrip())
         return profile.GuestResult(status=proc.wait(), out=out, console=out / "console.log")
 
     monkeypatch.setattr(profile, "run_in_guest", fake_run_in_guest)
     monkeypatch.setattr(profile, "ensure_image", lambda echo: None)
+    return boots
+
+
+def test_a_guest_that_fails_to_start_is_killed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guest booted but never described its device (seen in CI with NVMeVirt under TCG): the profiler gives up
+    and kills it. Before, QEMU outlived `ztbp profile`. Here vmtest.sh's stand-in has QEMU (a sleep) as a child,
+    which it kills on SIGTERM, as vmtest.sh does."""
+    from ztbp.acquire import profile
+
+    pidfile = tmp_path / "qemu.pid"
+    stand_in_guests(monkeypatch, lambda n, out: (f"sleep 600 & echo $! > {pidfile}; "
+                                                 "trap 'kill -KILL $!; exit 143' TERM; "
+                                                 "echo 'booting'; while :; do sleep 0.1; done"))
     monkeypatch.setattr(profile, "BOOT_TIMEOUT_S", 1)
     runner = profile.GuestRunner(tmp_path / "out")
     with pytest.raises(ProfileError, match="did not describe its device"), profile.started(runner):
@@ -397,32 +411,20 @@ def test_a_guest_that_fails_to_start_is_killed(tmp_path: Path, monkeypatch: pyte
 def test_a_silent_boot_is_killed_and_booted_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A guest that prints nothing at all (the hung NVMeVirt boot seen in CI) is killed and booted once more; the
     second boot describes its device and the profile goes on, with the attempts counted."""
-    import subprocess
-
     from ztbp.acquire import profile
 
-    boots: list[int] = []
+    def script(boot: int, out: Path) -> str:
+        if boot == 1:  # hangs silently
+            return "while :; do sleep 0.1; done"
+        return (f"echo 'ztbp-guest: up'; printf 'zoned=host-managed\\nlba_bytes=512\\nzone_sectors=65536\\n"
+                f"nr_zones=8\\n' > {out}/device.env; while [ ! -e {out}/req/done ]; do sleep 0.1; done")
+
     said: list[str] = []
-
-    def fake_run_in_guest(command: str, out: Path, **kw: object) -> profile.GuestResult:
-        boots.append(1)
-        if len(boots) == 1:  # hangs silently
-            script = "while :; do sleep 0.1; done"
-        else:  # boots, describes a zoned device, then waits for done
-            script = (f"echo 'ztbp-guest: up'; printf 'zoned=host-managed\\nlba_bytes=512\\nzone_sectors=65536\\n"
-                      f"nr_zones=8\\n' > {out}/device.env; while [ ! -e {out}/req/done ]; do sleep 0.1; done")
-        proc = subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
-        kw["on_start"](proc)  # type: ignore[operator]
-        for line in proc.stdout:  # type: ignore[union-attr]
-            kw["on_line"](line.rstrip())  # type: ignore[operator]
-        return profile.GuestResult(status=proc.wait(), out=out, console=out / "console.log")
-
-    monkeypatch.setattr(profile, "run_in_guest", fake_run_in_guest)
-    monkeypatch.setattr(profile, "ensure_image", lambda echo: None)
+    boots = stand_in_guests(monkeypatch, script)
     monkeypatch.setattr(profile, "SILENT_BOOT_S", 1)
     runner = profile.GuestRunner(tmp_path / "out", on_line=said.append)
     with profile.started(runner) as r:
-        assert r.device.nr_zones == 8 and runner.boot_attempts == 2 and len(boots) == 2
+        assert r.device.nr_zones == 8 and runner.boot_attempts == 2 and boots == [1, 2]
     assert any(s.startswith("ZTBP: stage boot-again the guest printed nothing") for s in said)
     assert runner._proc is not None and runner._proc.poll() == 0  # the second guest finished when told
     monkeypatch.setattr(profile, "BOOT_ATTEMPTS", 1)
