@@ -207,3 +207,14 @@ def test_streamed_clustering_equals_in_memory(runs: dict[str, Path], name: str, 
     want = {"sample": [1, 7, 11, 15, 19], "varied": None, "uniform": []}[name]
     if want is not None:
         assert sorted(got["hot_zones"]) == want
+
+
+def test_frag_merges_extents_frame_by_frame(runs: dict[str, Path]) -> None:
+    """The bounded frag pass: one zone range fed as hundreds of frames in file order, extents merged again every
+    few hundred, gives frag_table's figures exactly (zone 70 beyond the device, overlaps, gaps, appends)."""
+    ev, meta, _ = both(runs["varied"], WINDOW_S["varied"])
+    nz = max(meta["nr_zones"], int(ev["zone"].max()) + 1)
+    frames = [ev.slice(i, 97) for i in range(0, ev.height, 97)]
+    for merge_at in (50, 1 << 30):
+        got = st.frag_table_stream([iter(frames)], nz, meta["lba_bytes"], meta["zone_size_lba"], merge_at=merge_at)
+        assert_frame_equal(frag_table(ev, nz, meta["lba_bytes"], meta["zone_size_lba"]), got)

@@ -20,8 +20,8 @@ bounded state between frames:
                           needs a permutation of every read, so the streamed folds come from a hash of the rank;
                           the time validation (the default, which picks the pair) is exact.
 Per-zone passes take an iterator of frames that each hold every event of a disjoint set of zones
-(io/stream.Parts.by_zone_range):
-  frag_table_stream    == frag.frag_table
+(io/stream.Parts.by_zone_range), each range as its files' frames:
+  frag_table_stream    == frag.frag_table   (extents merged frame by frame: memory bounded by one range's extents)
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import polars as pl
 from ..errors import ZtbpError
 from .cachesim import page_requests, segmented_lru_pass
 from .chains import DEFAULT_WINDOW, _grow, _slot, chain_cdf_weighted, chain_summary_weighted, size_cdf_weighted
-from .frag import DIRECTIONS, NLB_BITS, _zone_fragments, frag_frame
+from .frag import DIRECTIONS, NLB_BITS, frag_frame
 from .opcodes import KEYS, OP_ORDER, QUANTILES
 from .params import CHAIN_OPS
 from .zones import zone_count_exprs, zone_frame
@@ -340,23 +340,81 @@ def chains_report_stream(frames: Iterable[pl.DataFrame], op: str, nts_bytes: int
 
 # --- fragmentation ----------------------------------------------------------------------------------------------
 
-def frag_table_stream(zone_frames: Iterable[pl.DataFrame], n_zones: int, lba_bytes: int, zone_size_lba: int
-                      ) -> pl.DataFrame:
-    """frag.frag_table from frames that each hold every event of a disjoint set of zones. n_zones: max(nr_zones,
-    highest zone + 1), as frag_table takes it."""
+def frag_table_stream(zone_ranges: Iterable[Iterable[pl.DataFrame]], n_zones: int, lba_bytes: int,
+                      zone_size_lba: int, merge_at: int = 1 << 21) -> pl.DataFrame:
+    """frag.frag_table from the events of disjoint zone ranges, each given as frames (its files). n_zones:
+    max(nr_zones, highest zone + 1), as frag_table takes it.
+
+    Memory is bounded by the extents of one zone range, not by its events: each frame's ranges are merged into
+    extents (maximal runs of ranges in one zone, by their start, that touch or overlap — frag._zone_fragments' rule)
+    and merged again with the range's extents so far once `merge_at` have piled up; a fragment is an extent."""
     stats = {d: np.zeros((n_zones, 5), dtype=np.int64) for d in DIRECTIONS}
     appends = np.zeros(n_zones, dtype=np.int64)
-    for f in zone_frames:
-        op = pl.col("op").cast(pl.String)
-        for d, ops in DIRECTIONS.items():
-            ev = f.filter(op.is_in(list(ops)) & (pl.col("nlb") > 0))
-            slba = ev["slba"].to_numpy().astype(np.int64)
-            nlb = np.minimum(ev["nlb"].to_numpy().astype(np.int64), (1 << NLB_BITS) - 1)
-            keys = np.sort((slba << NLB_BITS) | nlb)
-            stats[d] += _zone_fragments(keys, (keys >> NLB_BITS) // zone_size_lba, n_zones)
-        app = f.filter(op == "zone_append")["zone"].to_numpy().astype(np.int64)
-        appends += np.bincount(app, minlength=n_zones)
+    op = pl.col("op").cast(pl.String)
+    for frames in zone_ranges:
+        pending: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {d: [] for d in DIRECTIONS}
+        size = dict.fromkeys(DIRECTIONS, 0)
+        for f in frames:
+            for d, ops in DIRECTIONS.items():
+                ev = f.filter(op.is_in(list(ops)) & (pl.col("nlb") > 0))
+                start = ev["slba"].to_numpy().astype(np.int64)
+                end = start + np.minimum(ev["nlb"].to_numpy().astype(np.int64), (1 << NLB_BITS) - 1)
+                pending[d].append(_extents(start, end, zone_size_lba))
+                size[d] += pending[d][-1][0].size
+                if size[d] > merge_at:
+                    pending[d] = [_extents(*map(np.concatenate, zip(*pending[d], strict=True)), zone_size_lba)]
+                    size[d] = pending[d][0][0].size
+            appends += np.bincount(f.filter(op == "zone_append")["zone"].to_numpy().astype(np.int64),
+                                   minlength=n_zones)
+        for d in DIRECTIONS:
+            if pending[d]:
+                start, end = _extents(*map(np.concatenate, zip(*pending[d], strict=True)), zone_size_lba)
+                stats[d] += _extent_stats(start, end, zone_size_lba, n_zones)
     return frag_frame(stats, appends, n_zones, lba_bytes)
+
+
+def _extents(start: np.ndarray, end: np.ndarray, zone_size_lba: int) -> tuple[np.ndarray, np.ndarray]:
+    """Ranges [start, end) in any order -> their extents, sorted."""
+    order = np.lexsort((end, start))
+    return _merge_sorted(start[order], end[order], zone_size_lba)
+
+
+@numba.njit(cache=True)
+def _merge_sorted(start: np.ndarray, end: np.ndarray, zone_size_lba: int) -> tuple[np.ndarray, np.ndarray]:
+    """Ranges sorted by start -> extents: a range joins the extent before it when both start in one zone and it
+    starts at or before that extent's end (frag._zone_fragments' rule)."""
+    out_s = np.empty(start.size, dtype=np.int64)
+    out_e = np.empty(start.size, dtype=np.int64)
+    k = -1
+    zone = -1
+    for i in range(start.size):
+        z = start[i] // zone_size_lba
+        if k < 0 or z != zone or start[i] > out_e[k]:
+            k += 1
+            out_s[k] = start[i]
+            out_e[k] = end[i]
+            zone = z
+        elif end[i] > out_e[k]:
+            out_e[k] = end[i]
+    return out_s[: k + 1], out_e[: k + 1]
+
+
+@numba.njit(cache=True)
+def _extent_stats(start: np.ndarray, end: np.ndarray, zone_size_lba: int, n_zones: int) -> np.ndarray:
+    """Per zone, from its extents (sorted): fragments, LBAs covered, gaps, gap LBAs summed, largest gap — what
+    frag._zone_fragments gives from the ranges themselves."""
+    out = np.zeros((n_zones, 5), dtype=np.int64)
+    for i in range(start.size):
+        z = start[i] // zone_size_lba
+        out[z, 0] += 1
+        out[z, 1] += end[i] - start[i]
+        if i > 0 and start[i - 1] // zone_size_lba == z:
+            gap = start[i] - end[i - 1]
+            out[z, 2] += 1
+            out[z, 3] += gap
+            if gap > out[z, 4]:
+                out[z, 4] = gap
+    return out
 
 
 # --- the cache model ---------------------------------------------------------------------------------------------

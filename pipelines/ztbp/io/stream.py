@@ -148,7 +148,7 @@ def is_fresh(run: RunPaths) -> bool:
 
 class Parts:
     """A partitioned events dataset, read lazily: the whole (scan), window by window in submission order
-    (ordered), or zone range by zone range (by_zone_range)."""
+    (ordered), or zone range by zone range, file by file (by_zone_range)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -192,10 +192,17 @@ class Parts:
                 lf = lf.filter(where)
             yield lf.select(*dict.fromkeys([*columns, "ts_ns", "row"])).collect()
 
-    def by_zone_range(self, columns: list[str], where: pl.Expr | None = None) -> Iterator[pl.DataFrame]:
-        """The events of one zone range at a time (ranges hold disjoint zones), in no particular order."""
+    def by_zone_range(self, columns: list[str], where: pl.Expr | None = None
+                      ) -> Iterator[Iterator[pl.DataFrame]]:
+        """The events of one zone range at a time (ranges hold disjoint zones), each range as its files' frames
+        one after another (a hot zone range can hold a good part of the run: it is never read whole)."""
         for zr in self.zone_ranges():
-            lf = pl.scan_parquet([str(p) for p in sorted(self.root.glob(f"*/{zr}/*.parquet"))])
+            yield self._files_frames(sorted(self.root.glob(f"*/{zr}/*.parquet")), columns, where)
+
+    @staticmethod
+    def _files_frames(files: list[Path], columns: list[str], where: pl.Expr | None) -> Iterator[pl.DataFrame]:
+        for f in files:
+            lf = pl.scan_parquet(str(f))
             if where is not None:
                 lf = lf.filter(where)
             yield lf.select(columns).collect()
