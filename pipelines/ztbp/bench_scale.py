@@ -2,9 +2,10 @@
 
   ingest    N rows of synthetic `# ztbp nvme v1` CSV, written in chunks, then streamed to partitioned Parquet
             (io/stream.py): rows/s and peak RSS of the ingest, bytes of the CSV and of the dataset.
-  analyses  N synthetic events written straight to partitioned Parquet (no CSV), then every streaming analysis
-            (zones, opcodes, cells, the clustering, chains, frag, the cache model in one pass) timed, with the peak
-            RSS, and the SHARDS estimates at 1 % and 0.1 % from the same stream against the exact streamed figures.
+  analyses  N synthetic events written straight to partitioned Parquet (no CSV; or --dataset, written before),
+            then every streaming analysis (zones, opcodes, cells, the clustering, chains, frag, the cache model in
+            one pass) and the SHARDS estimates at 1 % and 0.1 % against the exact streamed figures, each in a
+            process of its own: its time, CPU seconds and peak RSS.
   shards    SHARDS against the exact in-memory simulation of every policy (Belady too) on a run of N events.
   batch     R small synthetic runs analysed by `ztbp batch` on a 2-worker local cluster against the sequential
             loop: wall time of each, identical results; and one run's per-zone and per-cell aggregates over its
@@ -135,36 +136,38 @@ def child_ingest(root: Path) -> dict[str, Any]:
             "files": m["files"], "peak_rss_gib": _rss_gib(), "cpu_s": _cpu_s()}
 
 
-def child_analyses(root: Path) -> dict[str, Any]:
+def child_analysis(root: Path, name: str) -> dict[str, Any]:
+    """One streaming analysis (streamed.ANALYSES) of the dataset, in a process of its own: its time and peak RSS."""
     from . import streamed
     from .contract import read_meta
     from .io.stream import Parts
 
     rp = RunPaths(root)
-    meta = read_meta(rp)
     parts = Parts(rp.events_parts)
-    res = streamed.analyse(parts, meta)
-    exact = res["cachesim"]
-    out: dict[str, Any] = {"rows": parts.rows, "seconds": res["seconds"],
-                           "cachesim": {k: exact[k] for k in ("requests", "lru", "zone_lru", "static_best")},
-                           "hot_zones_by_reads": [z["zone"] for z in sorted(res["zones"], key=lambda z: -z["reads"])
-                                                  [:5]], "shards": []}
-    cl = res.get("cluster", {})
-    out["cluster"] = {k: cl.get(k) for k in ("hot_zones", "eps", "min_samples", "silhouette_time", "reads",
-                                             "cells_read", "widened")}
-    for rate in (0.01, 0.001):
-        t = time.perf_counter()
-        est = streamed.shards(parts, meta, rate, 64, 4, HOT.tolist())
-        sec = time.perf_counter() - t
-        out["shards"].append({
-            "rate": rate, "sampled_requests": est["sampled_requests"], "seconds": sec,
-            "speedup_vs_exact_stream": res["seconds"]["cachesim"] / sec, "hit_ratio": est["hit_ratio"],
-            "error": {p: est["hit_ratio"][p] - exact[p] for p in ("lru", "zone_lru", "static_best")},
-            "hit_ratio_adj": est["hit_ratio_adj"],
-            "error_adj": {p: est["hit_ratio_adj"][p] - exact[p] for p in ("lru", "zone_lru", "static_best")}})
-    out["peak_rss_gib"] = _rss_gib()
-    out["cpu_s"] = _cpu_s()
+    res = streamed.analyse(parts, read_meta(rp), (name,))
+    out: dict[str, Any] = {"rows": parts.rows, "seconds": res["seconds"][name], "peak_rss_gib": _rss_gib(),
+                           "cpu_s": _cpu_s()}
+    r = res[name]
+    if name == "zones":
+        out["hot_zones_by_reads"] = [z["zone"] for z in sorted(r, key=lambda z: -z["reads"])[:5]]
+    elif name == "cluster":
+        out["cluster"] = {k: r.get(k) for k in ("hot_zones", "eps", "min_samples", "silhouette_time", "reads",
+                                                "cells_read", "widened")}
+    elif name == "cachesim":
+        out["cachesim"] = {k: r[k] for k in ("requests", "lru", "zone_lru", "static_best")}
     return out
+
+
+def child_sample(root: Path, rate: str) -> dict[str, Any]:
+    """SHARDS from the dataset's files as they lie (streamed.shards), in a process of its own."""
+    from . import streamed
+    from .contract import read_meta
+    from .io.stream import Parts
+
+    rp = RunPaths(root)
+    t = time.perf_counter()
+    est = streamed.shards(Parts(rp.events_parts), read_meta(rp), float(rate), 64, 4, list(HOT_ZONES))
+    return {**est, "seconds": time.perf_counter() - t, "peak_rss_gib": _rss_gib(), "cpu_s": _cpu_s()}
 
 
 def child_shards(root: Path) -> dict[str, Any]:
@@ -177,12 +180,12 @@ def child_shards(root: Path) -> dict[str, Any]:
     return res
 
 
-CHILDREN = {"ingest": child_ingest, "analyses": child_analyses, "shards": child_shards}
+CHILDREN = {"ingest": child_ingest, "shards": child_shards, "analysis": child_analysis, "sample": child_sample}
 
 
-def _child(kind: str, root: Path) -> dict[str, Any]:
-    p = subprocess.run([sys.executable, "-m", "ztbp.bench_scale", "--child", kind, str(root)], capture_output=True,
-                       text=True)
+def _child(kind: str, root: Path, *args: str) -> dict[str, Any]:
+    p = subprocess.run([sys.executable, "-m", "ztbp.bench_scale", "--child", kind, str(root), *args],
+                       capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"bench-scale: the {kind} child failed:\n{p.stderr[-4000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -205,25 +208,45 @@ def bench_ingest(work: Path, rows: int) -> dict[str, Any]:
     return res
 
 
-def bench_analyses(work: Path, events: int) -> dict[str, Any]:
-    root = work / "analyses"
-    print(f"bench-scale analyses: writing {events:,} events straight to {root}/derived/events-parts …", flush=True)
-    w = write_parts_run(root, events)
-    print(f"  wrote {w['parquet_bytes'] / 2**30:.2f} GiB of Parquet in {w['files']} files in "
-          f"{w['write_parts_s']:.0f} s; analysing …", flush=True)
-    res = {**w, **_child("analyses", root)}
+def bench_analyses(work: Path, events: int, dataset: Path | None = None) -> dict[str, Any]:
+    """Every streaming analysis, and SHARDS at 1 % and 0.1 %, each in a process of its own (its own peak RSS), on
+    `events` events written straight to partitioned Parquet — or on the run `dataset` written before."""
+    from . import streamed
+
+    if dataset is None:
+        root = work / "analyses"
+        print(f"bench-scale analyses: writing {events:,} events straight to {root}/derived/events-parts …",
+              flush=True)
+        res: dict[str, Any] = write_parts_run(root, events)
+        print(f"  wrote {res['parquet_bytes'] / 2**30:.2f} GiB of Parquet in {res['files']} files in "
+              f"{res['write_parts_s']:.0f} s; analysing …", flush=True)
+    else:
+        root, res = dataset, {"dataset": str(dataset)}
+        print(f"bench-scale analyses: the dataset of {dataset}", flush=True)
+    res["analyses"] = {}
+    for name in streamed.ANALYSES:
+        r = res["analyses"][name] = _child("analysis", root, name)
+        res["rows"] = r["rows"]
+        print(f"  {name:<9} {r['seconds']:8.1f} s  ({r['rows'] / r['seconds'] / 1e6:5.1f} M events/s)  peak RSS "
+              f"{r['peak_rss_gib']:5.2f} GiB  {r['cpu_s']:6.0f} CPU s", flush=True)
+    exact = res["analyses"]["cachesim"]["cachesim"]
+    res["shards"] = []
+    for rate in (0.01, 0.001):
+        r = _child("sample", root, str(rate))
+        r["speedup_vs_exact_stream"] = res["analyses"]["cachesim"]["seconds"] / r["seconds"]
+        r["error"] = {p: r["hit_ratio"][p] - exact[p] for p in ("lru", "zone_lru", "static_best")}
+        r["error_adj"] = {p: r["hit_ratio_adj"][p] - exact[p] for p in ("lru", "zone_lru", "static_best")}
+        res["shards"].append(r)
+        print(f"  SHARDS {rate:.3f}: {r['sampled_requests']:,} sampled, {r['seconds']:.1f} s "
+              f"({r['speedup_vs_exact_stream']:.1f}x the exact streamed cache pass), peak RSS "
+              f"{r['peak_rss_gib']:.2f} GiB, error " + ", ".join(f"{p} {e:+.4f}" for p, e in r["error"].items())
+              + "; SHARDS_adj " + ", ".join(f"{p} {e:+.4f}" for p, e in r["error_adj"].items()), flush=True)
+    res["peak_rss_gib"] = max(r["peak_rss_gib"] for r in [*res["analyses"].values(), *res["shards"]])
     res["meets_rss"] = res["peak_rss_gib"] <= TARGET_RSS_GIB
-    for k, s in res["seconds"].items():
-        print(f"  {k:<9} {s:8.1f} s  ({res['rows'] / s / 1e6:.1f} M events/s)")
-    print(f"  peak RSS {res['peak_rss_gib']:.2f} GiB (target ≤ {TARGET_RSS_GIB}); {res['cpu_s']:.0f} CPU s in all")
-    c = res["cluster"]
-    print(f"  hot zones {c['hot_zones']} (eps {c['eps']}, min_samples {c['min_samples']}) from {c['reads']:,} reads "
-          f"in {c['cells_read']:,} cells")
-    for r in res["shards"]:
-        print(f"  SHARDS {r['rate']:.3f}: {r['sampled_requests']:,} sampled, {r['seconds']:.1f} s "
-              f"({r['speedup_vs_exact_stream']:.1f}x the exact streamed cache pass), error "
-              + ", ".join(f"{p} {e:+.4f}" for p, e in r["error"].items()) + "; SHARDS_adj "
-              + ", ".join(f"{p} {e:+.4f}" for p, e in r["error_adj"].items()), flush=True)
+    c = res["analyses"]["cluster"]["cluster"]
+    print(f"  peak RSS of any step {res['peak_rss_gib']:.2f} GiB (target ≤ {TARGET_RSS_GIB}); hot zones "
+          f"{c['hot_zones']} (eps {c['eps']}, min_samples {c['min_samples']}) from {c['reads']:,} reads in "
+          f"{c['cells_read']:,} cells", flush=True)
     return res
 
 
@@ -308,13 +331,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="events of the in-memory run SHARDS is compared on (default 20 M)")
     ap.add_argument("--runs", type=int, default=50, help="runs of the batch benchmark (default 50)")
     ap.add_argument("--run-reads", type=int, default=20_000, help="reads per batch run (default 20 k)")
+    ap.add_argument("--dataset", type=Path,
+                    help="analyses: a run directory whose derived/events-parts was written before (nothing written)")
     ap.add_argument("--workdir", type=Path, help="write here (default: a temporary folder)")
     ap.add_argument("--keep", action="store_true", help="keep what was written")
     ap.add_argument("--json-out", type=Path, help="also write the figures as JSON")
-    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        print(json.dumps(CHILDREN[args.child[0]](Path(args.child[1])), default=float))
+        print(json.dumps(CHILDREN[args.child[0]](Path(args.child[1]), *args.child[2:]), default=float))
         return 0
     work = args.workdir or Path(tempfile.mkdtemp(prefix="ztbp-bench-scale-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -326,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.keep:
                     shutil.rmtree(work / "ingest")
             elif step == "analyses":
-                out["analyses"] = bench_analyses(work, args.events)
+                out["analyses"] = bench_analyses(work, args.events, args.dataset)
             elif step == "shards":
                 out["shards"] = bench_shards(work, args.shards_events)
             elif step == "batch":
