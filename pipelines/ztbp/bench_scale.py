@@ -208,7 +208,8 @@ def bench_ingest(work: Path, rows: int) -> dict[str, Any]:
     return res
 
 
-def bench_analyses(work: Path, events: int, dataset: Path | None = None) -> dict[str, Any]:
+def bench_analyses(work: Path, events: int, dataset: Path | None = None, only: tuple[str, ...] = ()
+                   ) -> dict[str, Any]:
     """Every streaming analysis, and SHARDS at 1 % and 0.1 %, each in a process of its own (its own peak RSS), on
     `events` events written straight to partitioned Parquet — or on the run `dataset` written before."""
     from . import streamed
@@ -224,14 +225,14 @@ def bench_analyses(work: Path, events: int, dataset: Path | None = None) -> dict
         root, res = dataset, {"dataset": str(dataset)}
         print(f"bench-scale analyses: the dataset of {dataset}", flush=True)
     res["analyses"] = {}
-    for name in streamed.ANALYSES:
+    for name in [a for a in streamed.ANALYSES if not only or a in only]:
         r = res["analyses"][name] = _child("analysis", root, name)
         res["rows"] = r["rows"]
         print(f"  {name:<9} {r['seconds']:8.1f} s  ({r['rows'] / r['seconds'] / 1e6:5.1f} M events/s)  peak RSS "
               f"{r['peak_rss_gib']:5.2f} GiB  {r['cpu_s']:6.0f} CPU s", flush=True)
-    exact = res["analyses"]["cachesim"]["cachesim"]
     res["shards"] = []
-    for rate in (0.01, 0.001):
+    for rate in (0.01, 0.001) if "cachesim" in res["analyses"] else ():
+        exact = res["analyses"]["cachesim"]["cachesim"]
         r = _child("sample", root, str(rate))
         r["speedup_vs_exact_stream"] = res["analyses"]["cachesim"]["seconds"] / r["seconds"]
         r["error"] = {p: r["hit_ratio"][p] - exact[p] for p in ("lru", "zone_lru", "static_best")}
@@ -243,10 +244,11 @@ def bench_analyses(work: Path, events: int, dataset: Path | None = None) -> dict
               + "; SHARDS_adj " + ", ".join(f"{p} {e:+.4f}" for p, e in r["error_adj"].items()), flush=True)
     res["peak_rss_gib"] = max(r["peak_rss_gib"] for r in [*res["analyses"].values(), *res["shards"]])
     res["meets_rss"] = res["peak_rss_gib"] <= TARGET_RSS_GIB
-    c = res["analyses"]["cluster"]["cluster"]
-    print(f"  peak RSS of any step {res['peak_rss_gib']:.2f} GiB (target ≤ {TARGET_RSS_GIB}); hot zones "
-          f"{c['hot_zones']} (eps {c['eps']}, min_samples {c['min_samples']}) from {c['reads']:,} reads in "
-          f"{c['cells_read']:,} cells", flush=True)
+    print(f"  peak RSS of any step {res['peak_rss_gib']:.2f} GiB (target ≤ {TARGET_RSS_GIB})", flush=True)
+    if "cluster" in res["analyses"]:
+        c = res["analyses"]["cluster"]["cluster"]
+        print(f"  hot zones {c['hot_zones']} (eps {c['eps']}, min_samples {c['min_samples']}) from {c['reads']:,} "
+              f"reads in {c['cells_read']:,} cells", flush=True)
     return res
 
 
@@ -333,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-reads", type=int, default=20_000, help="reads per batch run (default 20 k)")
     ap.add_argument("--dataset", type=Path,
                     help="analyses: a run directory whose derived/events-parts was written before (nothing written)")
+    ap.add_argument("--only", default="", help="analyses: a comma list of the analyses to run (default all; "
+                                                "SHARDS runs with cachesim)")
     ap.add_argument("--workdir", type=Path, help="write here (default: a temporary folder)")
     ap.add_argument("--keep", action="store_true", help="keep what was written")
     ap.add_argument("--json-out", type=Path, help="also write the figures as JSON")
@@ -351,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.keep:
                     shutil.rmtree(work / "ingest")
             elif step == "analyses":
-                out["analyses"] = bench_analyses(work, args.events, args.dataset)
+                out["analyses"] = bench_analyses(work, args.events, args.dataset,
+                                                 tuple(a for a in args.only.split(",") if a))
             elif step == "shards":
                 out["shards"] = bench_shards(work, args.shards_events)
             elif step == "batch":

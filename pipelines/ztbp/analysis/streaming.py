@@ -5,7 +5,7 @@ Order-free aggregates take a LazyFrame of events (any order, e.g. every partitio
   zone_table_lazy    == zones.zone_table          opcode_table_lazy == opcodes.opcode_table
   cell_counts_lazy   == the per-cell read counts the clustering works on (cluster.read_cells' counts)
 Exact percentiles (nearest rank, as polars' quantile(q, "nearest")) come from a radix select: a few streaming
-group-bys over 16-bit digits of the value, never holding a column in memory (exact_quantiles).
+group-bys over 8-bit digits of the value, never holding a column in memory (exact_quantiles).
 
 Order-dependent passes take an iterator of frames in submission order (io/stream.Parts.ordered) and keep only
 bounded state between frames:
@@ -42,7 +42,10 @@ from .params import CHAIN_OPS
 from .zones import zone_count_exprs, zone_frame
 
 ENGINE = "streaming"
-DIGIT_BITS = 16
+#: radix of the exact percentiles: a step's histogram has up to 2^DIGIT_BITS rows per (group, quantile) — at 16
+#: bits the last step of the per-zone latency percentiles of a 1 B-event run held millions of groups (12 GiB on the
+#: streaming engine); at 8 bits it is a few thousand rows, for two more passes over the data (a 32-bit value).
+DIGIT_BITS = 8
 
 
 # --- exact percentiles ------------------------------------------------------------------------------------------
@@ -54,7 +57,8 @@ def _rank_expr(n: pl.Expr, q: float) -> pl.Expr:
 
 
 class RadixSelect:
-    """Exact nearest-rank quantiles of a non-negative integer column per group, by radix select over 16-bit digits.
+    """Exact nearest-rank quantiles of a non-negative integer column per group, by radix select over DIGIT_BITS-bit
+    digits.
 
     Each step is a query that counts rows per (group, digit) among the rows whose higher digits are already fixed;
     `run(query)` evaluates a query — over one LazyFrame on the streaming engine (exact_quantiles), or over every
@@ -78,7 +82,7 @@ class RadixSelect:
         t = pl.concat([stats.select(*self.keys, "_n").with_columns(
             pl.lit(name).alias("_q"), _rank_expr(pl.col("_n"), q).alias("_r")) for name, q in self.qs.items()]
         ).with_columns(pl.lit(0, pl.UInt64).alias("_hi"))
-        return t, [s for s in range(64 - DIGIT_BITS, -1, -DIGIT_BITS) if top >> s or s == 0]
+        return t, [s for s in range(64 - DIGIT_BITS, -1, -DIGIT_BITS) if top >> s or s == 0]  # 64 % DIGIT_BITS == 0
 
     def hist_query(self, lf: pl.LazyFrame, t: pl.DataFrame, s: int) -> pl.LazyFrame:
         """Rows per (group, fixed prefix, next digit) among the rows whose prefix is still wanted (_c, summed)."""
