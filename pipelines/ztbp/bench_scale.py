@@ -151,7 +151,7 @@ def child_analysis(root: Path, name: str) -> dict[str, Any]:
     if name == "zones":
         out["hot_zones_by_reads"] = [z["zone"] for z in sorted(r, key=lambda z: -z["reads"])[:5]]
     elif name == "cluster":
-        out["cluster"] = {k: r.get(k) for k in ("hot_zones", "eps", "min_samples", "silhouette_time", "reads",
+        out["cluster"] = {k: r.get(k) for k in ("hot_zones", "eps", "min_samples", "silhouette", "reads",
                                                 "cells_read", "widened")}
     elif name == "cachesim":
         out["cachesim"] = {k: r[k] for k in ("requests", "lru", "zone_lru", "static_best")}
