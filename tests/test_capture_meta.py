@@ -248,3 +248,37 @@ def test_layer_capture_guest_environment() -> None:
     assert env["ZTBP_IODEPTH"] == "4" and env["ZTBP_JOBS"] == "3" and env["ZTBP_EXPECTED"] == "12"
     assert env["ZTBP_PROBES"] == "nvme,layers" and env["ZTBP_BENCH"] == "0"
     assert LayersCapture().guest_env()["ZTBP_IODEPTH"] == "1"
+
+
+@pytest.mark.parametrize("crash_lines,calls,code", [
+    (["[  126.08] Kernel panic - not syncing: Attempted to kill init! exitcode=0x00000009"], 2, 0),
+    (["[  125.91] BUG: kernel NULL pointer dereference, address: 0000000000000000"], 2, 0),
+    (["ZTBP: error fio failed"], 1, 1),  # an ordinary failure is not captured again
+])
+def test_a_guest_kernel_crash_is_captured_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                crash_lines: list[str], calls: int, code: int) -> None:
+    """An oops while bpftrace attached a probe under TCG crashed a CI capture once: the capture boots again (once),
+    keeping the crashed boot's console; meta.json counts the boots."""
+    from ztbp.acquire import capture
+    from ztbp.acquire.vm import GuestResult
+
+    run = RunPaths(tmp_path / "run")
+    run.raw.mkdir(parents=True)
+    boots: list[int] = []
+
+    def fake(command: str, out: Path, **kw: object) -> GuestResult:
+        boots.append(1)
+        (out / "console.log").write_text(f"boot {len(boots)}\n")
+        first = len(boots) == 1
+        return GuestResult(status=1 if first else 0, out=out, console=out / "console.log",
+                           lines=["ztbp-guest: up", *(crash_lines if first else [])])
+
+    monkeypatch.setattr(capture, "run_in_guest", fake)
+    monkeypatch.setattr(capture, "qemu_version", lambda: "QEMU test")
+    meta = {"workload": {"name": "t"}, "probes": {}}
+    out = capture.run_vm_capture(run, meta, capture.GuestCommand("capture.sh", {}), capture.Progress(0, False))
+    assert len(boots) == calls and out.exit_code == code
+    assert json.loads(run.meta.read_text())["guest_attempts"] == calls
+    if calls == 2:
+        assert (run.root / "console-crash-1.log").read_text() == "boot 1\n"
+        assert run.console_log.read_text() == "boot 2\n"
