@@ -142,6 +142,20 @@ def estimate(frames: Iterable[pl.DataFrame], meta: dict[str, Any], cache_mib: fl
             "hit_ratio_adj": adjusted(est, int(pages.size), s.requests, rate)}
 
 
+def _one_sample(pages: np.ndarray, zones: np.ndarray, rate: float, seed: int, capacity: int, hot_zones: list[int],
+                exact: dict[str, float]) -> dict[str, Any]:
+    """One spatial sample's estimate of every policy, plain and SHARDS_adj, and their errors against `exact`; a
+    sample that holds no request gives no estimate (None: not a hit ratio of 0)."""
+    keep = sampled(pages, rate, seed)
+    n_kept = int(keep.sum())
+    if n_kept == 0:
+        return {"sampled_requests": 0, "hit_ratio": None, "error": None, "hit_ratio_adj": None, "error_adj": None}
+    est = hit_ratios(pages[keep], zones[keep], capacity, hot_zones)
+    adj = adjusted(est, n_kept, int(pages.size), rate)
+    return {"sampled_requests": n_kept, "hit_ratio": est, "error": {p: est[p] - exact[p] for p in exact},
+            "hit_ratio_adj": adj, "error_adj": {p: adj[p] - exact[p] for p in exact}}
+
+
 def compare(events: pl.DataFrame, meta: dict[str, Any], cache_mib: float, page_kib: int, hot_zones: list[int],
             rates: tuple[float, ...] = (0.01, 0.001), seed: int = 0, seeds: int = 1, peer: bool = True
             ) -> dict[str, Any]:
@@ -170,33 +184,18 @@ def compare(events: pl.DataFrame, meta: dict[str, Any], cache_mib: float, page_k
     for rate in rates:
         scap = scaled_capacity(cap, rate)
         t = time.perf_counter()
-        keep = sampled(pages, rate, seed)
-        est = hit_ratios(pages[keep], zones[keep], scap, hot_zones)
+        first = _one_sample(pages, zones, rate, seed, scap, hot_zones, exact)
         sec = time.perf_counter() - t
-        n_kept = int(keep.sum())
-        adj = adjusted(est, n_kept, int(pages.size), rate)
-        empty = n_kept == 0  # no page of the sample was read: no estimate (not a hit ratio of 0)
         entry: dict[str, Any] = {
-            "rate": rate, "sampled_requests": n_kept, "cache_pages": scap,
-            "hit_ratio": None if empty else est, "error": None if empty else {p: est[p] - exact[p] for p in exact},
-            "hit_ratio_adj": None if empty else adj,
-            "error_adj": None if empty else {p: adj[p] - exact[p] for p in exact}, "seconds": sec,
+            "rate": rate, "sampled_requests": first["sampled_requests"], "cache_pages": scap,
+            **{k: first[k] for k in ("hit_ratio", "error", "hit_ratio_adj", "error_adj")}, "seconds": sec,
             "speedup": exact_s / sec if sec > 0 else float("inf"),
             "speedup_with_prepare": (prepare + exact_s) / (prepare + sec), "seeds": seeds}
-        errs = [] if empty else [entry["error"]]
-        errs_adj = [] if empty else [entry["error_adj"]]
-        for other in range(seed + 1, seed + seeds):
-            k = sampled(pages, rate, other)
-            if not k.any():
-                continue
-            e = hit_ratios(pages[k], zones[k], scap, hot_zones)
-            a = adjusted(e, int(k.sum()), int(pages.size), rate)
-            errs.append({p: e[p] - exact[p] for p in exact})
-            errs_adj.append({p: a[p] - exact[p] for p in exact})
-        entry["empty_samples"] = seeds - len(errs)
-        mean = (lambda xs, p: float(np.mean([abs(x[p]) for x in xs])) if xs else None)  # noqa: E731
-        entry["mean_abs_error"] = {p: mean(errs, p) for p in exact}
-        entry["mean_abs_error_adj"] = {p: mean(errs_adj, p) for p in exact}
+        kept = [x for x in [first, *(_one_sample(pages, zones, rate, k, scap, hot_zones, exact)
+                                     for k in range(seed + 1, seed + seeds))] if x["error"] is not None]
+        entry["empty_samples"] = seeds - len(kept)
+        for key, out_key in (("error", "mean_abs_error"), ("error_adj", "mean_abs_error_adj")):
+            entry[out_key] = {p: float(np.mean([abs(x[key][p]) for x in kept])) if kept else None for p in exact}
         if peer:
             ids = np.unique(pages, return_inverse=True)[1]
             t = time.perf_counter()
