@@ -141,3 +141,23 @@ def test_an_empty_sample_gives_no_estimate() -> None:
     from ztbp.present.scale import shards_text
 
     assert "samples held no request" in shards_text(res)
+
+
+def test_the_streamed_estimate_of_an_empty_sample_is_none_and_a_mixed_feed_is_refused() -> None:
+    """`estimate` (the streamed path) agrees with `compare`: a sample without a request is no estimate. The sampler
+    sorts what it keeps by ts_ns and row only when every frame carries them; a mix cannot be put in order: refused."""
+    pages = np.repeat(np.arange(40, dtype=np.uint64), 5)
+    ev = pl.DataFrame({"op": ["read"] * pages.size, "slba": pages, "nlb": np.ones(pages.size, np.uint32)})
+    meta = {"lba_bytes": 4096, "zone_size_lba": 8192, "nr_zones": 64}
+    seed = next(k for k in range(100) if not shards.sampled(pages.astype(np.int64), 0.001, k).any())
+    est = shards.estimate([ev], meta, 4, 4, [], rate=0.001, seed=seed)
+    assert est["requests"] == 200 and est["sampled_requests"] == 0
+    assert est["hit_ratio"] is None and est["hit_ratio_adj"] is None
+    keyed = ev.with_columns(ts_ns=pl.int_range(pl.len(), dtype=pl.Int64), row=pl.int_range(pl.len(), dtype=pl.Int64))
+    with pytest.raises(ValueError, match="ts_ns and row"):
+        shards.estimate([keyed.head(100), ev.tail(100)], meta, 4, 4, [], rate=1.0)
+    # every frame keyed, fed in reverse: the sample comes back in submission order
+    sampler = shards.Sampler(meta, 4, 1.0)
+    for i in reversed(range(0, 200, 50)):
+        sampler.feed(keyed.slice(i, 50))
+    assert np.array_equal(sampler.trace()[0], pages.astype(np.int64))

@@ -235,6 +235,10 @@ def bench_analyses(work: Path, events: int, dataset: Path | None = None, only: t
         exact = res["analyses"]["cachesim"]["cachesim"]
         r = _child("sample", root, str(rate))
         r["speedup_vs_exact_stream"] = res["analyses"]["cachesim"]["seconds"] / r["seconds"]
+        if r["hit_ratio"] is None:  # a sample that holds no request: no estimate
+            print(f"  SHARDS {rate:.3f}: the sample holds no request of {r['requests']:,}: no estimate", flush=True)
+            res["shards"].append(r)
+            continue
         r["error"] = {p: r["hit_ratio"][p] - exact[p] for p in ("lru", "zone_lru", "static_best")}
         r["error_adj"] = {p: r["hit_ratio_adj"][p] - exact[p] for p in ("lru", "zone_lru", "static_best")}
         res["shards"].append(r)

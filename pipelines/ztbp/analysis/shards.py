@@ -104,6 +104,7 @@ class Sampler:
         self._pages: list[np.ndarray] = []
         self._zones: list[np.ndarray] = []
         self._keys: list[np.ndarray] = []  # ts_ns, row of each kept page request (unordered feeding)
+        self._keyed: bool | None = None  # whether the frames fed carry ts_ns and row (all of them or none)
 
     def feed(self, frame: pl.DataFrame) -> None:
         reads = frame.filter((pl.col("op").cast(pl.String) == "read") & (pl.col("nlb") > 0))
@@ -112,7 +113,13 @@ class Sampler:
         keep = sampled(pages, self.rate, self.seed)
         self._pages.append(pages[keep])
         self._zones.append(pages[keep] * self.page_bytes // self.zone_bytes)
-        if "ts_ns" in reads.columns and "row" in reads.columns:
+        keyed = "ts_ns" in frame.columns and "row" in frame.columns
+        if self._keyed is None:
+            self._keyed = keyed
+        elif keyed != self._keyed:
+            raise ValueError("the SHARDS sampler was fed frames with ts_ns and row and frames without: feed every "
+                             "frame in submission order, or every frame with ts_ns and row so it can sort them")
+        if keyed:
             keys = np.stack([np.repeat(reads[c].to_numpy().astype(np.int64), n) for c in ("ts_ns", "row")])
             self._keys.append(keys[:, keep])
 
@@ -120,7 +127,7 @@ class Sampler:
         """The kept page requests and their zones, in submission order."""
         cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, dtype=np.int64))  # noqa: E731
         pages, zones = cat(self._pages), cat(self._zones)
-        if self._keys and sum(k.shape[1] for k in self._keys) == pages.size:
+        if self._keyed:
             keys = np.concatenate(self._keys, axis=1)
             order = np.lexsort((keys[1], keys[0]))  # stable: a read's pages keep their order
             pages, zones = pages[order], zones[order]
@@ -130,16 +137,17 @@ class Sampler:
 def estimate(frames: Iterable[pl.DataFrame], meta: dict[str, Any], cache_mib: float, page_kib: int,
              hot_zones: list[int], rate: float, seed: int = 0, policies: tuple[str, ...] = POLICIES
              ) -> dict[str, Any]:
-    """SHARDS estimate of every policy's hit ratio from frames of events in submission order."""
+    """SHARDS estimate of every policy's hit ratio from frames of events (in submission order, or all carrying ts_ns
+    and row); a sample that holds no request gives no estimate (None, as in `compare`)."""
     s = Sampler(meta, page_kib, rate, seed)
     for f in frames:
         s.feed(f)
     pages, zones = s.trace()
     cap = int(cache_mib * (1 << 20) // s.page_bytes)
-    est = hit_ratios(pages, zones, scaled_capacity(cap, rate), hot_zones, policies)
+    est = hit_ratios(pages, zones, scaled_capacity(cap, rate), hot_zones, policies) if pages.size else None
     return {"rate": rate, "requests": s.requests, "sampled_requests": int(pages.size),
             "cache_pages": scaled_capacity(cap, rate), "hit_ratio": est,
-            "hit_ratio_adj": adjusted(est, int(pages.size), s.requests, rate)}
+            "hit_ratio_adj": adjusted(est, int(pages.size), s.requests, rate) if est is not None else None}
 
 
 def _one_sample(pages: np.ndarray, zones: np.ndarray, rate: float, seed: int, capacity: int, hot_zones: list[int],
