@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from polars.testing import assert_frame_equal
 
+from ztbp import batch
 from ztbp.acquire.synth import write_run
 from ztbp.analysis.streaming import cell_counts_lazy, zone_table_lazy
 from ztbp.analysis.zones import zone_table
@@ -65,7 +66,8 @@ def test_existing_scheduler_by_address(runs: list[str], dask_client) -> None:
     assert set(res["runs"][0]["result"]) == {"zones", "chains"}
 
 
-def test_unreachable_scheduler_says_what_to_do(runs: list[str]) -> None:
+def test_unreachable_scheduler_says_what_to_do(runs: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(batch, "CONNECT_TIMEOUT_S", 2)  # nothing listens on port 9: no need to wait 20 s
     with pytest.raises(ZtbpError, match="cannot reach the Dask scheduler"):
         run_batch(runs[:1], scheduler="tcp://127.0.0.1:9")
 

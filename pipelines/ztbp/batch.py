@@ -29,6 +29,9 @@ from .analysis.params import CACHE_MIB, NTS_MIB, PAGE_KIB, ClusterParams
 from .errors import ZtbpError
 from .units import MIB
 
+#: how long to keep trying to reach a scheduler given with --scheduler (dask's connect timeout)
+CONNECT_TIMEOUT_S = 20
+
 ANALYSES = ("zones", "opcodes", "chains", "frag", "cluster", "cachesim")
 #: a local worker is one task at a time on one core: its libraries' thread pools would only fight the other workers
 ONE_THREAD = {k: "1" for k in ("POLARS_MAX_THREADS", "NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
@@ -88,7 +91,7 @@ def client(scheduler: str | None = None, workers: int = 2) -> Iterator[Any]:
 
     if scheduler:
         try:
-            c = Client(scheduler, timeout="20s")
+            c = Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
         except OSError as e:
             raise ZtbpError(f"cannot reach the Dask scheduler {scheduler}: {e}. Start one (dask scheduler) or "
                             "leave out --scheduler for a local cluster.") from None
