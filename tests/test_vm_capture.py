@@ -1,5 +1,5 @@
 """The real VM path: one small paper80 capture in QEMU (real guest kernel, bpftrace, fio), checked end to end; and
-in one more boot (the guest battery), what needs the guest but no capture of its own: every probe compiles,
+in one more boot (the guest battery), what needs the guest but no capture of its own: the harness's status files,
 `ztbp capture-host --json` runs the streaming probe on the guest's zoned namespace as on a real drive, and the
 layer probe with a deliberately tiny map counts every request it leaves without a row.
 
@@ -118,10 +118,7 @@ set -u
 O=/ztbp/out
 cd /ztbp/src
 modprobe -q ext4; modprobe -q btrfs
-# 1. every probe compiles (bpftrace 0.17 has no --dry-run; -d parses, checks and compiles without attaching)
-for p in probes/*.bt; do
-	if timeout 300 bpftrace -d "$p" >/dev/null 2>"$O/$(basename "$p").err"; then echo "$p ok"; else echo "$p FAIL"; fi
-done > "$O/dry-run.txt"
+# 1. the harness (every probe is compiled and attached on both suites by tests/test_one_liners.py)
 uname -r > "$O/uname"
 # 2. capture-host on the guest's zoned namespace, as on a real drive: stdlib Python, the streaming probe, --json
 PYTHONPATH=/ztbp/src/pipelines PYTHONDONTWRITEBYTECODE=1 python3 -m ztbp.cli capture-host /dev/nvme0n1 uniform \
@@ -144,20 +141,12 @@ def battery(tmp_path_factory: pytest.TempPathFactory) -> tuple[GuestResult, Path
     return res, out
 
 
-def test_guest_harness_status_files_and_probe_dry_runs(battery: tuple[GuestResult, Path]) -> None:
-    """vmtest.sh: the guest's exit status comes back, OUTDIR is writable, every probe compiles (bpftrace -d)."""
+def test_guest_harness_status_files(battery: tuple[GuestResult, Path]) -> None:
+    """vmtest.sh: the guest's exit status comes back, OUTDIR is writable, the console is kept."""
     res, out = battery
-    probes = sorted(p.name for p in paths.PROBES.glob("*.bt"))
     assert res.status == 7
     assert (out / "uname").read_text().strip()
     assert (out / "console.log").is_file()
-    results = (out / "dry-run.txt").read_text().splitlines()
-    assert sorted(line.split()[0].removeprefix("probes/") for line in results) == probes
-    # a template (placeholders such as __BINARY__, filled in by the capture that uses it) is not a probe yet
-    templates = {p.name for p in paths.PROBES.glob("*.bt") if re.search(r"__[A-Z]+__", p.read_text())}
-    failed = [line for line in results if not line.endswith(" ok")
-              and line.split()[0].removeprefix("probes/") not in templates]
-    assert not failed, [(f, (out / (Path(f.split()[0]).name + ".err")).read_text()[-500:]) for f in failed]
 
 
 def test_capture_host_json_names_the_probe_it_ran(battery: tuple[GuestResult, Path]) -> None:
@@ -182,7 +171,9 @@ def test_capture_host_json_names_the_probe_it_ran(battery: tuple[GuestResult, Pa
 
 def test_a_tiny_layer_map_loses_nothing_uncounted(battery: tuple[GuestResult, Path]) -> None:
     """probes/layers.bt with every map sized for TINY_MAP keys while more requests are in flight: each request
-    without a row is counted (lost_events.layers = fio's requests - rows), none vanishes."""
+    without a row is counted, none vanishes. The probe counts for sure (@lost) the requests it saw reach the namespace
+    untracked, and apart (@unsure) the calls it could not even mark, which may be any read or write on the machine:
+    fio's requests lie between rows + lost - unsure and rows + lost."""
     _, out = battery
     log = (out / "tiny.log").read_text(errors="replace")
     assert (out / "tiny.rc").read_text().strip() == "0", log[-3000:]
@@ -192,8 +183,11 @@ def test_a_tiny_layer_map_loses_nothing_uncounted(battery: tuple[GuestResult, Pa
     fio_ios = sum(j["read"]["total_ios"] for j in read_fio(run.fio_json)["jobs"])
     rows = len(run.probe_csv("layers").read_text().splitlines()) - 2
     dropped, lost = int(genv["probe_layers_dropped"]), int(genv["lost_events_layers"])
+    unsure = int(genv["probe_layers_unsure"])
     assert rows > 0 and dropped > 0, (rows, dropped, fio_ios)  # the map did fill
-    assert rows + lost == fio_ios, (rows, lost, dropped, fio_ios)
+    # at least the requests counted for sure; at most everything counted (with the perf buffer's losses and the
+    # program runs the kernel skipped, each possibly a request)
+    assert rows + dropped - unsure <= fio_ios <= rows + lost, (rows, lost, dropped, unsure, fio_ios)
     # the same numbers reach meta.json through the capture's own code
     meta = new_meta(device="nvme0n1", lba_bytes=4096, zone_size_lba=8192, zone_cap_lba=8192, nr_zones=64,
                     synthetic=False, workload={"name": "tiny"}, backend="qemu",
@@ -201,8 +195,10 @@ def test_a_tiny_layer_map_loses_nothing_uncounted(battery: tuple[GuestResult, Pa
     write_meta(run, meta)
     finish_meta(run, meta, 0, False, 0.0, {})
     m = read_meta(run)
-    assert m["lost_events"] == {"layers": fio_ios - rows} and m["layer_stats"]["rows"] == rows
-    print(f"tiny map: {fio_ios} requests, {rows} rows, {lost} lost ({dropped} counted by the probe)")
+    assert m["lost_events"] == {"layers": lost} and m["layer_stats"]["rows"] == rows
+    assert m["layer_stats"]["dropped"] == dropped and m["layer_stats"]["unsure"] == unsure
+    print(f"tiny map: {fio_ios} requests, {rows} rows, {lost} lost ({dropped} counted by the probe, {unsure} of "
+          "them maybe not requests)")
 
 
 def test_ctrl_c_leaves_a_valid_partial_run(tmp_path: Path) -> None:

@@ -106,23 +106,23 @@ prepare_stack() {
 	info iodepth "$IODEPTH"
 }
 
-start_layers() {
+launch_layers() {
 	probe_map_keys layers "$EXPECTED" "$LAYERS_KEY_BYTES"
-	local try
-	for try in 1 2 3; do
-		probe_start layers "$LAYERS_PROBE" "$PROBE_KEYS" "$ZONE_SECTORS" "$ZONED_KDEV" && return 0
-		# The probe's BEGIN clears its maps, and bpftrace 0.17 clears a map from user space by walking its keys: when
-		# a running probe deletes a key between two steps of the walk, bpftrace aborts ("failed to look up elem",
-		# "Could not clear map"; seen once in CI on Debian 12). A race, not a fault of the script: start it again.
-		grep -q "Could not clear map" "$TMP/layers.err" "$TMP/layers.out" 2> /dev/null || break
-		say "stage probe layers: bpftrace aborted clearing a map in BEGIN (a race with its running probes), attempt $try"
-		info probe_layers_clear_race "$try"
-	done
-	die "the layer probe did not start"
+	probe_launch layers "$LAYERS_PROBE" "$PROBE_KEYS" "$ZONE_SECTORS" "$ZONED_KDEV"
 }
 
-start_nvme() {
-	probe_start nvme "$NVME_PROBE" 0 || die "the NVMe probe did not start"
+launch_nvme() {
+	probe_launch nvme "$NVME_PROBE" 0
+}
+
+start_probes() { # NAME...: launched together (each compiles on a CPU of its own), then each waited for
+	local name
+	for name in "$@"; do
+		[ -n "${PROBE_PID[$name]:-}" ] || "launch_$name" || die "the $name probe did not start"
+	done
+	for name in "$@"; do
+		probe_wait_attached "$name" || die "the $name probe did not start"
+	done
 }
 
 run_fio() { # output.json: fio's JSON with latency histograms (json+), so meta.json gets exact percentiles
@@ -141,7 +141,7 @@ bench() {
 	local r without=() with=() lost=()
 	for r in $(seq 1 "$BENCH_ROUNDS"); do
 		run_fio "$TMP/bench-off-$r.json"; without+=("$(iops "$TMP/bench-off-$r.json")")
-		start_layers
+		start_probes layers
 		run_fio "$TMP/bench-on-$r.json"; with+=("$(iops "$TMP/bench-on-$r.json")")
 		probe_stop layers
 		lost+=("$PROBE_LOST")
@@ -189,12 +189,10 @@ main() {
 	for name in ${PROBES//,/ }; do
 		case "$name" in nvme|layers) ;; *) die "unknown probe '$name' (nvme, layers)" ;; esac
 	done
-	if [ "$TRACE_PREP" = 1 ] && [[ ",$PROBES," == *,nvme,* ]]; then start_nvme; fi
+	if [ "$TRACE_PREP" = 1 ] && [[ ",$PROBES," == *,nvme,* ]]; then start_probes nvme; fi
 	prepare_stack
 	[ "$BENCH" = 1 ] && bench
-	for name in ${PROBES//,/ }; do
-		[ -n "${PROBE_PID[$name]:-}" ] || "start_$name"
-	done
+	start_probes ${PROBES//,/ }
 	say "stage workload fio randread 4k $ENGINE iodepth $IODEPTH jobs $JOBS on $FS ($TARGET) for ${RUNTIME}s"
 	t0="$(date +%s.%N)"
 	run_fio "$TMP/fio.json"

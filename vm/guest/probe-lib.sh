@@ -11,6 +11,8 @@
 #
 #   probe_start NAME SCRIPT KEYS [ARGS...]   start bpftrace SCRIPT ARGS, wait until attached (KEYS: its map
 #                                          size, BPFTRACE_MAP_KEYS_MAX; 0 = bpftrace's default)
+#   probe_launch NAME SCRIPT KEYS [ARGS...]  the start without the wait: launch several (they compile at once,
+#   probe_wait_attached NAME               one CPU each), then wait for each
 #   probe_stop NAME                        drain (streaming probes), stop, write $TMP/NAME.csv, account for
 #                                          losses (sets PROBE_ROWS, PROBE_LOST)
 #   probe_map_keys NAME EXPECTED BYTES     sets PROBE_KEYS, the map size for EXPECTED (see MAP SIZE)
@@ -27,7 +29,8 @@
 #              events" of bpftrace's perf buffer, which also covers events still in it when bpftrace stopped)
 #   unmatched  @setups - @completed when the probe counts submissions itself; otherwise the runs of its programs
 #              the kernel skipped (fdinfo recursion_misses), each possibly a command or request without a row
-#   dropped    @lost, the requests a probe counted as having no row (probes/layers.bt: state it could not store)
+#   dropped    @lost + @unsure, the requests a probe counted as having no row (probes/layers.bt: state it could
+#              not store; @unsure: calls it counted before knowing whether they reach the device, an upper bound)
 # STOP RULE: SIGINT once; again every 5 s while bpftrace uses no CPU (it has been seen to miss one and sit in
 # epoll_wait; a second SIGINT while it prints a map would kill it); after PROBE_STOP_IDLE s without CPU or
 # PROBE_STOP_TIMEOUT s in all, SIGTERM, then SIGKILL after PROBE_KILL_WAIT s. A probe whose counters were not
@@ -45,7 +48,7 @@ MAP_KEYS_SPARE=50000         # room beyond 1.5 x the expected count (split I/O, 
 MAP_MEMORY_SHARE=4           # maps may take 1 / this of the memory available
 
 PROBE_LIB_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-declare -A PROBE_PID=() PROBE_MODE=()
+declare -A PROBE_PID=() PROBE_MODE=() PROBE_T0=() PROBE_ATTACHED=()
 STATUS="${STATUS:-complete}"
 
 say() { echo "ZTBP: $*"; }
@@ -186,6 +189,10 @@ bpftrace_env() { # map_keys|strlen -> the variable's name in this bpftrace: 0.17
 }
 
 probe_start() { # NAME SCRIPT KEYS [ARGS...]
+	probe_launch "$@" && probe_wait_attached "$1"
+}
+
+probe_launch() { # NAME SCRIPT KEYS [ARGS...]: bpftrace started in the background
 	local name="$1" script="$2" keys="$3" mode
 	shift 3
 	[ -r "$script" ] || { say "error no probe $script"; return 1; }
@@ -211,15 +218,17 @@ probe_start() { # NAME SCRIPT KEYS [ARGS...]
 	rm -f "$TMP/$name.out" "$TMP/$name.err"
 	env "${tune[@]}" nice -n 19 bpftrace "$script" "$@" > "$TMP/$name.out" 2> "$TMP/$name.err" &
 	PROBE_PID[$name]=$!
-	probe_wait_attached "$name"
+	PROBE_T0[$name]=$SECONDS
 }
 
 probe_wait_attached() { # NAME: until BEGIN printed the version line, bpftrace exits or PROBE_ATTACH_TIMEOUT
-	local name="$1" t0=$SECONDS pid="${PROBE_PID[$1]}"
+	# (counted from its launch); at once when it was already seen attached
+	[ -n "${PROBE_ATTACHED[$1]:-}" ] && return 0
+	local name="$1" t0="${PROBE_T0[$1]:-$SECONDS}" pid="${PROBE_PID[$1]}"
 	until grep -q "^# ztbp $name v1\$" "$TMP/$name.out" 2>/dev/null; do
 		if ! kill -0 "$pid" 2>/dev/null; then
 			wait "$pid" 2>/dev/null
-			unset "PROBE_PID[$name]"
+			unset "PROBE_PID[$name]" "PROBE_ATTACHED[$name]"
 			say "error bpftrace $name exited: $(tr '\n' ' ' < "$TMP/$name.err")"
 			return 1
 		fi
@@ -231,6 +240,7 @@ probe_wait_attached() { # NAME: until BEGIN printed the version line, bpftrace e
 		sleep 0.2
 	done
 	sleep 1
+	PROBE_ATTACHED[$name]=1
 	info "probe_${name}_attach_s" "$((SECONDS - t0))"
 	say "stage probe $name attached after $((SECONDS - t0)) s"
 }
@@ -304,7 +314,7 @@ probe_signal_until_exit() { # NAME: the STOP RULE
 		kill -KILL "$pid" 2>/dev/null
 	fi
 	wait "$pid" 2>/dev/null
-	unset "PROBE_PID[$name]"
+	unset "PROBE_PID[$name]" "PROBE_ATTACHED[$name]"
 	say "stage probe $name: bpftrace exited after $((SECONDS - t0)) s"
 }
 
@@ -333,11 +343,13 @@ probe_extract() { # NAME: $TMP/NAME.out -> $TMP/NAME.csv (the two header lines, 
 }
 
 probe_account() { # NAME MISSES: the LOSS RULE; sets PROBE_ROWS and PROBE_LOST
-	local name="$1" misses="$2" perf_lost setups completed dropped unprinted unmatched
+	local name="$1" misses="$2" perf_lost setups completed dropped unsure unprinted unmatched
 	perf_lost="$(grep -h -o -E '^Lost [0-9]+ events' "$TMP/$name.out" "$TMP/$name.err" | awk '{s += $2} END {print s + 0}')"
 	completed="$(probe_counter "$name" completed)"
 	setups="$(probe_counter "$name" setups)"
 	dropped="$(probe_counter "$name" lost)"
+	unsure="$(probe_counter "$name" unsure)"
+	dropped=$((${dropped:-0} + ${unsure:-0}))
 	PROBE_ROWS=$(($(wc -l < "$TMP/$name.csv") - 2))
 	[ "$PROBE_ROWS" -lt 0 ] && PROBE_ROWS=0
 	if [ -z "$completed" ]; then
@@ -359,9 +371,10 @@ probe_account() { # NAME MISSES: the LOSS RULE; sets PROBE_ROWS and PROBE_LOST
 	info "probe_${name}_perf_lost" "$perf_lost"
 	info "probe_${name}_recursion_misses" "$misses"
 	info "probe_${name}_dropped" "${dropped:-0}"
+	info "probe_${name}_unsure" "${unsure:-0}"
 	info "lost_events_$name" "$PROBE_LOST"
 	say "stage probe $name stopped: $PROBE_ROWS rows, $PROBE_LOST lost ($perf_lost reported by bpftrace," \
-		"$unmatched unmatched or skipped, ${dropped:-0} counted by the probe)"
+		"$unmatched unmatched or skipped, ${dropped:-0} counted by the probe, ${unsure:-0} of them maybe not requests)"
 }
 
 probe_fast_dump() { # NAME: a map probe's rows taken out of the running bpftrace in batches (mapdump.py); what

@@ -109,6 +109,7 @@ def probe_stats(name: str, genv: dict[str, str]) -> dict[str, Any]:
         stats[key] = int(genv.get(f"probe_{name}_{key}", 0) or 0)
     if name == "layers":
         stats["dropped"] = int(genv.get("probe_layers_dropped", 0) or 0)
+        stats["unsure"] = int(genv.get("probe_layers_unsure", 0) or 0)
     return stats
 
 
