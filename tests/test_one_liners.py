@@ -40,18 +40,15 @@ check() { # STEM TIMEOUT BPFTRACE-ARGS...: attach, run /bin/true, exit; status, 
 }
 # bpftrace 0.17 reads BPFTRACE_MAP_KEYS_MAX, 0.23 BPFTRACE_MAX_MAP_KEYS (the old name draws a warning there)
 keys=BPFTRACE_MAP_KEYS_MAX; bpftrace --help 2>&1 | grep -q BPFTRACE_MAX_MAP_KEYS && keys=BPFTRACE_MAX_MAP_KEYS
-# two checks at a time: the guest has two CPUs and a bpftrace compiles on one
+# one at a time: two bpftraces attaching at once locked up the guest kernel under TCG (seen once)
 i=0
 while IFS= read -r prog; do
 	i=$((i + 1))
-	[ "$(jobs -r | wc -l)" -ge 2 ] && wait -n
-	check "$i" 120 bpftrace -e "$prog" &
+	check "$i" 120 bpftrace -e "$prog"
 done < "$O/programs.txt"
 for p in /ztbp/src/probes/*.bt; do
-	[ "$(jobs -r | wc -l)" -ge 2 ] && wait -n
-	check "$(basename "$p")" 300 env "$keys=4096" bpftrace "$p" &
+	check "$(basename "$p")" 300 env "$keys=4096" bpftrace "$p"
 done
-wait
 echo "$i" > "$O/finished"
 """
 # the last program is a control: a kfunc that does not exist must fail the attach check
@@ -128,7 +125,7 @@ def test_every_one_liner_compiles_and_attaches_in_the_guest(guest_checks: tuple[
     (out / "failures.json").write_text(json.dumps(failures, indent=2))
     assert not failures, json.dumps(failures, indent=2)
     took = _seconds(out)
-    print(f"{suite}: {len(took)} checks took {sum(took.values()):.0f} s in the guest, two at a time; slowest "
+    print(f"{suite}: {len(took)} checks took {sum(took.values()):.0f} s in the guest; slowest "
           f"{sorted(took.items(), key=lambda kv: -kv[1])[:5]}")
     n = len(ol) + 1
     control_out = (out / f"{n}.run.out").read_text(errors="replace")

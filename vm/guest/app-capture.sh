@@ -298,14 +298,10 @@ main() {
 	resolve_symbols_fast
 	generate_appops
 	prepare_fs
-	# the three probes compile at once (one CPU each under TCG), then each is waited for
-	probe_launch nvme "$NVME_PROBE" 0 || die "the NVMe probe did not start"
-	probe_launch appops "$TMP/appops.bt" 0 || die "the application-operation probe did not start"
+	probe_start nvme "$NVME_PROBE" 0 || die "the NVMe probe did not start"
+	probe_start appops "$TMP/appops.bt" 0 || die "the application-operation probe did not start"
 	info probe_appops_script "probes/appops.bt"   # instantiated as raw/appops-generated.bt
-	probe_launch cachestat "$CACHE_PROBE" 0 || die "the cache probe did not start"
-	probe_wait_attached nvme || die "the NVMe probe did not start"
-	probe_wait_attached appops || die "the application-operation probe did not start"
-	probe_wait_attached cachestat || die "the cache probe did not start"
+	probe_start cachestat "$CACHE_PROBE" 0 || die "the cache probe did not start"
 	local t0
 	t0="$(date +%s.%N)"
 	run_rocksdb

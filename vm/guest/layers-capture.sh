@@ -106,23 +106,13 @@ prepare_stack() {
 	info iodepth "$IODEPTH"
 }
 
-launch_layers() {
+start_layers() {
 	probe_map_keys layers "$EXPECTED" "$LAYERS_KEY_BYTES"
-	probe_launch layers "$LAYERS_PROBE" "$PROBE_KEYS" "$ZONE_SECTORS" "$ZONED_KDEV"
+	probe_start layers "$LAYERS_PROBE" "$PROBE_KEYS" "$ZONE_SECTORS" "$ZONED_KDEV" || die "the layer probe did not start"
 }
 
-launch_nvme() {
-	probe_launch nvme "$NVME_PROBE" 0
-}
-
-start_probes() { # NAME...: launched together (each compiles on a CPU of its own), then each waited for
-	local name
-	for name in "$@"; do
-		[ -n "${PROBE_PID[$name]:-}" ] || "launch_$name" || die "the $name probe did not start"
-	done
-	for name in "$@"; do
-		probe_wait_attached "$name" || die "the $name probe did not start"
-	done
+start_nvme() {
+	probe_start nvme "$NVME_PROBE" 0 || die "the NVMe probe did not start"
 }
 
 run_fio() { # output.json: fio's JSON with latency histograms (json+), so meta.json gets exact percentiles
@@ -141,7 +131,7 @@ bench() {
 	local r without=() with=() lost=()
 	for r in $(seq 1 "$BENCH_ROUNDS"); do
 		run_fio "$TMP/bench-off-$r.json"; without+=("$(iops "$TMP/bench-off-$r.json")")
-		start_probes layers
+		start_layers
 		run_fio "$TMP/bench-on-$r.json"; with+=("$(iops "$TMP/bench-on-$r.json")")
 		probe_stop layers
 		lost+=("$PROBE_LOST")
@@ -189,10 +179,14 @@ main() {
 	for name in ${PROBES//,/ }; do
 		case "$name" in nvme|layers) ;; *) die "unknown probe '$name' (nvme, layers)" ;; esac
 	done
-	if [ "$TRACE_PREP" = 1 ] && [[ ",$PROBES," == *,nvme,* ]]; then start_probes nvme; fi
+	if [ "$TRACE_PREP" = 1 ] && [[ ",$PROBES," == *,nvme,* ]]; then start_nvme; fi
 	prepare_stack
 	[ "$BENCH" = 1 ] && bench
-	start_probes ${PROBES//,/ }
+	# one after the other: two bpftraces attaching at once locked up the guest kernel under TCG (both CPUs
+	# stuck in soft lockups, seen once)
+	for name in ${PROBES//,/ }; do
+		[ -n "${PROBE_PID[$name]:-}" ] || "start_$name"
+	done
 	say "stage workload fio randread 4k $ENGINE iodepth $IODEPTH jobs $JOBS on $FS ($TARGET) for ${RUNTIME}s"
 	t0="$(date +%s.%N)"
 	run_fio "$TMP/fio.json"

@@ -11,8 +11,8 @@
 #
 #   probe_start NAME SCRIPT KEYS [ARGS...]   start bpftrace SCRIPT ARGS, wait until attached (KEYS: its map
 #                                          size, BPFTRACE_MAP_KEYS_MAX; 0 = bpftrace's default)
-#   probe_launch NAME SCRIPT KEYS [ARGS...]  the start without the wait: launch several (they compile at once,
-#   probe_wait_attached NAME               one CPU each), then wait for each
+#                                          (one at a time: two bpftraces attaching at once locked up the guest
+#                                          kernel under TCG, both CPUs in soft lockups, seen once)
 #   probe_stop NAME                        drain (streaming probes), stop, write $TMP/NAME.csv, account for
 #                                          losses (sets PROBE_ROWS, PROBE_LOST)
 #   probe_map_keys NAME EXPECTED BYTES     sets PROBE_KEYS, the map size for EXPECTED (see MAP SIZE)
@@ -48,7 +48,7 @@ MAP_KEYS_SPARE=50000         # room beyond 1.5 x the expected count (split I/O, 
 MAP_MEMORY_SHARE=4           # maps may take 1 / this of the memory available
 
 PROBE_LIB_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-declare -A PROBE_PID=() PROBE_MODE=() PROBE_T0=() PROBE_ATTACHED=()
+declare -A PROBE_PID=() PROBE_MODE=()
 STATUS="${STATUS:-complete}"
 
 say() { echo "ZTBP: $*"; }
@@ -189,10 +189,6 @@ bpftrace_env() { # map_keys|strlen -> the variable's name in this bpftrace: 0.17
 }
 
 probe_start() { # NAME SCRIPT KEYS [ARGS...]
-	probe_launch "$@" && probe_wait_attached "$1"
-}
-
-probe_launch() { # NAME SCRIPT KEYS [ARGS...]: bpftrace started in the background
 	local name="$1" script="$2" keys="$3" mode
 	shift 3
 	[ -r "$script" ] || { say "error no probe $script"; return 1; }
@@ -218,17 +214,15 @@ probe_launch() { # NAME SCRIPT KEYS [ARGS...]: bpftrace started in the backgroun
 	rm -f "$TMP/$name.out" "$TMP/$name.err"
 	env "${tune[@]}" nice -n 19 bpftrace "$script" "$@" > "$TMP/$name.out" 2> "$TMP/$name.err" &
 	PROBE_PID[$name]=$!
-	PROBE_T0[$name]=$SECONDS
+	probe_wait_attached "$name"
 }
 
 probe_wait_attached() { # NAME: until BEGIN printed the version line, bpftrace exits or PROBE_ATTACH_TIMEOUT
-	# (counted from its launch); at once when it was already seen attached
-	[ -n "${PROBE_ATTACHED[$1]:-}" ] && return 0
-	local name="$1" t0="${PROBE_T0[$1]:-$SECONDS}" pid="${PROBE_PID[$1]}"
+	local name="$1" t0=$SECONDS pid="${PROBE_PID[$1]}"
 	until grep -q "^# ztbp $name v1\$" "$TMP/$name.out" 2>/dev/null; do
 		if ! kill -0 "$pid" 2>/dev/null; then
 			wait "$pid" 2>/dev/null
-			unset "PROBE_PID[$name]" "PROBE_ATTACHED[$name]"
+			unset "PROBE_PID[$name]"
 			say "error bpftrace $name exited: $(tr '\n' ' ' < "$TMP/$name.err")"
 			return 1
 		fi
@@ -240,7 +234,6 @@ probe_wait_attached() { # NAME: until BEGIN printed the version line, bpftrace e
 		sleep 0.2
 	done
 	sleep 1
-	PROBE_ATTACHED[$name]=1
 	info "probe_${name}_attach_s" "$((SECONDS - t0))"
 	say "stage probe $name attached after $((SECONDS - t0)) s"
 }
@@ -314,7 +307,7 @@ probe_signal_until_exit() { # NAME: the STOP RULE
 		kill -KILL "$pid" 2>/dev/null
 	fi
 	wait "$pid" 2>/dev/null
-	unset "PROBE_PID[$name]" "PROBE_ATTACHED[$name]"
+	unset "PROBE_PID[$name]"
 	say "stage probe $name: bpftrace exited after $((SECONDS - t0)) s"
 }
 
@@ -374,7 +367,7 @@ probe_account() { # NAME MISSES: the LOSS RULE; sets PROBE_ROWS and PROBE_LOST
 	info "probe_${name}_unsure" "${unsure:-0}"
 	info "lost_events_$name" "$PROBE_LOST"
 	say "stage probe $name stopped: $PROBE_ROWS rows, $PROBE_LOST lost ($perf_lost reported by bpftrace," \
-		"$unmatched unmatched or skipped, ${dropped:-0} counted by the probe, ${unsure:-0} of them maybe not requests)"
+		"$unmatched unmatched or skipped, ${dropped:-0} counted by the probe${unsure:+, $unsure of them maybe not requests})"
 }
 
 probe_fast_dump() { # NAME: a map probe's rows taken out of the running bpftrace in batches (mapdump.py); what
