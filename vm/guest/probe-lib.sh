@@ -367,7 +367,8 @@ probe_account() { # NAME MISSES: the LOSS RULE; sets PROBE_ROWS and PROBE_LOST
 	info "probe_${name}_unsure" "${unsure:-0}"
 	info "lost_events_$name" "$PROBE_LOST"
 	say "stage probe $name stopped: $PROBE_ROWS rows, $PROBE_LOST lost ($perf_lost reported by bpftrace," \
-		"$unmatched unmatched or skipped, ${dropped:-0} counted by the probe${unsure:+, $unsure of them maybe not requests})"
+		"$unmatched unmatched or skipped, ${dropped:-0} counted by the probe$([ "${unsure:-0}" -gt 0 ] &&
+		echo ", $unsure of them maybe not requests"))"
 }
 
 probe_fast_dump() { # NAME: a map probe's rows taken out of the running bpftrace in batches (mapdump.py); what
