@@ -38,8 +38,9 @@ check() { # STEM TIMEOUT BPFTRACE-ARGS...: attach, run /bin/true, exit; status, 
 	timeout "$limit" "$@" -c /bin/true < /dev/null > "$O/$stem.run.out" 2>&1; echo $? > "$O/$stem.run.rc"
 	echo "$(date +%s.%N) $t0" | awk '{printf "%.1f\n", $1 - $2}' > "$O/$stem.run.s"
 }
-# bpftrace 0.17 reads BPFTRACE_MAP_KEYS_MAX, 0.23 BPFTRACE_MAX_MAP_KEYS (the old name draws a warning there)
-keys=BPFTRACE_MAP_KEYS_MAX; bpftrace --help 2>&1 | grep -q BPFTRACE_MAX_MAP_KEYS && keys=BPFTRACE_MAX_MAP_KEYS
+# the map-size variable this bpftrace reads (0.23 warns about 0.17's name): probe-lib.sh's bpftrace_env
+. /ztbp/src/vm/guest/probe-lib.sh
+keys="$(bpftrace_env map_keys)"
 # one at a time: two bpftraces attaching at once locked up the guest kernel under TCG (seen once)
 i=0
 while IFS= read -r prog; do
