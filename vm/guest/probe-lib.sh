@@ -336,13 +336,13 @@ probe_extract() { # NAME: $TMP/NAME.out -> $TMP/NAME.csv (the two header lines, 
 }
 
 probe_account() { # NAME MISSES: the LOSS RULE; sets PROBE_ROWS and PROBE_LOST
-	local name="$1" misses="$2" perf_lost setups completed dropped unsure unprinted unmatched
+	local name="$1" misses="$2" perf_lost setups completed counted unsure dropped unprinted unmatched
 	perf_lost="$(grep -h -o -E '^Lost [0-9]+ events' "$TMP/$name.out" "$TMP/$name.err" | awk '{s += $2} END {print s + 0}')"
 	completed="$(probe_counter "$name" completed)"
 	setups="$(probe_counter "$name" setups)"
-	dropped="$(probe_counter "$name" lost)"
+	counted="$(probe_counter "$name" lost)"
 	unsure="$(probe_counter "$name" unsure)"
-	dropped=$((${dropped:-0} + ${unsure:-0}))
+	dropped=$((${counted:-0} + ${unsure:-0}))
 	PROBE_ROWS=$(($(wc -l < "$TMP/$name.csv") - 2))
 	[ "$PROBE_ROWS" -lt 0 ] && PROBE_ROWS=0
 	if [ -z "$completed" ]; then
@@ -357,17 +357,17 @@ probe_account() { # NAME MISSES: the LOSS RULE; sets PROBE_ROWS and PROBE_LOST
 	fi
 	unprinted=$((${completed:-0} - PROBE_ROWS))
 	[ "$unprinted" -lt "$perf_lost" ] && unprinted=$perf_lost
-	PROBE_LOST=$((unprinted + unmatched + ${dropped:-0}))
+	PROBE_LOST=$((unprinted + unmatched + dropped))
 	info "probe_${name}_setups" "$setups"
 	info "probe_${name}_completed" "${completed:-0}"
 	info "probe_${name}_rows" "$PROBE_ROWS"
 	info "probe_${name}_perf_lost" "$perf_lost"
 	info "probe_${name}_recursion_misses" "$misses"
-	info "probe_${name}_dropped" "${dropped:-0}"
+	info "probe_${name}_dropped" "$dropped"
 	info "probe_${name}_unsure" "${unsure:-0}"
 	info "lost_events_$name" "$PROBE_LOST"
 	say "stage probe $name stopped: $PROBE_ROWS rows, $PROBE_LOST lost ($perf_lost reported by bpftrace," \
-		"$unmatched unmatched or skipped, ${dropped:-0} counted by the probe$([ "${unsure:-0}" -gt 0 ] &&
+		"$unmatched unmatched or skipped, $dropped counted by the probe$([ "${unsure:-0}" -gt 0 ] &&
 		echo ", $unsure of them maybe not requests"))"
 }
 
