@@ -52,10 +52,11 @@ def test_qemu_profile_writes_the_zone_to_group_table_matrix_and_heatmap(qemu_pro
         assert (out / name).is_file(), name
     assert doc["device"]["backend"] == "qemu" and doc["device"]["nr_zones"] == 8
     assert sorted(int(z) for z in doc["solo"]) == [0, 1, 2, 3] and all(v > 0 for v in doc["solo"].values())
-    assert len(doc["pairs"]) == 6  # every pair once, and a pair found interfering once more (--confirm 1)
-    assert doc["timing"]["measurements"] == 4 + sum(p["measured"] for p in doc["pairs"])
-    assert {p["measured"] for p in doc["pairs"]} <= {1, 2}
-    assert all(p["measured"] == 2 for p in doc["pairs"] if p["interferes"])
+    assert len(doc["pairs"]) == 6 and {p["measured"] for p in doc["pairs"]} == {2}  # the matrix twice (--confirm 1)
+    assert sorted(doc["solo_after"]) == ["0", "1", "2", "3"]  # the closing solo pass
+    assert doc["timing"]["measurements"] == 4 + 2 * 6 + 4 == len(doc["log"])
+    assert doc["noise"]["repeats"] == 6 + 4 and doc["noise"]["sd"] is not None
+    assert doc["verdict"]["repeats"] == 10 and "contradicting_pairs" in doc["verdict"]
     assert [len(r) for r in doc["matrix"]] == [4] * 4 and None not in sum(doc["matrix"], [])
     assert doc["timing"]["fill_s"] > 0  # the zones were written before they were read
     assert (out / "z2c.csv").read_text().splitlines()[0] == "zone,group"
@@ -63,7 +64,7 @@ def test_qemu_profile_writes_the_zone_to_group_table_matrix_and_heatmap(qemu_pro
 
 def test_qemu_has_no_structure(qemu_profile: tuple[Path, dict]) -> None:
     _, doc = qemu_profile
-    assert doc["verdict"]["structure"] is False, doc["verdict"]
+    assert doc["verdict"]["structure"] is False, (doc["verdict"], doc["log"])
     assert doc["verdict"]["reason"].startswith("no structure")
 
 
@@ -93,7 +94,7 @@ def nvmevirt_ko(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_nvmevirt_zones_on_one_die_form_one_group(nvmevirt_ko: Path, tmp_path: Path) -> None:
     out = tmp_path / "nvmevirt"
     proc = ztbp("profile", "--backend", "nvmevirt", "--nvmevirt-ko", str(nvmevirt_ko), "--nvmevirt-storage",
-                NVMEVIRT_STORAGE, "--rw", "write", "--bs", "256k", "--iodepth", "1", "--seconds", "4",
+                NVMEVIRT_STORAGE, "--rw", "write", "--bs", "256k", "--iodepth", "1", "--seconds", "4", "--no-recheck",
                 "--zones", "0,1,128", "--key", "nvmevirt-prototype", "--out", str(out), "--timeout", "1200")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((out / "profile.json").read_text())

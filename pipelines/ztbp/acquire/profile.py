@@ -482,6 +482,7 @@ class ProfileRequest:
     reference: str = "median"
     full_matrix: bool = False
     confirm: int = 1
+    recheck: bool = True  # every zone's solo bandwidth again at the end: the drift and the noise of a measurement
     budget_s: float = 0.0
     fill: bool = True
     key: str | None = None
@@ -542,10 +543,14 @@ def run_profile(req: ProfileRequest, runner: GuestRunner | HostRunner, out: Path
             rep.say(f"filled in {fill_s:.0f} s")
         budget = Budget(req.budget_s)
 
+        seen: set[tuple[int, ...]] = set()
+
         def measure(zs: Sequence[int]) -> dict[int, float]:
             bw = meter.measure(zs)
             what = " + ".join(f"{z}: {bw[z]:.2f}" for z in zs)
-            rep.say(f"{'solo' if len(zs) == 1 else 'pair'} {what} MiB/s ({meter.log[-1]['wall_s']:.0f} s)")
+            kind = ("solo" if len(zs) == 1 else "pair") + (" again" if tuple(zs) in seen else "")
+            seen.add(tuple(zs))
+            rep.say(f"{kind} {what} MiB/s ({meter.log[-1]['wall_s']:.0f} s)")
             return bw
 
         def on_step(kind: str, done: int, total: int) -> None:
@@ -556,14 +561,15 @@ def run_profile(req: ProfileRequest, runner: GuestRunner | HostRunner, out: Path
         t_meas = time.monotonic()
         res = profile_zones(zones, measure, threshold=req.threshold, threshold_mib=req.threshold_mib,
                             reference=req.reference, full_matrix=req.full_matrix, confirm=req.confirm,
-                            min_separation=req.min_separation, on_step=on_step, stop=budget.exhausted)
+                            min_separation=req.min_separation, recheck=req.recheck, on_step=on_step,
+                            stop=budget.exhausted)
         measure_s = time.monotonic() - t_meas
         versions = r.versions
     doc: dict[str, Any] = {
         "format": PROFILE_FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "device": asdict(dev), "spec": asdict(req.spec), "request": {
             "threshold": req.threshold, "threshold_mib": req.threshold_mib, "reference": req.reference,
-            "full_matrix": req.full_matrix, "confirm": req.confirm,
+            "full_matrix": req.full_matrix, "confirm": req.confirm, "recheck": req.recheck,
             "budget_s": req.budget_s, "fill": req.fill, "key": req.key},
         "versions": versions,
         "timing": {"boot_s": round(boot_s, 1), "fill_s": round(fill_s, 1), "measure_s": round(measure_s, 1),

@@ -13,6 +13,18 @@ REFERENCES: tuple[str, ...] = ("median", "pair")
 #: Below this gap between the pair ratios of interfering and independent pairs (share of summed solo bandwidth),
 #: the profiler reports no structure: the split is within what repeating a measurement moves.
 MIN_SEPARATION = 0.15
+#: Interfering and independent pairs must also be this many standard deviations of one measurement apart (pair
+#: ratio medians), the deviation measured by repeating measurements during the profile: at 4 the two sides sit
+#: two deviations either side of their midpoint, so a pair's side is not a coin toss of the noise.
+NOISE_SEPARATION = 4.0
+#: Repeated measurements needed before the noise is taken as measured (fewer: the verdict says it is unknown).
+MIN_REPEATS = 3
+#: The median solo bandwidth may move this much (relative) between the first and the closing solo pass; more
+#: means the device or the host changed during the profile, and groups from it are not evidence of structure.
+MAX_DRIFT = 0.25
+#: Share of measured pairs allowed to contradict the groups (a cross-group pair that interferes, a within-group
+#: pair that does not); judged only when every pair was measured (--full-matrix).
+MAX_CONTRADICTIONS = 0.1
 #: FAR (free-space adaptive runtime zone reset, the study's T): while the device's free-space share is above T a
 #: fully invalid zone is reset only once its write pointer is at the zone end; below T the write-pointer
 #: threshold is a linear function of the free space.

@@ -70,7 +70,7 @@ def _profile(args: argparse.Namespace) -> int:
     spec = _spec(args)
     req = ProfileRequest(zones=zone_spec(args.zones) if args.zones else None, spec=spec, threshold=args.threshold,
                          threshold_mib=args.threshold_mib, reference=args.reference, full_matrix=args.full_matrix,
-                         confirm=args.confirm, budget_s=args.budget,
+                         confirm=args.confirm, recheck=not args.no_recheck, budget_s=args.budget,
                          fill=not args.no_fill, key=args.key, max_zones=args.max_zones,
                          min_separation=args.min_separation)
     out = _profile_out(args)
@@ -156,6 +156,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--confirm", type=int, default=1,
                    help="measure a pair found interfering up to N more times, keeping its best figure (a passing "
                         "disturbance only lowers bandwidth; default %(default)s)")
+    p.add_argument("--no-recheck", action="store_true",
+                   help="skip the closing solo pass (every zone alone again after the pairs), which measures the "
+                        "drift and, with --confirm, the noise of one measurement the verdict weighs groups against")
     p.add_argument("--budget", type=float, default=0, help="stop measuring after this many seconds (0 = no limit)")
     p.add_argument("--rw", choices=("read", "write"), default=d.rw, help="measure reads or writes (default read)")
     p.add_argument("--bs", default=f"{d.block_bytes // 1024}k", help="block size (default %(default)s)")

@@ -70,6 +70,7 @@ def profile_text(doc: dict[str, Any], out: str | None = None) -> str:
     if solo:
         vals = list(solo.values())
         lines.append(f"solo bandwidth: {min(vals):.2f} .. {max(vals):.2f} MiB/s (mean {sum(vals) / len(vals):.2f})")
+    lines.append(noise_text(doc.get("noise") or {}))
     lines += ["", "conflict groups (zone-to-group table):"]
     for row in groups_frame(doc["groups"]).iter_rows(named=True):
         name = "unclassified" if row["group"] < 0 else f"group {row['group']}"
@@ -78,6 +79,21 @@ def profile_text(doc: dict[str, Any], out: str | None = None) -> str:
     if out:
         lines += ["", f"wrote {out}/: profile.json, z2c.json, z2c.csv, matrix.csv, heatmap.html"]
     return "\n".join(lines)
+
+
+def noise_text(noise: dict[str, Any]) -> str:
+    """One line: how far a repeated measurement moved, and the drift between the two solo passes."""
+    if not noise.get("repeats"):
+        return "repeatability: not measured (no configuration was measured twice: --confirm, no --no-recheck)"
+    sd = noise.get("sd")
+    text = (f"repeatability: one measurement repeats to ±{sd:.1%} (robust SD over {noise['repeats']} repeats)"
+            if sd is not None else f"repeatability: {noise['repeats']} repeat(s), too few to measure the noise")
+    worst = noise.get("largest")
+    if worst:
+        text += f"; largest: {worst['what']} {worst['first']:.2f} then {worst['again']:.2f} MiB/s"
+    if noise.get("drift") is not None:
+        text += f"; solo drift {noise['drift']:+.1%} from the first to the closing solo pass"
+    return text
 
 
 def _num(v: Any) -> str:
