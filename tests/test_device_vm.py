@@ -1,6 +1,7 @@
 """The device studies on the real VM path: `ztbp profile` on QEMU's zoned namespace (a negative control: no
-parallel structure, the profiler must say so), on NVMeVirt's prototype (two zones on one die must land in one
-conflict group, a zone on another die in its own; the answer key is the module's own layout), and a fio zoned
+parallel structure, the profiler must say so), on NVMeVirt's prototype (the positive control: zones on one die
+land in one conflict group, zones on other dies in their own, and the verdict calls it structure; the answer key is
+the module's own layout), and a fio zoned
 cycling workload captured with `ztbp capture`, read back by `ztbp resets`.
 
 Three short boots. NVMeVirt is built from ../shared/nvmevirt; without it that test is skipped.
@@ -92,17 +93,22 @@ def nvmevirt_ko(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_nvmevirt_zones_on_one_die_form_one_group(nvmevirt_ko: Path, tmp_path: Path) -> None:
+    """The positive control of the verdict beside QEMU's negative one: real conflicts, called structure."""
     out = tmp_path / "nvmevirt"
     proc = ztbp("profile", "--backend", "nvmevirt", "--nvmevirt-ko", str(nvmevirt_ko), "--nvmevirt-storage",
-                NVMEVIRT_STORAGE, "--rw", "write", "--bs", "256k", "--iodepth", "1", "--seconds", "4", "--no-recheck",
-                "--zones", "0,1,128", "--key", "nvmevirt-prototype", "--out", str(out), "--timeout", "1200")
+                NVMEVIRT_STORAGE, "--rw", "write", "--bs", "256k", "--iodepth", "1", "--seconds", "2",
+                "--zones", "0,1,128,129", "--key", "nvmevirt-prototype", "--out", str(out), "--timeout", "1200")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((out / "profile.json").read_text())
     assert doc["device"]["nr_zones"] == 144 and doc["device"]["lba_bytes"] == 512
     groups = {int(z): g for z, g in doc["groups"].items()}
-    assert groups[0] == groups[128] != groups[1], doc["pairs"]  # 0 and 128 share die 0; 1 is on die 1
+    # 0 and 128 share die 0, 1 and 129 die 1
+    assert groups[0] == groups[128] != groups[1] == groups[129], doc["pairs"]
     assert doc["key"]["ari_die"] == pytest.approx(1.0)
     assert "adjusted Rand index" in proc.stdout
+    v = doc["verdict"]
+    assert v["structure"] is True, (v, doc["log"])
+    assert v["noise_sd"] is not None and v["noise_separation"] >= 4 and abs(v["drift"]) < 0.25
 
 
 @pytest.fixture(scope="module")
