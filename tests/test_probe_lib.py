@@ -175,3 +175,21 @@ def test_namespace_dev_follows_the_nsid_not_the_disk_name(tmp_path: Path, order:
     zns, conv = ("/dev/nvme0n1", "/dev/nvme0n2") if order == ("1", "2") else ("/dev/nvme0n2", "/dev/nvme0n1")
     assert r.stdout.split() == [zns, conv, "/dev/nvme0n3"], r.stderr  # nsid 3 absent: the usual name
 
+
+
+def test_a_capture_that_fails_with_a_probe_running_keeps_its_rows(tmp_path: Path,
+                                                                   fake_bpftrace: dict[str, str]) -> None:
+    """The EXIT trap the file-system captures share (capture_on_exit): a capture that dies with a probe still
+    running stops it, is marked failed, saves the probe's rows and stderr and its guest.env, and keeps the
+    script's exit status."""
+    out, work = tmp_path / "out", tmp_path / "work"
+    work.mkdir()
+    script = (f'OUT="{out}"; MNT="{tmp_path}/not-mounted"; '
+              'save_outputs() { save_probe_files layers nvme; save_status; }; trap capture_on_exit EXIT; '
+              f'probe_start layers "{tmp_path}/probe.bt" 0 || exit 9; exit 3')
+    res = lib(work, script, {**fake_bpftrace, "FAKE_BT": "prompt"})
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert (out / "raw" / "layers.csv").read_text().splitlines()[2:] == ["1,2", "3,4", "5,6"]
+    assert not (out / "raw" / "nvme.csv").exists()  # a probe that never ran leaves nothing, and no error
+    saved = dict(line.split("=", 1) for line in (out / ".capture" / "guest.env").read_text().splitlines())
+    assert saved["status"] == "failed" and saved["probe_layers_rows"] == "3"

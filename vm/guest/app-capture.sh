@@ -260,30 +260,13 @@ record_files() { # FIEMAP of every file of the application's folder -> $TMP/file
 
 save_outputs() {
 	local name
-	mkdir -p "$OUT/raw" "$OUT/.capture"
-	for name in nvme appops cachestat; do
-		[ -f "$TMP/$name.csv" ] && cp "$TMP/$name.csv" "$OUT/raw/$name.csv"
-		cp "$TMP/$name.err" "$OUT/.capture/$name.err" 2>/dev/null
-	done
+	save_probe_files nvme appops cachestat
 	cp "$TMP"/db_bench-*.txt "$OUT/raw/" 2>/dev/null
 	for name in files.csv phases.csv zones.txt fsmap.txt mkfs.txt functions.txt appops.bt; do
 		[ -f "$TMP/$name" ] && cp "$TMP/$name" "$OUT/raw/$name"
 	done
 	[ -f "$OUT/raw/appops.bt" ] && mv "$OUT/raw/appops.bt" "$OUT/raw/appops-generated.bt"
-	info status "$STATUS"
-	cp "$TMP/guest.env" "$OUT/.capture/guest.env"
-	sync
-}
-
-on_exit() {
-	local rc=$?
-	if [ "${#PROBE_PID[@]}" -gt 0 ]; then
-		STATUS="failed"
-		probe_stop_all
-	fi
-	mountpoint -q "$MNT" && umount "$MNT"
-	[ -n "$TMP" ] && save_outputs
-	exit "$rc"
+	save_status
 }
 
 main() {
@@ -291,7 +274,7 @@ main() {
 	[ "$APP" = rocksdb ] || { echo "ZTBP_APP must be rocksdb" >&2; return 2; }
 	TMP="$(mktemp -d /tmp/ztbp-app.XXXXXX)"
 	: > "$TMP/guest.env"
-	trap on_exit EXIT
+	trap capture_on_exit EXIT
 	say "stage booted $(cut -d' ' -f1 /proc/uptime) s"
 	record_versions
 	find_library

@@ -143,29 +143,11 @@ bench() {
 }
 
 save_outputs() {
-	local name
-	mkdir -p "$OUT/raw" "$OUT/.capture"
-	for name in ${PROBES//,/ }; do
-		[ -f "$TMP/$name.csv" ] && cp "$TMP/$name.csv" "$OUT/raw/$name.csv"
-		cp "$TMP/$name.err" "$OUT/.capture/$name.err" 2>/dev/null
-	done
+	save_probe_files ${PROBES//,/ }
 	[ -s "$TMP/fio.json" ] && cp "$TMP/fio.json" "$OUT/raw/fio.json"
 	[ -f "$TMP/zones.txt" ] && cp "$TMP/zones.txt" "$OUT/raw/zones.txt"
 	[ -f "$TMP/bench.json" ] && cp "$TMP/bench.json" "$OUT/raw/bench.json"
-	info status "$STATUS"
-	cp "$TMP/guest.env" "$OUT/.capture/guest.env"
-	sync
-}
-
-on_exit() {
-	local rc=$?
-	if [ "${#PROBE_PID[@]}" -gt 0 ]; then
-		STATUS="failed"
-		probe_stop_all
-	fi
-	mountpoint -q "$MNT" && umount "$MNT"
-	[ -n "$TMP" ] && save_outputs
-	exit "$rc"
+	save_status
 }
 
 main() {
@@ -173,7 +155,7 @@ main() {
 	local name t0
 	TMP="$(mktemp -d /tmp/ztbp-layers.XXXXXX)"
 	: > "$TMP/guest.env"
-	trap on_exit EXIT
+	trap capture_on_exit EXIT
 	say "stage booted $(cut -d' ' -f1 /proc/uptime) s"
 	record_versions
 	for name in ${PROBES//,/ }; do

@@ -403,3 +403,35 @@ probe_stop_all() { # stop every probe still running (on exit: a capture that fai
 		probe_stop "$name"
 	done
 }
+
+# ---- saving a capture on a file system -----------------------------------------------------------------------
+# app-capture.sh and layers-capture.sh end alike: their EXIT trap is capture_on_exit, and their save_outputs
+# calls save_probe_files for the probes' rows, copies its own files, and ends with save_status.
+
+save_probe_files() { # NAME...: each probe's $TMP/NAME.csv to OUT/raw, its $TMP/NAME.err to OUT/.capture
+	local name
+	mkdir -p "$OUT/raw" "$OUT/.capture"
+	for name in "$@"; do
+		[ -f "$TMP/$name.csv" ] && cp "$TMP/$name.csv" "$OUT/raw/$name.csv"
+		cp "$TMP/$name.err" "$OUT/.capture/$name.err" 2>/dev/null
+	done
+	return 0
+}
+
+save_status() { # the capture's STATUS into guest.env, guest.env to OUT/.capture, everything to the disk
+	info status "$STATUS"
+	cp "$TMP/guest.env" "$OUT/.capture/guest.env"
+	sync
+}
+
+capture_on_exit() { # EXIT trap: stop the probes still running (the capture failed, what they traced is kept),
+	# unmount MNT, save_outputs, and exit with the script's status
+	local rc=$?
+	if [ "${#PROBE_PID[@]}" -gt 0 ]; then
+		STATUS="failed"
+		probe_stop_all
+	fi
+	mountpoint -q "$MNT" && umount "$MNT"
+	[ -n "$TMP" ] && save_outputs
+	exit "$rc"
+}
