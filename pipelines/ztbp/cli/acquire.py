@@ -12,6 +12,7 @@ from ..acquire.vm import SUITES
 from ..acquire.workload import PAPER_HOT_ZONES, PAPER_READS, PRESETS, READ_REGION, WorkloadError, WorkloadOptions
 from ..errors import ZtbpError
 from ..units import MIB, parse_size, parse_zone_list
+from .common import add_backend_args
 
 
 def add_workload_options(p: argparse.ArgumentParser) -> None:
@@ -75,7 +76,7 @@ def _capture(args: argparse.Namespace) -> int:
         max_open=args.max_open, max_active=args.max_active, lba_bytes=args.lba_size,
         conv_ns_bytes=parse_size(args.conv_ns) if args.conv_ns else None)
     req = VmCapture(workload=workload_options(args), geometry=geometry, backend=args.backend,
-                    nvmevirt_ko=Path(args.nvmevirt_ko) if args.nvmevirt_ko else None,
+                    nvmevirt_ko=args.nvmevirt_ko,
                     nvmevirt_storage_bytes=parse_size(args.nvmevirt_storage), out=args.out, timeout=args.timeout,
                     verbose=args.verbose, probe=args.probe, suite=args.suite)
     return _finish(run_capture(req), args.json)
@@ -197,9 +198,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--max-active", type=int, default=0, help="max active zones, 0 = no limit")
     g.add_argument("--lba-size", type=int, default=4096, help="logical block size (default: %(default)s)")
     g.add_argument("--conv-ns", default=None, help="also attach a conventional namespace of this size")
-    p.add_argument("--backend", choices=("qemu", "nvmevirt"), default="qemu", help="device backend")
-    p.add_argument("--nvmevirt-ko", help="NVMeVirt ZNS module built for the guest kernel (backend nvmevirt)")
-    p.add_argument("--nvmevirt-storage", default="1G", help="NVMeVirt storage size (default: %(default)s)")
+    add_backend_args(p, "device backend (default qemu)")
     p.add_argument("--timeout", type=int, default=3600, help="kill the guest after this many seconds")
     _suite_option(p)
     p.set_defaults(func=_capture)

@@ -6,6 +6,7 @@ import argparse
 import math
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ..analysis.params import PAPER_EPS, PAPER_MIN_SAMPLES, RECOMMEND_GAIN, TRAIN_SHARE, VALIDATIONS, ClusterParams
@@ -26,6 +27,20 @@ def mib(text: str) -> float | int:
 def add_run(p: argparse.ArgumentParser, json_help: str = "machine-readable output") -> None:
     p.add_argument("run", help="run directory (or a run id under runs/)")
     p.add_argument("--json", action="store_true", help=json_help)
+
+
+BACKENDS = ("qemu", "nvmevirt")
+
+
+def add_backend_args(p: argparse.ArgumentParser | argparse._ArgumentGroup, backend_help: str,
+                     storage: bool = True) -> None:
+    """The VM's device: QEMU's zoned namespace or NVMeVirt (a module built for the guest kernel)."""
+    p.add_argument("--backend", choices=BACKENDS, default="qemu", help=backend_help)
+    p.add_argument("--nvmevirt-ko", type=Path, metavar="KO",
+                   help="NVMeVirt ZNS module built for the guest kernel (backend nvmevirt; see vm/README.md)")
+    if storage:
+        p.add_argument("--nvmevirt-storage", default="1G",
+                       help="NVMeVirt storage (default %(default)s = 32 zones of 32 MiB)")
 
 
 def add_config_args(p: argparse.ArgumentParser) -> None:

@@ -19,7 +19,7 @@ from ..analysis.devparams import (
 from ..errors import ZtbpError
 from ..units import MIB, parse_size, parse_zone_list
 from . import emit
-from .common import add_run
+from .common import add_backend_args, add_run
 
 
 def zone_spec(text: str) -> tuple[int, ...]:
@@ -92,7 +92,7 @@ def _profile(args: argparse.Namespace) -> int:
         plan = NvmevirtPlan(storage_mib=parse_size(args.nvmevirt_storage) // MIB,
                             zone_mib=parse_size(args.zone_size) // MIB)
         runner = GuestRunner(out=out, backend=args.backend, geometry=geometry,
-                             nvmevirt_ko=Path(args.nvmevirt_ko) if args.nvmevirt_ko else None,
+                             nvmevirt_ko=args.nvmevirt_ko,
                              nvmevirt_plan=plan, timeout_s=args.timeout, on_line=on_line)
     doc = run_profile(req, runner, out, echo)
     fig = profile_heatmap(doc)
@@ -178,9 +178,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("where")
     g.add_argument("--device", help="a zoned namespace of this machine, e.g. /dev/nvme0n1 (default: the VM)")
     g.add_argument("--destructive", action="store_true", help="allow resets and writes on --device")
-    g.add_argument("--backend", choices=("qemu", "nvmevirt"), default="qemu", help="VM device (default qemu)")
-    g.add_argument("--nvmevirt-ko", help="NVMeVirt module built for the guest kernel (backend nvmevirt)")
-    g.add_argument("--nvmevirt-storage", default="1G", help="NVMeVirt storage (default %(default)s = 32 zones)")
+    add_backend_args(g, "VM device (default qemu)")
     g.add_argument("--zone-size", default="32M", help="zone size (default %(default)s)")
     g.add_argument("--vm-zones", type=int, default=32, help="zones of QEMU's namespace (default %(default)s)")
     g.add_argument("--timeout", type=int, default=7200, help="kill the guest after this many seconds")

@@ -11,6 +11,7 @@ from ..acquire.workload import PRESETS
 from ..analysis.params import CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
 from ..units import parse_size
 from .acquire import add_workload_options, workload_options
+from .common import add_backend_args
 
 
 def _loop(args: argparse.Namespace) -> int:
@@ -19,7 +20,7 @@ def _loop(args: argparse.Namespace) -> int:
 
     backend = "host" if args.host else args.backend
     req = LoopRequest(workload=workload_options(args), rounds=args.rounds, min_gain=args.min_gain, backend=backend,
-                      nvmevirt_ko=Path(args.nvmevirt_ko) if args.nvmevirt_ko else None,
+                      nvmevirt_ko=args.nvmevirt_ko,
                       geometry=Geometry(zone_bytes=parse_size(args.zone_size), zones=args.zones,
                                         lba_bytes=args.lba_size),
                       host_device=args.host, fio_file=Path(args.fio_file) if args.fio_file else None,
@@ -53,9 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the preset still chooses the zones reset and prefilled)")
     p.add_argument("--cache-mib", type=int, default=CACHE_MIB, help="cache size of the model (default: %(default)s)")
     p.add_argument("--page-kib", type=int, default=PAGE_KIB, help="cache page of the model (default: %(default)s)")
-    p.add_argument("--backend", choices=("qemu", "nvmevirt"), default="qemu",
-                   help="qemu (default: the device refuses SET; the loop evaluates the model only) or nvmevirt")
-    p.add_argument("--nvmevirt-ko", help="NVMeVirt ZNS module built for the guest kernel (backend nvmevirt)")
+    add_backend_args(p, "qemu (default: the device refuses SET; the loop evaluates the model only) or nvmevirt",
+                     storage=False)
     p.add_argument("--host", metavar="DEV", default=None,
                    help="run on this machine's zoned namespace DEV instead of a VM (root; destroys the data of the "
                         "zones the workload resets and prefills)")
