@@ -152,10 +152,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-separation", type=float, default=MIN_SEPARATION,
                    help="interfering and independent pairs must be this far apart to count as structure "
                         "(default %(default)s)")
-    p.add_argument("--full-matrix", action="store_true", help="measure every pair first (small devices)")
+    p.add_argument("--full-matrix", action="store_true",
+                   help="measure every pair, in a shuffled order, before grouping (small devices)")
     p.add_argument("--confirm", type=int, default=1,
                    help="measure a pair found interfering up to N more times, keeping its best figure (a passing "
-                        "disturbance only lowers bandwidth; default %(default)s)")
+                        "disturbance only lowers bandwidth); with --full-matrix, measure the whole matrix N more "
+                        "times in the same order (default %(default)s)")
     p.add_argument("--no-recheck", action="store_true",
                    help="skip the closing solo pass (every zone alone again after the pairs), which measures the "
                         "drift and, with --confirm, the noise of one measurement the verdict weighs groups against")
