@@ -260,6 +260,8 @@ def test_profile_text_and_heatmap() -> None:
     assert "group 0: 0, 2" in text and "group 1: 1, 3" in text and "twice the median solo" in text
     assert "repeatability: one measurement repeats to ±0.0% (robust SD over 4 repeats)" in text
     assert "solo drift +0.0%" in text
+    older = profile_text({k: v for k, v in doc.items() if k != "noise"})  # written before repeats were kept
+    assert "repeatability: not recorded" in older
     fig = profile_heatmap(doc)
     assert list(fig.data[0].x) == ["0 (g0)", "2 (g0)", "1 (g1)", "3 (g1)"]  # ordered by group
     assert groups_frame({"0": 0, "1": -1}).to_dicts()[-1] == {"group": -1, "zones": 1, "zone_ids": "1"}

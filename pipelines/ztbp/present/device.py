@@ -70,7 +70,10 @@ def profile_text(doc: dict[str, Any], out: str | None = None) -> str:
     if solo:
         vals = list(solo.values())
         lines.append(f"solo bandwidth: {min(vals):.2f} .. {max(vals):.2f} MiB/s (mean {sum(vals) / len(vals):.2f})")
-    lines.append(noise_text(doc.get("noise") or {}))
+    if "noise" in doc:
+        lines.append(noise_text(doc["noise"]))
+    else:
+        lines.append("repeatability: not recorded (a profile written before the profiler kept its repeats)")
     lines += ["", "conflict groups (zone-to-group table):"]
     for row in groups_frame(doc["groups"]).iter_rows(named=True):
         name = "unclassified" if row["group"] < 0 else f"group {row['group']}"
