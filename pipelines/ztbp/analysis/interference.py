@@ -119,10 +119,10 @@ def measurement_noise(repeats: Sequence[Repeat], solo_first: Mapping[int, float]
     measurement, estimated robustly from the repeats (1.4826 x the median |log(first / again)|, over sqrt 2 since
     each difference holds two measurements' noise), as a relative figure; None with fewer than MIN_REPEATS
     repeats. And the drift: the median over zones of the closing solo pass against the first, relative."""
-    valid = [r for r in repeats if r.first > 0 and r.again > 0]
-    d = [abs(math.log(r.first / r.again)) for r in valid]
+    moved = [(abs(math.log(r.first / r.again)), r) for r in repeats if r.first > 0 and r.again > 0]
+    d = [m for m, _ in moved]
     sd = float(1.4826 * np.median(d) / math.sqrt(2)) if len(d) >= MIN_REPEATS else None
-    worst = max(valid, key=lambda r: abs(math.log(r.first / r.again)), default=None)
+    worst = max(moved, key=lambda mr: mr[0])[1] if moved else None
     out: dict[str, Any] = {"repeats": len(d), "sd": round(sd, 4) if sd is not None else None, "drift": None,
                            "largest": {"what": worst.what, "first": round(worst.first, 4),
                                        "again": round(worst.again, 4)} if worst else None}
