@@ -13,7 +13,6 @@ from typing import Any
 import polars as pl
 import pytest
 
-from ztbp.acquire.profile import ProfileError, read_z2c, write_profile
 from ztbp.analysis.interference import (
     UNCLASSIFIED,
     DispatchModel,
@@ -26,6 +25,8 @@ from ztbp.analysis.interference import (
     profile_zones,
 )
 from ztbp.cli import main
+from ztbp.errors import ProfileError
+from ztbp.io.profile import read_z2c, write_profile
 
 
 def synthetic(key: Callable[[int], int], same: float = 0.55, other: float = 1.0, noise: float = 0.04,

@@ -1,5 +1,6 @@
-"""The loop's host-side rules (acquire/loop.py) on small inputs: the user's fio job, the device counters, the
-kernel log, the latency split, the stop rule. The real loop (VM, NVMeVirt) is in tests/test_loop_vm.py."""
+"""The loop's host-side rules (control/loop.py, analysis/loop.py, acquire/workload.py) on small inputs: the user's
+fio job, the device counters, the kernel log, the latency split, the stop rule.
+The real loop (VM, NVMeVirt) is in tests/test_loop_vm.py."""
 
 from __future__ import annotations
 
@@ -8,19 +9,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from ztbp.acquire.loop import (
-    STOP_INVALID,
-    STOP_NOTHING,
-    LoopRequest,
-    LoopState,
-    decide,
-    dmesg_figures,
-    latency_split,
-    measured_gain,
-    status_delta,
-    user_job,
-)
-from ztbp.acquire.workload import WorkloadOptions
+from ztbp.acquire.workload import WorkloadOptions, user_job
+from ztbp.analysis.loop import dmesg_figures, latency_split, measured_gain, status_delta
+from ztbp.control.loop import STOP_INVALID, STOP_NOTHING, LoopRequest, LoopState, decide
 from ztbp.errors import ZtbpError
 
 

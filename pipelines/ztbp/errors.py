@@ -24,3 +24,7 @@ class MissingRunError(ZtbpError):
     """The run directory or one of its required files does not exist."""
 
     code = 4
+
+
+class ProfileError(ZtbpError):
+    """The interference profiler cannot measure (device, VM or fio trouble) or read a profile."""

@@ -13,6 +13,7 @@ rest to a uniform 4 KiB block in [10 MiB, 1 GiB). The paper ran 36 jobs x QD 4 (
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -361,3 +362,24 @@ class WorkloadOptions:
         return Workload(name=self.name, reads=self.reads, jobs=self.jobs, iodepth=self.iodepth, device=device,
                         zone_bytes=zone_bytes, nr_zones=nr_zones, ioengine=self.ioengine, hot_zones=self.hot_zones,
                         hot_share=self.hot_share, seed=self.seed, region_bytes=self.region_bytes)
+
+
+# ---- a user's fio job ----------------------------------------------------------------------------------------
+_FILENAME = re.compile(r"^(\s*filename\s*=).*$", re.M)
+
+
+def user_job(text: str, device: str) -> str:
+    """A user's fio job file with every `filename=` pointing at the traced namespace (one added to [global], or
+    a [global] section added, when it names none). Refuses a job that writes to files or names no section."""
+    if not re.search(r"^\s*\[[^\]]+\]", text, re.M):
+        raise ZtbpError("--fio-file: no [section] in the job file; give a fio job file (see `man fio`)")
+    if re.search(r"^\s*(directory|opendir)\s*=", text, re.M):
+        raise ZtbpError("--fio-file: the job uses directory=/opendir=; the capture traces the zoned namespace "
+                        "itself: remove them (filename= is set to the device)")
+    if _FILENAME.search(text):
+        out = _FILENAME.sub(lambda m: f"{m.group(1)}{device}", text)
+    elif re.search(r"^\s*\[global\]\s*$", text, re.M):
+        out = re.sub(r"^(\s*\[global\]\s*)$", rf"\1\nfilename={device}", text, count=1, flags=re.M)
+    else:
+        out = f"[global]\nfilename={device}\n\n{text}"
+    return out if out.startswith("; ") else f"; user fio job on {device}\n{out}"

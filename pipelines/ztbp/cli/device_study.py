@@ -59,8 +59,9 @@ def _profile_out(args: argparse.Namespace) -> Path:
 
 
 def _profile(args: argparse.Namespace) -> int:
-    from ..acquire.profile import GuestRunner, HostRunner, ProfileRequest, run_profile
+    from ..acquire.profile import GuestRunner, HostRunner
     from ..acquire.vm import Geometry, NvmevirtPlan
+    from ..control.profile import ProfileRequest, run_profile
     from ..present.device import profile_heatmap, profile_text
 
     if args.confirm < 0:
@@ -104,8 +105,8 @@ def _profile(args: argparse.Namespace) -> int:
 
 def _conflicts(args: argparse.Namespace) -> int:
     from .. import device_stages
-    from ..acquire.profile import read_z2c
     from ..analysis.interference import DispatchModel
+    from ..io.profile import read_z2c
     from ..io.run import load
     from ..present.device import conflicts_text
 

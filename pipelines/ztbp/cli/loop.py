@@ -15,8 +15,9 @@ from .common import add_backend_args
 
 
 def _loop(args: argparse.Namespace) -> int:
-    from ..acquire.loop import LoopRequest, run_loop, summary_text
     from ..acquire.vm import Geometry
+    from ..control.loop import LoopRequest, run_loop
+    from ..present.loop import summary_text
 
     backend = "host" if args.host else args.backend
     req = LoopRequest(workload=workload_options(args), rounds=args.rounds, min_gain=args.min_gain, backend=backend,

@@ -13,6 +13,7 @@ from typing import Any
 from ..contract import LOOP_FORMAT
 from ..errors import ZtbpError
 from ..paths import resolve_run
+from .files import env_int, read_env, write_atomic
 
 LOOP_FILE = "loop.json"
 
@@ -59,3 +60,57 @@ def read_loop(path: str | os.PathLike[str]) -> dict[str, Any]:
     doc = dict(doc)
     doc["dir"] = str(Path(root))
     return doc
+
+
+# ---- the loop's handshake files in LOOPDIR/.loop/ (vm/guest/loop.sh writes the *.env and dmesg files) --------
+HANDSHAKE = ".loop"
+
+
+def handshake(root: Path) -> Path:
+    return root / HANDSHAKE
+
+
+def write_job(root: Path, r: int, text: str) -> None:
+    """The fio job of round r, for the guest to run."""
+    d = handshake(root)
+    d.mkdir(parents=True, exist_ok=True)
+    write_atomic(d / f"job-{r:02d}.fio", text)
+
+
+def write_decision(root: Path, r: int, line: str) -> None:
+    """The host's decision after round r ("apply CONFIG" or "stop REASON"), for the guest."""
+    write_atomic(handshake(root) / f"decision-{r:02d}", line + "\n")
+
+
+def read_applied(root: Path, r: int) -> dict[str, Any] | None:
+    """What the guest reported after applying the decision of round r (None: nothing was applied)."""
+    env = read_env(handshake(root) / f"applied-{r:02d}.env")
+    if not env or env_int(env.get("set_rc")) is None:
+        return None
+    set_rc = int(env["set_rc"])
+    try:
+        set_json = json.loads(env.get("set_json") or "{}")
+    except json.JSONDecodeError:
+        set_json = {}
+    dmesg_zones = [int(z) for z in env.get("dmesg_zones", "").split(",") if z.strip().isdigit()]
+    return {"set_exit_code": set_rc, "set_ok": set_rc == 0,
+            "set_message": set_json.get("message") if isinstance(set_json, dict) else None,
+            "info_exit_code": env_int(env.get("info_rc")), "status_after_set": env_int(env.get("status")),
+            "zones_reported": sorted(set(dmesg_zones)) if dmesg_zones else [],
+            "zones_reported_from": "kernel log (ZONE CLUSTER lines at SET; INFO returns no data)"}
+
+
+def read_round_device(root: Path, r: int) -> tuple[dict[str, str], str]:
+    """The device's STATUS answers around round r (device-NN.env) and the kernel log of the round."""
+    log = handshake(root) / f"dmesg-{r:02d}.txt"
+    return read_env(handshake(root) / f"device-{r:02d}.env"), log.read_text(errors="replace") if log.is_file() else ""
+
+
+def read_session(root: Path) -> dict[str, int | None] | None:
+    """The probe session's counters over the whole loop (session.env), None when the guest wrote none."""
+    env = read_env(handshake(root) / "session.env")
+    if not env:
+        return None
+    out = {k: env_int(env.get(f"probe_nvme_{k}")) for k in ("setups", "completed", "rows", "perf_lost", "attach_s")}
+    out["lost"] = env_int(env.get("lost_events_nvme"))
+    return out

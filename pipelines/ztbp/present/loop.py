@@ -138,3 +138,37 @@ def listed_figure(frame: pl.DataFrame) -> go.Figure:
     fig.update_xaxes(title_text="round", dtick=1)
     fig.update_yaxes(title_text="device read latency p50, us")
     return _layout(fig, "Listed vs unlisted zones", height=360, barmode="group")
+
+
+def round_line(entry: dict[str, Any]) -> str:
+    lat = entry["latency"]
+    dev = entry["device"]
+    parts = [f"round {entry['round']}: {entry['read_rows']:,} read rows (fio {entry['fio_reads']:,}), lost "
+             f"{entry['lost']}", f"{entry['fio']['read_iops'] or 0:,.0f} IOPS",
+             f"p50/p99 {entry['fio']['p50_us']}/{entry['fio']['p99_us']} us",
+             f"listed {lat['listed']['reads']:,} reads p50 {lat['listed']['p50_us']} us, unlisted p50 "
+             f"{lat['unlisted']['p50_us']} us"]
+    if dev["status_reads"] is not None:
+        parts.append(f"STATUS +{dev['status_reads']:,} reads")
+    parts.append(f"model hit ratio {entry['model']['sent_hit_ratio']:.4f} with zones {entry['model']['sent_zones']} "
+                 f"(device holds {entry['zones_in_force']})")
+    if "out_of_sample" in entry:
+        o = entry["out_of_sample"]
+        parts.append(f"predicted {o['predicted_zone_lru']:.4f} vs replayed {o['replayed_zone_lru']:.4f}")
+    cfg = entry["config"]
+    parts.append(f"config {cfg['hot_zones']} {'recommended' if cfg['recommend'] else 'NOT recommended'}")
+    return "; ".join(parts)
+
+
+def summary_text(doc: dict[str, Any]) -> str:
+    lines = [f"loop {doc['backend']}: {len(doc['rounds'])} round(s) -> {doc.get('dir', '')}"]
+    for e in doc["rounds"]:
+        lines.append("  " + round_line(e))
+        app = e.get("applied_before")
+        if app:
+            lines.append(f"    before it: ztbp-ctl set exit {app['set_exit_code']}, device holds "
+                         f"{app['zones_reported']}")
+    if doc.get("emulator"):
+        lines.append("  NVMeVirt: " + doc["emulator"]["listed_zone_latency"])
+    lines.append(f"  stopped: {doc['stopped'] or 'not (interrupted or failed)'}")
+    return "\n".join(lines)

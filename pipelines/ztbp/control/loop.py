@@ -17,7 +17,7 @@ round's trace with the zones in force during it, minus the same figure of the ro
 
 from __future__ import annotations
 
-import json
+import copy
 import os
 import re
 import shutil
@@ -28,24 +28,27 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .. import paths
+from .. import paths, stages
+from ..acquire.capture import CaptureError, Progress, check_zoned, finish_meta, host_geometry, probe_meta, write_jobs
+from ..acquire.vm import NVMEVIRT_NOTES, Geometry, NvmevirtPlan, VmError, ensure_image, qemu_version, run_in_guest
+from ..acquire.workload import PRESETS, Workload, WorkloadOptions, user_job
+from ..analysis.loop import dmesg_figures, latency_split, measured_gain, status_delta
 from ..analysis.params import CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
 from ..contract import LOOP_FORMAT, new_meta, utc_now
 from ..errors import ZtbpError
+from ..io import loop as loopfiles
+from ..io.files import env_int, write_json
+from ..io.run import load
 from ..paths import RunPaths
+from ..present.loop import round_line
 from ..units import MIB
-from .capture import CaptureError, Progress, check_zoned, finish_meta, host_geometry, probe_meta, write_jobs
-from .vm import NVMEVIRT_NOTES, Geometry, NvmevirtPlan, VmError, ensure_image, qemu_version, run_in_guest
-from .workload import PRESETS, Workload, WorkloadOptions
+from ..writeback.config import write_config
 
 GUEST_SCRIPT = paths.VM / "guest" / "loop.sh"
 LOOP_PROBE = "probes/nvme_zone_stream.bt"
 STOP_NOTHING = "nothing recommended"
 STOP_INVALID = "incomplete trace"
 _READY = re.compile(r"^ZTBP: loop round (\d+) ready")
-_ZONE_LINE = re.compile(r"ZONE CLUSTER \[\d+\]=(\d+)")
-_COUNTER = re.compile(r"(Hit cnt|Fail cnt|Total read cnt)= *(\d+)")
-STATUS_WRAP = 1_000_000
 
 
 class LoopError(ZtbpError):
@@ -84,88 +87,7 @@ class LoopRequest:
             raise LoopError(f"--fio-file {self.fio_file}: no such file")
 
 
-# ---- a user's fio job ----------------------------------------------------------------------------------------
-_FILENAME = re.compile(r"^(\s*filename\s*=).*$", re.M)
-
-
-def user_job(text: str, device: str) -> str:
-    """A user's fio job file with every `filename=` pointing at the traced namespace (one added to [global], or
-    a [global] section added, when it names none). Refuses a job that writes to files or names no section."""
-    if not re.search(r"^\s*\[[^\]]+\]", text, re.M):
-        raise ZtbpError("--fio-file: no [section] in the job file; give a fio job file (see `man fio`)")
-    if re.search(r"^\s*(directory|opendir)\s*=", text, re.M):
-        raise ZtbpError("--fio-file: the job uses directory=/opendir=; the capture traces the zoned namespace "
-                        "itself: remove them (filename= is set to the device)")
-    if _FILENAME.search(text):
-        out = _FILENAME.sub(lambda m: f"{m.group(1)}{device}", text)
-    elif re.search(r"^\s*\[global\]\s*$", text, re.M):
-        out = re.sub(r"^(\s*\[global\]\s*)$", rf"\1\nfilename={device}", text, count=1, flags=re.M)
-    else:
-        out = f"[global]\nfilename={device}\n\n{text}"
-    return out if out.startswith("; ") else f"; user fio job on {device}\n{out}"
-
-
-# ---- the round's figures (pure over frames and dicts) -------------------------------------------------------
-def status_delta(before: int | None, after: int | None, wraps: int = 0) -> int | None:
-    """Reads the device counted between two STATUS answers. Its counter starts at -1 (4294967295) and goes back
-    to 0 each time it reaches 1,000,000 (when it prints its counters): `wraps` is how many times that happened in
-    between (the counter prints in the kernel log), so a round of exactly 1,000,000 reads is not taken for zero."""
-    if before is None or after is None:
-        return None
-    b = -1 if before == 0xFFFFFFFF else before
-    a = -1 if after == 0xFFFFFFFF else after
-    return (a - b) % STATUS_WRAP + STATUS_WRAP * wraps
-
-
-def dmesg_figures(text: str) -> dict[str, Any]:
-    """The zones the device logged (ZONE CLUSTER) and its counters from a kernel log: the module prints "Fail cnt",
-    "Hit cnt", "Total read cnt" when its read counter reaches 1,000,000, then starts again. Every print in `text`
-    with reads > 0 is summed (`prints` of them). The first read after loading prints 0 reads (its counter goes from
-    -1 to 0): that print is no wrap."""
-    zones = [int(z) for z in _ZONE_LINE.findall(text)]
-    blocks: list[dict[str, int]] = []
-    cur: dict[str, int] = {}
-    for name, value in _COUNTER.findall(text):
-        key = {"Hit cnt": "hits", "Fail cnt": "misses", "Total read cnt": "reads"}[name]
-        cur[key] = int(value)
-        if key == "reads":
-            blocks.append(cur)
-            cur = {}
-    real = [b for b in blocks if b.get("reads", 0) > 0]
-    if not real:
-        return {"zones": zones[-5:], "counters": None}
-    tot = {k: sum(b.get(k, 0) for b in real) for k in ("hits", "misses", "reads")}
-    tot["prints"] = len(real)
-    tot["hit_ratio"] = round(tot["hits"] / tot["reads"], 4)
-    return {"zones": zones[-5:], "counters": tot}
-
-
-def latency_split(events: Any, listed: list[int]) -> dict[str, Any]:
-    """Device latency (the probe's lat_ns) of the round's reads: overall, in the listed zones and in the others."""
-    import polars as pl
-
-    reads = events.filter(pl.col("op") == "read")
-
-    def summary(df: pl.DataFrame) -> dict[str, Any]:
-        if df.height == 0:
-            return {"reads": 0, "p50_us": None, "p99_us": None, "mean_us": None}
-        lat = df["lat_ns"].cast(pl.Float64) / 1000
-        return {"reads": df.height, "p50_us": round(float(lat.quantile(0.5, "nearest")), 1),
-                "p99_us": round(float(lat.quantile(0.99, "nearest")), 1), "mean_us": round(float(lat.mean()), 1)}
-
-    inside = pl.col("zone").is_in(listed)
-    return {"all": summary(reads), "listed": summary(reads.filter(inside)),
-            "unlisted": summary(reads.filter(~inside))}
-
-
-def measured_gain(this_round: dict[str, Any], previous: dict[str, Any] | None) -> float | None:
-    """The rise of the model's hit ratio with the zones sent, from the previous round to this one."""
-    now = this_round["model"]["sent_hit_ratio"]
-    before = previous["model"]["sent_hit_ratio"] if previous else this_round["model"]["lru"]
-    return None if now is None or before is None else round(now - before, 4)
-
-
-# ---- the loop --------------------------------------------------------------------------------------------------
+# ---- the loop ---------------------------------------------------------------------------------------------
 @dataclass
 class LoopState:
     req: LoopRequest
@@ -184,16 +106,6 @@ class LoopState:
         return self.root / f"round-{r:02d}"
 
 
-def _read_env(path: Path) -> dict[str, str]:
-    if not path.is_file():
-        return {}
-    return dict(line.split("=", 1) for line in path.read_text(errors="replace").splitlines() if "=" in line)
-
-
-def _int(v: str | None) -> int | None:
-    return int(v) if v and v.strip().isdigit() else None
-
-
 def job_text(st: LoopState, r: int) -> str:
     if st.req.fio_file is not None:
         return user_job(st.req.fio_file.read_text(), st.workload.device)
@@ -201,64 +113,21 @@ def job_text(st: LoopState, r: int) -> str:
     return wl.fio_job()
 
 
-def write_job(st: LoopState, r: int) -> None:
-    loopdir = st.root / ".loop"
-    loopdir.mkdir(parents=True, exist_ok=True)
-    tmp = loopdir / f".job-{r:02d}.tmp"
-    tmp.write_text(job_text(st, r))
-    tmp.replace(loopdir / f"job-{r:02d}.fio")
-
-
-def write_decision(st: LoopState, r: int, line: str) -> None:
-    tmp = st.root / ".loop" / f".decision-{r:02d}.tmp"
-    tmp.write_text(line + "\n")
-    tmp.replace(st.root / ".loop" / f"decision-{r:02d}")
-
-
-def write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
-    tmp.replace(path)
-
-
-def applied_result(st: LoopState, r: int) -> dict[str, Any] | None:
-    """What the guest reported after applying the decision of round r (None: nothing was applied)."""
-    env = _read_env(st.root / ".loop" / f"applied-{r:02d}.env")
-    if not env or "set_rc" not in env:
-        return None
-    set_rc = int(env["set_rc"])
-    try:
-        set_json = json.loads(env.get("set_json") or "{}")
-    except json.JSONDecodeError:
-        set_json = {}
-    dmesg_zones = [int(z) for z in env.get("dmesg_zones", "").split(",") if z.strip().isdigit()]
-    return {"set_exit_code": set_rc, "set_ok": set_rc == 0, "set_message": set_json.get("message"),
-            "info_exit_code": _int(env.get("info_rc")), "status_after_set": _int(env.get("status")),
-            "zones_reported": sorted(set(dmesg_zones)) if dmesg_zones else [],
-            "zones_reported_from": "kernel log (ZONE CLUSTER lines at SET; INFO returns no data)"}
-
-
 def analyse_round(st: LoopState, r: int) -> dict[str, Any]:
     """Finish round r's run directory, analyse it and return its loop.json entry."""
-    from .. import stages
-    from ..io.run import load
-
     run = RunPaths(st.rnd_dir(r))
-    meta = json.loads(json.dumps(st.meta_base))
+    meta = copy.deepcopy(st.meta_base)
     meta["loop"] = {"round": r, "loop_dir": "..", "zones_in_force": st.in_force}
     summ = finish_meta(run, meta, 0, False, st.started, {"qemu": qemu_version()} if st.req.backend != "host" else {})
     loaded = load(run.root)
     cfg = stages.config(loaded, st.req.cache_mib, st.req.page_kib, min_gain=st.req.min_gain)
-    from ..writeback.config import write_config
-
     write_config(cfg, run.cache_config)
     # the model runs with the zones sent after the previous round, whether the device took them or not (QEMU)
     zones_model = st.pending["hot_zones"] if st.pending else []
     sim = stages.simulate(loaded, st.req.cache_mib, st.req.page_kib, zones_model, general=False)
-    dev_env = _read_env(st.root / ".loop" / f"device-{r:02d}.env")
-    dmesg = dmesg_figures((st.root / ".loop" / f"dmesg-{r:02d}.txt").read_text(errors="replace")
-                          if (st.root / ".loop" / f"dmesg-{r:02d}.txt").is_file() else "")
-    before, after = _int(dev_env.get("status_before")), _int(dev_env.get("status_after"))
+    dev_env, kernel_log = loopfiles.read_round_device(st.root, r)
+    dmesg = dmesg_figures(kernel_log)
+    before, after = env_int(dev_env.get("status_before")), env_int(dev_env.get("status_after"))
     wraps = (dmesg["counters"] or {}).get("prints", 0)
     fio = loaded.meta.get("fio", {})
     entry: dict[str, Any] = {
@@ -311,26 +180,6 @@ def decide(st: LoopState, entry: dict[str, Any]) -> tuple[str, str]:
     return "apply", f"{st.guest_prefix}/{cfg['file']}"
 
 
-def round_line(entry: dict[str, Any]) -> str:
-    lat = entry["latency"]
-    dev = entry["device"]
-    parts = [f"round {entry['round']}: {entry['read_rows']:,} read rows (fio {entry['fio_reads']:,}), lost "
-             f"{entry['lost']}", f"{entry['fio']['read_iops'] or 0:,.0f} IOPS",
-             f"p50/p99 {entry['fio']['p50_us']}/{entry['fio']['p99_us']} us",
-             f"listed {lat['listed']['reads']:,} reads p50 {lat['listed']['p50_us']} us, unlisted p50 "
-             f"{lat['unlisted']['p50_us']} us"]
-    if dev["status_reads"] is not None:
-        parts.append(f"STATUS +{dev['status_reads']:,} reads")
-    parts.append(f"model hit ratio {entry['model']['sent_hit_ratio']:.4f} with zones {entry['model']['sent_zones']} "
-                 f"(device holds {entry['zones_in_force']})")
-    if "out_of_sample" in entry:
-        o = entry["out_of_sample"]
-        parts.append(f"predicted {o['predicted_zone_lru']:.4f} vs replayed {o['replayed_zone_lru']:.4f}")
-    cfg = entry["config"]
-    parts.append(f"config {cfg['hot_zones']} {'recommended' if cfg['recommend'] else 'NOT recommended'}")
-    return "; ".join(parts)
-
-
 def loop_doc(st: LoopState, complete: bool) -> dict[str, Any]:
     return {"format": LOOP_FORMAT, "backend": st.req.backend, "workload": st.workload.meta()
             if st.req.fio_file is None else {"name": "fio-file", "file": str(st.req.fio_file)},
@@ -342,7 +191,7 @@ def loop_doc(st: LoopState, complete: bool) -> dict[str, Any]:
 def on_round(st: LoopState, r: int) -> None:
     """The host's turn after round r: analyse, record, decide, hand the decision to the guest."""
     if st.pending is not None:
-        st.pending["applied"] = applied_result(st, st.pending["round"])
+        st.pending["applied"] = loopfiles.read_applied(st.root, st.pending["round"])
     entry = analyse_round(st, r)
     action, arg = decide(st, entry)
     entry["decision"] = {"action": action, "detail": arg}
@@ -352,12 +201,12 @@ def on_round(st: LoopState, r: int) -> None:
     st.progress.say(round_line(entry))
     if action == "apply":
         st.pending = {"round": r, "hot_zones": entry["config"]["hot_zones"], "held_out": entry["config"]["held_out"]}
-        write_job(st, r + 1)
-        write_decision(st, r, f"apply {arg}")
+        loopfiles.write_job(st.root, r + 1, job_text(st, r + 1))
+        loopfiles.write_decision(st.root, r, f"apply {arg}")
         st.progress.say(f"round {r}: sending zones {entry['config']['hot_zones']} to the device")
     else:
         st.stopped = arg
-        write_decision(st, r, f"stop {arg}")
+        loopfiles.write_decision(st.root, r, f"stop {arg}")
         st.progress.say(f"loop stops: {arg}")
 
 
@@ -365,7 +214,7 @@ def after_apply(st: LoopState) -> None:
     """Fold the last apply's result into the rounds (the zones the device holds for the next round)."""
     if st.pending is None:
         return
-    res = applied_result(st, st.pending["round"])
+    res = loopfiles.read_applied(st.root, st.pending["round"])
     st.pending["applied"] = res
     if res is None:
         return
@@ -448,7 +297,7 @@ def run_loop(req: LoopRequest) -> dict[str, Any]:
     progress.say(f"loop {wl.name}: up to {req.rounds} rounds of {wl.describe_line()}, backend {req.backend} "
                  f"-> {root}")
     write_json(root / "loop.json", loop_doc(st, complete=False))
-    write_job(st, 1)
+    loopfiles.write_job(st.root, 1, job_text(st, 1))
     with tempfile.TemporaryDirectory(prefix="ztbp-loop.") as tmp:
         _, pre = write_jobs(wl, Path(tmp))
         env = guest_env(wl, f"/ztbp/ctl/{pre.name}" if pre else None, req.rounds)
@@ -481,7 +330,7 @@ def _run_host(req: LoopRequest, progress: Progress) -> dict[str, Any]:
     root = new_loop_dir(wl.name if req.fio_file is None else "fio-file", req.out).resolve()
     st = _new_state(req, root, wl, lba, zone_bytes, nr, str(root), progress)
     write_json(root / "loop.json", loop_doc(st, complete=False))
-    write_job(st, 1)
+    loopfiles.write_job(st.root, 1, job_text(st, 1))
     with tempfile.TemporaryDirectory(prefix="ztbp-loop.") as tmp:
         _, pre = write_jobs(wl, Path(tmp))
         env = dict(os.environ)
@@ -508,14 +357,12 @@ def _run_host(req: LoopRequest, progress: Progress) -> dict[str, Any]:
 
 def _finish(st: LoopState, status: int, interrupted: bool) -> dict[str, Any]:
     after_apply(st)
-    session = _read_env(st.root / ".loop" / "session.env")
+    session = loopfiles.read_session(st.root)
     doc = loop_doc(st, complete=bool(status == 0 and not interrupted and st.stopped))
     doc["guest_status"] = status
     doc["interrupted"] = interrupted
     if session:
-        doc["session"] = {k: _int(session.get(f"probe_nvme_{k}")) for k in ("setups", "completed", "rows",
-                                                                             "perf_lost", "attach_s")}
-        doc["session"]["lost"] = _int(session.get("lost_events_nvme"))
+        doc["session"] = session
     write_json(st.root / "loop.json", doc)
     if interrupted:
         st.progress.say(f"interrupted: {len(st.rounds)} finished round(s) kept in {st.root}")
@@ -526,15 +373,3 @@ def _finish(st: LoopState, status: int, interrupted: bool) -> dict[str, Any]:
     return doc
 
 
-def summary_text(doc: dict[str, Any]) -> str:
-    lines = [f"loop {doc['backend']}: {len(doc['rounds'])} round(s) -> {doc.get('dir', '')}"]
-    for e in doc["rounds"]:
-        lines.append("  " + round_line(e))
-        app = e.get("applied_before")
-        if app:
-            lines.append(f"    before it: ztbp-ctl set exit {app['set_exit_code']}, device holds "
-                         f"{app['zones_reported']}")
-    if doc.get("emulator"):
-        lines.append("  NVMeVirt: " + doc["emulator"]["listed_zone_latency"])
-    lines.append(f"  stopped: {doc['stopped'] or 'not (interrupted or failed)'}")
-    return "\n".join(lines)

@@ -1,0 +1,72 @@
+"""The figures of one loop round, pure over frames, dicts and text: the device's read counter between two STATUS
+answers, the zones and hit counters NVMeVirt printed in the kernel log, the device latency of listed and unlisted
+zones, and the gain the stop rule weighs."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_ZONE_LINE = re.compile(r"ZONE CLUSTER \[\d+\]=(\d+)")
+_COUNTER = re.compile(r"(Hit cnt|Fail cnt|Total read cnt)= *(\d+)")
+#: NVMeVirt's read counter goes back to 0 when it reaches this (and prints its counters)
+STATUS_WRAP = 1_000_000
+
+
+def status_delta(before: int | None, after: int | None, wraps: int = 0) -> int | None:
+    """Reads the device counted between two STATUS answers. Its counter starts at -1 (4294967295) and goes back
+    to 0 each time it reaches 1,000,000 (when it prints its counters): `wraps` is how many times that happened in
+    between (the counter prints in the kernel log), so a round of exactly 1,000,000 reads is not taken for zero."""
+    if before is None or after is None:
+        return None
+    b = -1 if before == 0xFFFFFFFF else before
+    a = -1 if after == 0xFFFFFFFF else after
+    return (a - b) % STATUS_WRAP + STATUS_WRAP * wraps
+
+
+def dmesg_figures(text: str) -> dict[str, Any]:
+    """The zones the device logged (ZONE CLUSTER) and its counters from a kernel log: the module prints "Fail cnt",
+    "Hit cnt", "Total read cnt" when its read counter reaches 1,000,000, then starts again. Every print in `text`
+    with reads > 0 is summed (`prints` of them). The first read after loading prints 0 reads (its counter goes from
+    -1 to 0): that print is no wrap."""
+    zones = [int(z) for z in _ZONE_LINE.findall(text)]
+    blocks: list[dict[str, int]] = []
+    cur: dict[str, int] = {}
+    for name, value in _COUNTER.findall(text):
+        key = {"Hit cnt": "hits", "Fail cnt": "misses", "Total read cnt": "reads"}[name]
+        cur[key] = int(value)
+        if key == "reads":
+            blocks.append(cur)
+            cur = {}
+    real = [b for b in blocks if b.get("reads", 0) > 0]
+    if not real:
+        return {"zones": zones[-5:], "counters": None}
+    tot = {k: sum(b.get(k, 0) for b in real) for k in ("hits", "misses", "reads")}
+    tot["prints"] = len(real)
+    tot["hit_ratio"] = round(tot["hits"] / tot["reads"], 4)
+    return {"zones": zones[-5:], "counters": tot}
+
+
+def latency_split(events: Any, listed: list[int]) -> dict[str, Any]:
+    """Device latency (the probe's lat_ns) of the round's reads: overall, in the listed zones and in the others."""
+    import polars as pl
+
+    reads = events.filter(pl.col("op") == "read")
+
+    def summary(df: pl.DataFrame) -> dict[str, Any]:
+        if df.height == 0:
+            return {"reads": 0, "p50_us": None, "p99_us": None, "mean_us": None}
+        lat = df["lat_ns"].cast(pl.Float64) / 1000
+        return {"reads": df.height, "p50_us": round(float(lat.quantile(0.5, "nearest")), 1),
+                "p99_us": round(float(lat.quantile(0.99, "nearest")), 1), "mean_us": round(float(lat.mean()), 1)}
+
+    inside = pl.col("zone").is_in(listed)
+    return {"all": summary(reads), "listed": summary(reads.filter(inside)),
+            "unlisted": summary(reads.filter(~inside))}
+
+
+def measured_gain(this_round: dict[str, Any], previous: dict[str, Any] | None) -> float | None:
+    """The rise of the model's hit ratio with the zones sent, from the previous round to this one."""
+    now = this_round["model"]["sent_hit_ratio"]
+    before = previous["model"]["sent_hit_ratio"] if previous else this_round["model"]["lru"]
+    return None if now is None or before is None else round(now - before, 4)

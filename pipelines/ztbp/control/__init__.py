@@ -1,0 +1,1 @@
+"""The control room: the closed loop over capture, analysis and write-back (decide, apply, verify, stop)."""
