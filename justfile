@@ -52,22 +52,22 @@ bench N="10000000": bench-cli (bench-analysis N) bench-cluster bench-probe bench
 # CLI start-up: `ztbp --version` / `--help` wall time (target ≤ 0.5 s) and the imports behind building the parser
 [group('test')]
 bench-cli ROUNDS="5": setup
-    PATH="{{VENV}}/bin:$PATH" {{PY}} -m ztbp.bench_cli --rounds {{ROUNDS}}
+    PATH="{{VENV}}/bin:$PATH" {{PY}} pipelines/benchmarks/bench_cli.py --rounds {{quote(ROUNDS)}}
 
 # analysis speed and memory: ingest rate, time of every stage and peak RSS on N synthetic events (default 10 M)
 [group('test')]
 bench-analysis N="10000000": setup
-    {{PY}} -m ztbp.bench --events {{N}}
+    {{PY}} pipelines/benchmarks/bench.py --events {{quote(N)}}
 
 # hot-zone clustering time on ZONES devices of 32 MiB zones read all over (READS reads; target: 4,096 zones in ≤ 10 s) and the cache policies' speed, the project's LRU and Belady against libCacheSim's
 [group('test')]
 bench-cluster ZONES="1024,4096" READS="1000000": setup
-    {{PY}} -m ztbp.bench_cluster --zones {{ZONES}} --reads {{READS}}
+    {{PY}} pipelines/benchmarks/bench_cluster.py --zones {{quote(ZONES)}} --reads {{quote(READS)}}
 
 # at scale (docs/scale.md): streaming ingest, streaming analyses, SHARDS vs exact, ztbp batch on 2 workers vs sequential
 [group('test')]
 bench-scale CSV_ROWS="200000000" EVENTS="1000000000" RUNS="50": setup
-    {{PY}} -m ztbp.bench_scale --csv-rows {{CSV_ROWS}} --events {{EVENTS}} --runs {{RUNS}}
+    {{PY}} pipelines/benchmarks/bench_scale.py --csv-rows {{quote(CSV_ROWS)}} --events {{quote(EVENTS)}} --runs {{quote(RUNS)}}
 
 # everything CI runs
 [group('test')]

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from polars.testing import assert_frame_equal
 
-from ztbp import batch
 from ztbp.acquire.synth import write_run
 from ztbp.analysis.streaming import cell_counts_lazy, zone_table_lazy
 from ztbp.analysis.zones import zone_table
-from ztbp.batch import client, partition_aggregates, run_batch
 from ztbp.cli import main
+from ztbp.control import batch
+from ztbp.control.batch import client, partition_aggregates, run_batch
 from ztbp.errors import ZtbpError
 from ztbp.io.run import load
 from ztbp.io.stream import Parts, ingest_stream

@@ -19,9 +19,9 @@ from ztbp.analysis import chains, frag, zones
 from ztbp.analysis.params import ClusterParams
 from ztbp.errors import ZtbpError
 from ztbp.io.run import Run, load
-from ztbp.present import figures, text, views
+from ztbp.present import figures, tables, text
 from ztbp.report import render as report
-from ztbp.writeback import device
+from ztbp.writeback import ctl
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def test_chain_figures_follow_chains_report(paper80: Run) -> None:
 def test_frag_figure_matches_frag_table(paper80: Run) -> None:
     ft = frag.frag_table(paper80.events, paper80.nr_zones, paper80.lba_bytes)
     fig = figures.frag_per_zone(ft, paper80.lba_bytes)
-    touched = views.frag_view(ft)
+    touched = tables.frag_view(ft)
     assert _trace_sum(fig, "read fragments") == int(touched["read_fragments"].sum())
     assert _trace_sum(fig, "write fragments") == int(touched["write_fragments"].sum())
     assert "frag (read)" in text.frag_headline(ft) and "frag (write)" in text.frag_headline(ft)
@@ -114,7 +114,7 @@ def test_cluster_figures(paper80: Run) -> None:
             else:
                 assert z[i, j] == pytest.approx(g[key])
     assert sum("★" in t for hm in grid.data for row in hm.text for t in row) == 1
-    cells = views.cluster_cells(paper80, cl, params)
+    cells = tables.cluster_cells(paper80, cl, params)
     assert int(cells["reads"].sum()) == cl["reads"]
     fig = figures.cluster_map(cells, cl["hot_zones"], params.cells_per_zone, cl["cell_bytes"])
     assert sum(len(t.x) for t in fig.data) == cells.height
@@ -149,7 +149,7 @@ def test_empty_pictures_are_notes_not_empty_figures(writes_only: Run) -> None:
     zt = zones.zone_table(run.events, run.nr_zones, run.lba_bytes)
     cr = chains.chains_report(run.events, "read", 4 << 20, run.lba_bytes)
     cl = stages.cluster(run)
-    cells = views.cluster_cells(run, cl)
+    cells = tables.cluster_cells(run, cl)
     for obj in (figures.zone_latency(zt), figures.size_cdf(cr), figures.chain_cdf(cr), figures.nts_shares(cr),
                 figures.cluster_grid(cl), figures.cluster_map(cells, [], 32, cl["cell_bytes"]),
                 figures.hot_zone_bars(zt, []),
@@ -184,12 +184,12 @@ def test_ops_over_time_counts_commands(paper80: Run) -> None:
 
 
 def test_overview_and_quality(tmp_path: Path, paper80: Run) -> None:
-    ov = views.overview(paper80)
+    ov = tables.overview(paper80)
     assert ov["commands"] == paper80.events.height == sum(ov["by_op"].values())
     assert ov["by_op"]["read"] == 4000
     shown = text.overview_text(ov)
     assert "paper80" in shown and "64 zones of 32 MiB" in shown and "nvme=0" in shown
-    assert views.quality_warnings(paper80) == ["synthetic run (ztbp synth): the commands were generated, not "
+    assert tables.quality_warnings(paper80) == ["synthetic run (ztbp synth): the commands were generated, not "
                                                 "traced on a device"]
     # a traced run with problems: a garbage line, an error status, lost events, interrupted, fio disagrees
     rows = [("read", 8192 * i, 1) for i in range(50)]
@@ -204,35 +204,35 @@ def test_overview_and_quality(tmp_path: Path, paper80: Run) -> None:
                      "write": {"total_ios": 0}}]}
     (root / "raw" / "fio.json").write_text(json.dumps(fio))
     run = load(root)
-    warns = "\n".join(views.quality_warnings(run))
+    warns = "\n".join(tables.quality_warnings(run))
     assert "interrupted" in warns
     assert "skipped 1 lines" in warns and "wrong field count" in warns
     assert "lost 7 events" in warns
     assert "1 commands completed with a non-zero NVMe status" in warns
     assert "fio completed 100 reads but the trace holds 51" in warns
     assert text.quality_text([]) == "data quality: no warning"
-    fv = views.fio_view(run)
+    fv = tables.fio_view(run)
     assert isinstance(fv, pl.DataFrame)
     assert fv.to_dicts() == [{"job": "paper80", "dir": "read", "ios": 100, "iops": 1000.0,
                               "MiB_per_s": 4096000 / (1 << 20), "clat_mean_us": 80.0, "clat_p50_us": 75.0,
                               "clat_p99_us": 160.0}]
     (root / "raw" / "fio.json").write_text("{not json")  # a Run keeps what it read: open the run again
-    assert "could not be read" in str(views.fio_view(load(root)))
-    assert "not captured in this run" in str(views.fio_view(paper80))
-    probes = views.probes_table(run)
+    assert "could not be read" in str(tables.fio_view(load(root)))
+    assert "not captured in this run" in str(tables.fio_view(paper80))
+    probes = tables.probes_table(run)
     assert probes.filter(pl.col("probe") == "nvme")["lost_events"].to_list() == ["7"]
 
 
 def test_layers_view_without_and_with_a_probe_file(tmp_path: Path, paper80: Run) -> None:
-    view = views.layers_view(paper80)
+    view = tables.layers_view(paper80)
     assert view["status"] == "absent"
     assert text.layers_view_text(view) == "layer breakdown: not captured in this run (no raw/layers.csv)"
-    assert isinstance(views.layers_table(view), figures.Note)
+    assert isinstance(tables.layers_table(view), figures.Note)
     assert isinstance(figures.layer_bars(view), figures.Note)
     assert isinstance(figures.zone_layer_bars(view), figures.Note)
     root = make_run(tmp_path / "lay", [("read", 0, 1)])
     (root / "raw" / "layers.csv").write_text("# ztbp layers v1\nts_ns,op\n")
-    v2 = views.layers_view(load(root))
+    v2 = tables.layers_view(load(root))
     assert v2["status"] in {"unavailable", "ok", "error"}  # never an exception, whatever ztbp.layers gives
     assert v2["message"]
 
@@ -262,13 +262,13 @@ def make_layers_run(root: Path, n: int = 400, seed: int = 5) -> Path:
 
 def test_layers_view_of_a_layer_probe_run(tmp_path: Path) -> None:
     root = make_layers_run(tmp_path / "layers")
-    view = views.layers_view(load(root))
+    view = tables.layers_view(load(root))
     assert view["status"] == "ok", view["message"]
     csv = pl.read_csv(root / "raw" / "layers.csv", skip_rows=1)
     names = [r["layer"] for r in view["layers"]]
     assert names == ["kernel crossing", "syscall", "vfs", "block", "nvme driver", "device", "completion"]
     assert sum(r["share"] for r in view["layers"]) == pytest.approx(1.0, abs=1e-5)
-    table = views.layers_table(view)
+    table = tables.layers_table(view)
     assert isinstance(table, pl.DataFrame)
     expected = [round(float(csv[c].mean())) / 1000 for c in LAYER_COLS if c != "fs_ns"]
     assert table["mean_us"].to_list() == pytest.approx(expected)
@@ -289,7 +289,7 @@ def test_layer_figures_from_the_layers_json_shape() -> None:
     raw = {"layers": layers,
            "groups": [{"op": "read", "size": 4096, "layers": layers[:1]}],
            "zones": [{"zone": 7, "layers": layers}]}
-    groups = views._layer_groups(raw)
+    groups = tables._layer_groups(raw)
     view = {"status": "ok", "layers": layers, "groups": [g for g in groups if g["zone"] is None],
             "zones": [g for g in groups if g["zone"] is not None]}
     fig = figures.layer_bars(view)
@@ -298,14 +298,14 @@ def test_layer_figures_from_the_layers_json_shape() -> None:
     assert list(fig.data[1].y) == [18.0, 0.0]
     zfig = figures.zone_layer_bars(view)
     assert list(zfig.data[0].x) == ["zone=7"]
-    table = views.layers_table(view)
+    table = tables.layers_table(view)
     assert table["mean_us"].to_list() == [2.0, 18.0]
     assert "2 layers, mean end-to-end 20.0 µs" in text.layers_view_text(view)
 
 
 def test_device_apply_dry_run_sends_the_top_five(paper80: Run) -> None:
     made = stages.config(paper80, 8, 4)
-    res = device.apply(paper80.paths, made, force=not made["recommend"])
+    res = ctl.apply(paper80.paths, made, force=not made["recommend"])
     cfg = json.loads(Path(res["config"]).read_text())
     assert res["ok"] and res["exit_code"] == 0 and res["dry_run"]
     r = res["result"]
@@ -324,16 +324,16 @@ def test_device_apply_refuses_a_configuration_that_is_not_recommended(tmp_path: 
     run = load(tmp_path / "z")
     cfg = stages.config(run, 64, 4, min_gain=0.5)  # a threshold no cache reaches
     assert cfg["recommend"] is False and "below the threshold +0.50" in cfg["recommend_reason"]
-    res = device.apply(run.paths, cfg)
+    res = ctl.apply(run.paths, cfg)
     assert not res["ok"] and res["exit_code"] == 16 and res["result"]["error"] == "not-recommended"
     assert cfg["recommend_reason"] in res["message"]
     assert "refused by ztbp-ctl (exit code 16, not-recommended)" in text.apply_text(res)
-    forced = device.apply(run.paths, cfg, force=True)
+    forced = ctl.apply(run.paths, cfg, force=True)
     assert forced["ok"] and forced["command"].endswith("--force") and forced["result"]["zones"] == cfg["hot_zones"]
 
 
 def test_device_apply_reports_a_refusal(writes_only: Run) -> None:
-    res = device.apply(writes_only.paths, stages.config(writes_only, 64, 4))
+    res = ctl.apply(writes_only.paths, stages.config(writes_only, 64, 4))
     assert not res["ok"] and res["exit_code"] == 7  # ztbp-ctl: no-zones
     assert "no hot zones" in res["message"]
     assert "refused by ztbp-ctl (exit code 7, no-zones)" in text.apply_text(res)
@@ -376,12 +376,12 @@ def test_probe_stats_of_the_sample_run(paper80: Run) -> None:
     from ztbp.paths import ROOT
 
     sample = load(ROOT / report.SAMPLE_RUN)
-    stats = views.probe_stats_view(sample)
+    stats = tables.probe_stats_view(sample)
     assert isinstance(stats, pl.DataFrame)
     d = dict(stats.iter_rows())
     assert int(d["rows"]) == sample.events.height  # every row the probe wrote was ingested
     assert int(d["perf_lost"]) == 0 and sample.meta["lost_events"] == {"nvme": 0}
-    assert str(views.probe_stats_view(paper80)) == "probe statistics: not recorded in this run"
+    assert str(tables.probe_stats_view(paper80)) == "probe statistics: not recorded in this run"
 
 
 def test_report_several_runs_one_broken(tmp_path: Path, capsys: pytest.CaptureFixture[str],

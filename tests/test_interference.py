@@ -247,7 +247,7 @@ def test_conflicts_command_on_the_sample_run(tmp_path: Path, capsys: pytest.Capt
 
 
 def test_profile_text_and_heatmap() -> None:
-    from ztbp.present.device import groups_frame, profile_heatmap, profile_text
+    from ztbp.present.device_study import groups_frame, profile_heatmap, profile_text
 
     measure, _ = synthetic(lambda z: z % 2, noise=0.0)
     res = profile_zones(range(4), measure)
@@ -269,7 +269,7 @@ def test_profile_text_and_heatmap() -> None:
 
 
 def test_conflicts_text_and_figure() -> None:
-    from ztbp.present.device import collisions_over_time, conflicts_text
+    from ztbp.present.device_study import collisions_over_time, conflicts_text
     from ztbp.present.figures import Note
 
     ev = trace([(0, 100, 0), (10, 100, 8), (20, 100, 1)])

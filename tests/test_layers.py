@@ -16,7 +16,7 @@ from ztbp.analysis import layers
 from ztbp.contract import LAYERS_COLUMNS, LAYERS_VERSION_LINE
 from ztbp.errors import FormatError, MissingRunError
 from ztbp.io.run import load
-from ztbp.present import text, views
+from ztbp.present import tables, text
 
 HEADER = ",".join(LAYERS_COLUMNS)
 #: layer columns in file order
@@ -161,7 +161,7 @@ def test_cli_json_feeds_the_report_view(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
     assert [g["op"] for g in res["groups"]] == ["read"]
-    view = views.layers_view(load(root))
+    view = tables.layers_view(load(root))
     assert view["status"] == "ok"
     assert [r["layer"] for r in view["layers"]] == [r["layer"] for r in res["layers"]]
     assert len(view["zones"]) == 4

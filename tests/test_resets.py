@@ -184,7 +184,7 @@ def test_resets_command_text_and_json(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_reset_figures() -> None:
-    from ztbp.present.device import far_free_space, reset_timeline
+    from ztbp.present.device_study import far_free_space, reset_timeline
     from ztbp.present.figures import Note
 
     t = cycles(3, 50)

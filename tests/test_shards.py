@@ -83,9 +83,9 @@ def test_streamed_sampler_equals_in_memory(paper80: Path) -> None:
     streamed = shards.estimate(parts.ordered(["op", "slba", "nlb"]), r.meta, 64, 4, HOT, rate=0.01)
     memory = shards.estimate([r.events], r.meta, 64, 4, HOT, rate=0.01)
     assert streamed == memory
-    from ztbp import streamed as st
+    from ztbp.stages import streamed as st
 
-    as_they_lie = st.shards(parts, r.meta, 0.01, 64, 4, HOT)  # files unordered, only the sample sorted
+    as_they_lie = st.shards(load(paper80, events=False), 0.01, 64, 4, HOT)  # files unordered, only the sample sorted
     assert len(parts.files()) > 4 and as_they_lie["sampled_requests"] == memory["sampled_requests"]
     no_belady = {p: v for p, v in memory["hit_ratio"].items() if p != "belady"}
     assert as_they_lie["hit_ratio"] == no_belady

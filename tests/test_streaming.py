@@ -18,7 +18,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from conftest import make_run, row
-from ztbp import streamed
+from ztbp import stages
 from ztbp.analysis import streaming as st
 from ztbp.analysis.cachesim import simulate
 from ztbp.analysis.chains import chains_report
@@ -30,6 +30,7 @@ from ztbp.cli import main
 from ztbp.io.run import load
 from ztbp.io.stream import Parts, byte_chunks, ingest_stream, is_fresh
 from ztbp.paths import TEST_DATA, RunPaths
+from ztbp.stages import streamed
 
 HOT = [1, 7, 11, 15, 19]
 
@@ -95,9 +96,10 @@ def test_streaming_equals_in_memory(runs: dict[str, Path], name: str) -> None:
     lf = parts.scan()
     assert_frame_equal(zone_table(ev, nz, lb), st.zone_table_lazy(lf, nz, lb))
     assert_frame_equal(opcode_table(ev, lb), st.opcode_table_lazy(lf, lb))
+    srun = load(runs[name], events=False)
     for op in ("read", "write", "write_zeroes"):
-        assert chains_report(ev, op, 4 << 20, lb) == streamed.chains(parts, meta, op)
-    assert_frame_equal(frag_table(ev, nz, lb, meta["zone_size_lba"]), streamed.frag(parts, meta))
+        assert chains_report(ev, op, 4 << 20, lb) == streamed.chains(srun, op)
+    assert_frame_equal(frag_table(ev, nz, lb, meta["zone_size_lba"]), streamed.frag(srun))
     for cache_mib in (1, 4):
         exact = simulate(ev, meta, cache_mib, 4, HOT, with_sweep=True)
         where = (pl.col("op").cast(pl.String) == "read") & (pl.col("nlb") > 0)
@@ -169,7 +171,7 @@ def test_cli_stream(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -
     assert set(out["seconds"]) == {"zones", "chains", "cachesim"}
     from ztbp.cli.scale import STREAM_ANALYSES
 
-    assert STREAM_ANALYSES == streamed.ANALYSES
+    assert STREAM_ANALYSES == stages.STREAMED
     assert main(["stream", str(runs["sample"]), "--analyses", "zones,bogus"]) == 2
     assert "unknown 'bogus'" in capsys.readouterr().err
 
@@ -195,11 +197,13 @@ def test_streamed_clustering_equals_in_memory(runs: dict[str, Path], name: str, 
 
     if name == "uniform":
         write_run(tmp_path / "u", "uniform", 20_000, seed=3)
-        ev, meta, parts = both(tmp_path / "u", 0.01)
+        run_dir = tmp_path / "u"
+        ev, meta, parts = both(run_dir, 0.01)
     else:
-        ev, meta, parts = both(runs[name], WINDOW_S[name])
+        run_dir = runs[name]
+        ev, meta, parts = both(run_dir, WINDOW_S[name])
     assert len(parts.windows()) > 1
-    got = streamed.cluster(parts, meta)
+    got = streamed.cluster(load(run_dir, events=False))
     assert got.pop("folds") == "hash"
     assert got == cluster_from_cells(read_cells(ev, meta, ClusterParams(), folds="hash"), meta)
     default = run_cluster(ev, meta)

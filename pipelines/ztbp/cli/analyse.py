@@ -10,7 +10,7 @@ from typing import Any
 from ..analysis.params import CACHE_MIB, CHAIN_OPS, CHAIN_WINDOW, LAYER_GROUP_KEYS, NTS_MIB, PAGE_KIB, SWEEP_MIB
 from ..contract import LAYER_MODES, LAYER_OPS, OPS
 from ..errors import ZtbpError
-from ..units import MIB, parse_zone_list
+from ..units import parse_zone_list
 from . import emit
 from .common import add_cluster_args, add_config_args, add_run, cluster_params, mib, progress_bar
 
@@ -34,35 +34,30 @@ def _ingest(args: argparse.Namespace) -> int:
 
 
 def _zones(args: argparse.Namespace) -> int:
-    from ..analysis.zones import zone_table, zones_json
+    from .. import stages
+    from ..analysis.zones import zones_json
     from ..present.text import zones_text
 
-    run = _run(args)
-    table = zone_table(run.events, run.nr_zones, run.lba_bytes)
+    table = stages.zones(_run(args))
     emit(zones_json(table), args.json, zones_text(table, args.top))
     return 0
 
 
 def _chains(args: argparse.Namespace) -> int:
-    from ..analysis.chains import chains_report
+    from .. import stages
     from ..present.text import chains_text
 
-    if args.nts_mib <= 0:
-        raise ZtbpError("--nts-mib must be positive (the object-storage study uses 4)")
-    if args.window < 0:
-        raise ZtbpError("--window must be ≥ 0 (0 = unlimited)")
-    run = _run(args)
-    r = chains_report(run.events, args.op, int(args.nts_mib * MIB), run.lba_bytes, args.window)
+    r = stages.chains(_run(args), args.op, args.nts_mib, args.window)
     emit(r, args.json, chains_text(r))
     return 0
 
 
 def _frag(args: argparse.Namespace) -> int:
-    from ..analysis.frag import frag_summary, frag_table
+    from .. import stages
+    from ..analysis.frag import frag_summary
     from ..present.text import frag_text
 
-    run = _run(args)
-    table = frag_table(run.events, run.nr_zones, run.lba_bytes, run.zone_size_lba)
+    table = stages.frag(_run(args))
     summary = frag_summary(table)
     emit({"summary": summary, "zones": table.to_dicts()}, args.json, frag_text(table, summary))
     return 0
@@ -140,16 +135,12 @@ def _layers(args: argparse.Namespace) -> int:
 
 
 def _opcodes(args: argparse.Namespace) -> int:
-    import polars as pl
-
-    from ..analysis.opcodes import opcode_table, opcodes_json
+    from .. import stages
+    from ..analysis.opcodes import opcodes_json
     from ..present.text import opcodes_text
 
     run = _run(args)
-    events = run.events
-    if args.op:
-        events = events.filter(pl.col("op").cast(pl.Utf8) == args.op)
-    table = opcode_table(events, run.lba_bytes)
+    table = stages.opcodes(run, args.op)
     emit(opcodes_json(table, run.run_id), args.json, opcodes_text(table))
     return 0
 

@@ -23,21 +23,23 @@ def _capture_app(args: argparse.Namespace) -> int:
 
 
 def _appops(args: argparse.Namespace) -> int:
-    from ..appstages import appops_result
+    from .. import stages
+    from ..io.run import load
     from ..present.app import appops_text
     from . import emit
 
-    r = appops_result(args.run, args.phase)
+    r = stages.appops(load(args.run, events=False), args.phase)
     emit(r, args.json, appops_text(r))
     return 0
 
 
 def _files(args: argparse.Namespace) -> int:
-    from ..appstages import files_result
+    from .. import stages
+    from ..io.run import load
     from ..present.app import files_text
     from . import emit
 
-    r = files_result(args.run, args.phase)
+    r = stages.files(load(args.run, events=False), args.phase)
     emit(r, args.json, files_text(r))
     return 0
 

@@ -62,7 +62,7 @@ def _profile(args: argparse.Namespace) -> int:
     from ..acquire.profile import GuestRunner, HostRunner
     from ..acquire.vm import Geometry, NvmevirtPlan
     from ..control.profile import ProfileRequest, run_profile
-    from ..present.device import profile_heatmap, profile_text
+    from ..present.device_study import profile_heatmap, profile_text
 
     if args.confirm < 0:
         raise ZtbpError("--confirm is a number of extra measurements, 0 or more")
@@ -104,33 +104,33 @@ def _profile(args: argparse.Namespace) -> int:
 
 
 def _conflicts(args: argparse.Namespace) -> int:
-    from .. import device_stages
+    from .. import stages
     from ..analysis.interference import DispatchModel
     from ..io.profile import read_z2c
     from ..io.run import load
-    from ..present.device import conflicts_text
+    from ..present.device_study import conflicts_text
 
     if args.bin_s <= 0 or args.queue_depth < 1 or args.window < 1:
         raise ZtbpError("--bin-s must be positive, --queue-depth and --window at least 1")
     groups = read_z2c(Path(args.groups))
-    res = device_stages.conflicts(load(args.run), groups, args.bin_s,
-                           DispatchModel(queue_depth=args.queue_depth, window=args.window,
-                                         max_commands=args.max_commands))
+    res = stages.conflicts(load(args.run), groups, args.bin_s,
+                              DispatchModel(queue_depth=args.queue_depth, window=args.window,
+                                            max_commands=args.max_commands))
     out = {**res, "per_bin": res["per_bin"].to_dicts()}
     emit(out, args.json, conflicts_text(res))
     return 0
 
 
 def _resets(args: argparse.Namespace) -> int:
-    from .. import device_stages
+    from .. import stages
     from ..analysis.devparams import FarParams
     from ..io.run import load
-    from ..present.device import resets_json, resets_text
+    from ..present.device_study import resets_json, resets_text
 
     if not 0 < args.far_t <= 1:
         raise ZtbpError("--far-t is a share of the device's capacity, between 0 and 1 (the study used 0.7)")
     far = FarParams(t=args.far_t, slope=args.far_slope, intercept=args.far_intercept)
-    res = device_stages.resets(load(args.run), far)
+    res = stages.resets(load(args.run), far)
     emit(resets_json(res), args.json, resets_text(res, args.rows))
     return 0
 

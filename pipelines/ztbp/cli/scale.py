@@ -14,8 +14,8 @@ from . import emit
 from .common import mib
 
 IMPORT_FORMATS = ("blkparse", "fio-iolog", "alibaba", "tencent", "msr")
-#: streamed.ANALYSES (spelled out: building the parser loads no stage; tests/test_streaming.py checks they agree)
-STREAM_ANALYSES = ("zones", "opcodes", "cells", "cluster", "chains", "frag", "cachesim")
+#: stages.STREAMED (spelled out: building the parser loads no stage; tests/test_streaming.py checks they agree)
+STREAM_ANALYSES = ("zones", "opcodes", "cells", "chains", "frag", "cluster", "cachesim")
 
 
 def _stream_options(p: argparse.ArgumentParser) -> None:
@@ -56,14 +56,13 @@ def _import(args: argparse.Namespace) -> int:
 def _stream(args: argparse.Namespace) -> int:
     import time
 
-    from .. import streamed
-    from ..contract import read_meta
-    from ..io.stream import Parts, ingest_stream, is_fresh
-    from ..paths import resolve_run
+    from .. import stages
+    from ..io.run import load
+    from ..io.stream import ingest_stream, is_fresh
     from ..present.scale import stream_text
 
-    run = resolve_run(args.run)
-    meta = read_meta(run)
+    loaded = load(args.run, events=False)
+    run = loaded.paths
     which = tuple(a.strip() for a in args.analyses.split(",") if a.strip())
     bad = [a for a in which if a not in STREAM_ANALYSES]
     if bad:
@@ -74,7 +73,8 @@ def _stream(args: argparse.Namespace) -> int:
         m = ingest_stream(run, **_stream_args(args))
         out["ingest"] = {"rows": m["rows"], "files": m["files"], "bytes": m["bytes"],
                          "skipped": m["ingest"]["skipped"], "seconds": time.perf_counter() - t}
-    out.update(streamed.analyse(Parts(run.events_parts), meta, which))
+    out["rows"] = loaded.parts.rows
+    out.update(stages.analyse_timed(loaded, which, "streamed"))
     emit(out, args.json, stream_text(out))
     return 0
 
@@ -160,7 +160,7 @@ def _batch(args: argparse.Namespace) -> int:
     runs = [str(resolve_run(r).root) for r in args.runs]
     if args.partition_aggregates:
         return _aggregates(args, runs, aggregates_text)
-    from ..batch import run_batch
+    from ..control.batch import run_batch
 
     which = tuple(a.strip() for a in args.analyses.split(",") if a.strip())
     bad = [a for a in which if a not in BATCH_ANALYSES]
@@ -172,8 +172,8 @@ def _batch(args: argparse.Namespace) -> int:
 
 
 def _aggregates(args: argparse.Namespace, runs: list[str], text: Any) -> int:
-    from ..batch import client, partition_aggregates
     from ..contract import read_meta
+    from ..control.batch import client, partition_aggregates
     from ..io.stream import load_parts
     from ..paths import RunPaths
 

@@ -271,7 +271,7 @@ def guest_env(wl: Workload, pre: str | None, rounds: int) -> dict[str, str]:
 def run_loop(req: LoopRequest) -> dict[str, Any]:
     """Run the loop; return loop.json's content (also written to the loop directory)."""
     req.validate()
-    from ..writeback.device import ensure_ctl
+    from ..writeback.ctl import ensure_ctl
 
     ensure_ctl()
     progress = Progress(0, req.verbose)

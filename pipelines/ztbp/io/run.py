@@ -30,6 +30,7 @@ class Run:
     _events: pl.DataFrame | None = field(default=None, repr=False)
     _layers: tuple[pl.DataFrame, LayersReadReport] | None = field(default=None, repr=False)
     _fio: list[dict[str, Any]] | None = field(default=None, repr=False)
+    _parts: Any = field(default=None, repr=False)
 
     @property
     def run_id(self) -> str:
@@ -65,6 +66,15 @@ class Run:
         if self._layers is None:
             self._layers = load_layers(self.paths)
         return self._layers
+
+    @property
+    def parts(self) -> Any:
+        """The run's partitioned events dataset (derived/events-parts/, io/stream.py), for the streamed stages."""
+        if self._parts is None:
+            from .stream import Parts
+
+            self._parts = Parts(self.paths.events_parts)
+        return self._parts
 
     def fio_rows(self) -> list[dict[str, Any]] | None:
         """Per-job rows of raw/fio.json, None when the run has no fio output (ZtbpError when it is unreadable)."""

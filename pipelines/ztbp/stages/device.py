@@ -1,16 +1,17 @@
-"""The device studies' stages: one call per analysis on a loaded Run, as stages.py, shared by the CLI
-(`ztbp resets`, `ztbp conflicts`) and notebook 7. Nothing here parses arguments or prints."""
+"""The device studies of a run: zone resets and FAR, and conflict-group collisions with the dispatch what-if, one
+call each on a loaded `Run`, shared by the CLI (`ztbp resets`, `ztbp conflicts`) and notebook 7. Nothing here
+parses arguments or prints."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .io.run import Run
+from ..io.run import Run
 
 
 def zone_report(run: Run) -> dict[int, int] | None:
     """Each zone's write pointer (LBAs) from raw/zones.txt, the zone report taken as the workload started."""
-    from .analysis.resets import parse_zone_report
+    from ..analysis.resets import parse_zone_report
 
     f = run.paths.zones_txt
     if not f.is_file():
@@ -20,8 +21,8 @@ def zone_report(run: Run) -> dict[int, int] | None:
 
 def resets(run: Run, far: Any = None) -> dict[str, Any]:
     """Every zone reset of the run (analysis/resets.py) and the FAR what-if over its zone life cycles."""
-    from .analysis.devparams import FarParams
-    from .analysis.resets import far_replay, reset_table
+    from ..analysis.devparams import FarParams
+    from ..analysis.resets import far_replay, reset_table
 
     report = zone_report(run)
     table, summary = reset_table(run.events, run.meta, report)
@@ -33,7 +34,7 @@ def resets(run: Run, far: Any = None) -> dict[str, Any]:
 def conflicts(run: Run, groups: dict[int, int], bin_s: float = 1.0, model: Any = None) -> dict[str, Any]:
     """Collisions of in-flight commands within a conflict group over time, and the group-aware dispatch what-if
     (analysis/interference.py) for a zone-to-group table."""
-    from .analysis.interference import DispatchModel, collision_table, dispatch_whatif
+    from ..analysis.interference import DispatchModel, collision_table, dispatch_whatif
 
     per_bin, summary = collision_table(run.events, groups, bin_s)
     return {"run": run.run_id, "summary": summary, "per_bin": per_bin,

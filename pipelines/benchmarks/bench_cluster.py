@@ -29,8 +29,8 @@ def _hot_zones(zones: int) -> tuple[int, ...]:
 
 
 def cluster_case(zones: int, reads: int, seed: int = 1) -> dict[str, Any]:
-    from .acquire.synth import SynthGeometry, SynthOptions, synthesize
-    from .analysis.cluster import run_cluster
+    from ztbp.acquire.synth import SynthGeometry, SynthOptions, synthesize
+    from ztbp.analysis.cluster import run_cluster
 
     geo = SynthGeometry(nr_zones=zones)
     hot = _hot_zones(zones)
@@ -47,8 +47,8 @@ def cluster_case(zones: int, reads: int, seed: int = 1) -> dict[str, Any]:
 
 def policy_speed(reads: int, seed: int = 7) -> dict[str, Any]:
     """CPU seconds of each policy over the page stream of a paper80 run of `reads` reads at 64 MiB (16,384 pages)."""
-    from .acquire.synth import synthesize
-    from .analysis.cachesim import GENERAL, Trace, belady_hits, libcachesim_hits, lru_hits
+    from ztbp.acquire.synth import synthesize
+    from ztbp.analysis.cachesim import GENERAL, Trace, belady_hits, libcachesim_hits, lru_hits
 
     tr = Trace(synthesize("paper80", reads, seed), {"zone_size_lba": 8192, "nr_zones": 64, "lba_bytes": 4096}, 4)
     cap = tr.capacity(64)
@@ -76,7 +76,7 @@ def _lcs_belady(ids: Any, cap: int) -> int:
     import libcachesim as lcs
     import numpy as np
 
-    from .analysis.cachesim import NEVER, ORACLE_GENERAL, next_use
+    from ztbp.analysis.cachesim import NEVER, ORACLE_GENERAL, next_use
 
     nxt = next_use(ids)
     rows = np.zeros(ids.size, dtype=ORACLE_GENERAL)
@@ -129,7 +129,8 @@ def report(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ztbp.bench_cluster", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python pipelines/benchmarks/bench_cluster.py",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--zones", default=f"1024,{TARGET_ZONES}", help="comma-separated zone counts (32 MiB zones)")
     ap.add_argument("--reads", type=int, default=1_000_000, help="reads of each clustering case (default 1 M)")
     ap.add_argument("--policy-reads", type=int, default=1_000_000,

@@ -25,14 +25,13 @@ from typing import Any
 
 import polars as pl
 
-from .analysis.params import CACHE_MIB, NTS_MIB, PAGE_KIB, ClusterParams
-from .errors import ZtbpError
-from .units import MIB
+from ..errors import ZtbpError
+from ..io.files import write_atomic
+from ..stages import MEMORY as ANALYSES
 
 #: how long to keep trying to reach a scheduler given with --scheduler (dask's connect timeout)
 CONNECT_TIMEOUT_S = 20
 
-ANALYSES = ("zones", "opcodes", "chains", "frag", "cluster", "cachesim")
 #: a local worker is one task at a time on one core: its libraries' thread pools would only fight the other workers
 ONE_THREAD = {k: "1" for k in ("POLARS_MAX_THREADS", "NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                "MKL_NUM_THREADS")}
@@ -40,37 +39,17 @@ ONE_THREAD = {k: "1" for k in ("POLARS_MAX_THREADS", "NUMBA_NUM_THREADS", "OMP_N
 
 def analyse_run(run_dir: str, analyses: tuple[str, ...] = ANALYSES, report: bool = False,
                 report_dir: str | None = None) -> dict[str, Any]:
-    """Every chosen analysis of one run, as plain data, written to derived/batch.json; errors are returned."""
-    from .analysis.cachesim import simulate
-    from .analysis.chains import chains_report
-    from .analysis.cluster import run_cluster
-    from .analysis.frag import frag_summary, frag_table
-    from .analysis.opcodes import opcode_table
-    from .analysis.zones import zone_table
-    from .io.run import load
+    """Every chosen analysis of one run (the stages registry, in memory), as plain data, written to
+    derived/batch.json; errors are returned."""
+    from .. import stages
+    from ..io.run import load
 
     t0 = time.perf_counter()
     try:
         run = load(run_dir)
-        ev, meta = run.events, run.meta
-        res: dict[str, Any] = {}
-        if "zones" in analyses:
-            res["zones"] = zone_table(ev, run.nr_zones, run.lba_bytes).to_dicts()
-        if "opcodes" in analyses:
-            res["opcodes"] = opcode_table(ev, run.lba_bytes).to_dicts()
-        if "chains" in analyses:
-            res["chains"] = chains_report(ev, "read", int(NTS_MIB * MIB), run.lba_bytes)
-        if "frag" in analyses:
-            res["frag"] = frag_summary(frag_table(ev, run.nr_zones, run.lba_bytes, run.zone_size_lba))
-        hot: list[int] = []
-        if "cluster" in analyses:
-            cl = run_cluster(ev, meta, ClusterParams())
-            res["cluster"] = {k: cl[k] for k in ("hot_zones", "eps", "min_samples", "silhouette")}
-            hot = cl["hot_zones"]
-        if "cachesim" in analyses:
-            res["cachesim"] = simulate(ev, meta, CACHE_MIB, PAGE_KIB, hot)
+        res = {name: stages.STAGES[name].keep(result) for name, result in stages.analyse(run, analyses).items()}
         if report:
-            from .report.render import render
+            from ..report.render import render
 
             out = Path(report_dir) / run.run_id if report_dir else None
             page = render(run_dir, out, log=lambda _s: None)
@@ -80,7 +59,7 @@ def analyse_run(run_dir: str, analyses: tuple[str, ...] = ANALYSES, report: bool
     text = json.dumps(res, sort_keys=True, default=str)
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     run.paths.derived.mkdir(parents=True, exist_ok=True)
-    (run.paths.derived / "batch.json").write_text(json.dumps({"digest": digest, "result": res}, default=str) + "\n")
+    write_atomic(run.paths.derived / "batch.json", json.dumps({"digest": digest, "result": res}, default=str) + "\n")
     return {"run": str(run_dir), "digest": digest, "result": res, "seconds": time.perf_counter() - t0}
 
 
@@ -144,9 +123,9 @@ def _combine(parts: list[pl.DataFrame]) -> pl.DataFrame:
 def partition_aggregates(parts_root: str | Path, meta: dict[str, Any], c: Any, cells_per_zone: int = 32,
                          files_per_task: int = 8) -> dict[str, pl.DataFrame]:
     """The zone table and the reads per cell of a partitioned run, each task reading a few partition files."""
-    from .analysis.streaming import RadixSelect, cell_counts_lazy
-    from .analysis.zones import zone_count_exprs, zone_frame
-    from .io.stream import Parts
+    from ..analysis.streaming import RadixSelect, cell_counts_lazy
+    from ..analysis.zones import zone_count_exprs, zone_frame
+    from ..io.stream import Parts
 
     files = [str(f) for f in Parts(Path(parts_root)).files()]
     groups = [files[i:i + files_per_task] for i in range(0, len(files), files_per_task)]

@@ -44,7 +44,7 @@ def import_times(top: int) -> tuple[float, list[tuple[float, str]]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ztbp.bench_cli", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python pipelines/benchmarks/bench_cli.py", description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5, help="runs of each command; the best counts (default 5)")
     ap.add_argument("--top", type=int, default=5, help="slowest imports listed (default 5)")
     args = ap.parse_args(argv)

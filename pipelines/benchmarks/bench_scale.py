@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from .acquire.patterns import HOT_ZONES
-from .contract import NVME_COLUMNS, NVME_VERSION_LINE, new_meta, write_meta
-from .paths import RunPaths
+from ztbp.acquire.patterns import HOT_ZONES
+from ztbp.contract import NVME_COLUMNS, NVME_VERSION_LINE, new_meta, write_meta
+from ztbp.paths import RunPaths
 
 CHUNK = 4_000_000
 IOPS = 300_000.0
@@ -103,8 +103,8 @@ def write_csv_run(root: Path, n: int) -> dict[str, Any]:
 
 
 def write_parts_run(root: Path, n: int) -> dict[str, Any]:
-    from .io.layout import Layout
-    from .io.stream import PartsWriter
+    from ztbp.io.layout import Layout
+    from ztbp.io.stream import PartsWriter
 
     rp = RunPaths(root)
     _meta(rp, n)
@@ -127,7 +127,7 @@ def _cpu_s() -> float:
 
 
 def child_ingest(root: Path) -> dict[str, Any]:
-    from .io.stream import ingest_stream
+    from ztbp.io.stream import ingest_stream
 
     t = time.perf_counter()
     m = ingest_stream(RunPaths(root))
@@ -137,15 +137,13 @@ def child_ingest(root: Path) -> dict[str, Any]:
 
 
 def child_analysis(root: Path, name: str) -> dict[str, Any]:
-    """One streaming analysis (streamed.ANALYSES) of the dataset, in a process of its own: its time and peak RSS."""
-    from . import streamed
-    from .contract import read_meta
-    from .io.stream import Parts
+    """One streamed stage (stages.STREAMED) of the dataset, in a process of its own: its time and peak RSS."""
+    from ztbp import stages
+    from ztbp.io.run import load
 
-    rp = RunPaths(root)
-    parts = Parts(rp.events_parts)
-    res = streamed.analyse(parts, read_meta(rp), (name,))
-    out: dict[str, Any] = {"rows": parts.rows, "seconds": res["seconds"][name], "peak_rss_gib": _rss_gib(),
+    run = load(root, events=False)
+    res = stages.analyse_timed(run, (name,), "streamed")
+    out: dict[str, Any] = {"rows": run.parts.rows, "seconds": res["seconds"][name], "peak_rss_gib": _rss_gib(),
                            "cpu_s": _cpu_s()}
     r = res[name]
     if name == "zones":
@@ -160,19 +158,18 @@ def child_analysis(root: Path, name: str) -> dict[str, Any]:
 
 def child_sample(root: Path, rate: str) -> dict[str, Any]:
     """SHARDS from the dataset's files as they lie (streamed.shards), in a process of its own."""
-    from . import streamed
-    from .contract import read_meta
-    from .io.stream import Parts
+    from ztbp.io.run import load
+    from ztbp.stages import streamed
 
-    rp = RunPaths(root)
+    run = load(root, events=False)
     t = time.perf_counter()
-    est = streamed.shards(Parts(rp.events_parts), read_meta(rp), float(rate), 64, 4, list(HOT_ZONES))
+    est = streamed.shards(run, float(rate), 64, 4, list(HOT_ZONES))
     return {**est, "seconds": time.perf_counter() - t, "peak_rss_gib": _rss_gib(), "cpu_s": _cpu_s()}
 
 
 def child_shards(root: Path) -> dict[str, Any]:
-    from .analysis.shards import compare
-    from .io.run import load
+    from ztbp.analysis.shards import compare
+    from ztbp.io.run import load
 
     run = load(root)
     res = compare(run.events, run.meta, 64, 4, list(HOT_ZONES), (0.01, 0.001), seeds=SHARDS_SEEDS)
@@ -184,7 +181,7 @@ CHILDREN = {"ingest": child_ingest, "shards": child_shards, "analysis": child_an
 
 
 def _child(kind: str, root: Path, *args: str) -> dict[str, Any]:
-    p = subprocess.run([sys.executable, "-m", "ztbp.bench_scale", "--child", kind, str(root), *args],
+    p = subprocess.run([sys.executable, __file__, "--child", kind, str(root), *args],
                        capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"bench-scale: the {kind} child failed:\n{p.stderr[-4000:]}")
@@ -212,7 +209,7 @@ def bench_analyses(work: Path, events: int, dataset: Path | None = None, only: t
                    ) -> dict[str, Any]:
     """Every streaming analysis, and SHARDS at 1 % and 0.1 %, each in a process of its own (its own peak RSS), on
     `events` events written straight to partitioned Parquet — or on the run `dataset` written before."""
-    from . import streamed
+    from ztbp.stages import STREAMED
 
     if dataset is None:
         root = work / "analyses"
@@ -225,7 +222,7 @@ def bench_analyses(work: Path, events: int, dataset: Path | None = None, only: t
         root, res = dataset, {"dataset": str(dataset)}
         print(f"bench-scale analyses: the dataset of {dataset}", flush=True)
     res["analyses"] = {}
-    for name in [a for a in streamed.ANALYSES if not only or a in only]:
+    for name in [a for a in STREAMED if not only or a in only]:
         r = res["analyses"][name] = _child("analysis", root, name)
         res["rows"] = r["rows"]
         print(f"  {name:<9} {r['seconds']:8.1f} s  ({r['rows'] / r['seconds'] / 1e6:5.1f} M events/s)  peak RSS "
@@ -257,7 +254,7 @@ def bench_analyses(work: Path, events: int, dataset: Path | None = None, only: t
 
 
 def bench_shards(work: Path, events: int) -> dict[str, Any]:
-    from .io.nvme import ingest
+    from ztbp.io.nvme import ingest
 
     root = work / "shards"
     write_csv_run(root, events)
@@ -281,11 +278,11 @@ def bench_shards(work: Path, events: int) -> dict[str, Any]:
 def bench_batch(work: Path, runs: int, reads: int) -> dict[str, Any]:
     from polars.testing import assert_frame_equal
 
-    from .acquire.synth import write_run
-    from .analysis.streaming import cell_counts_lazy, zone_table_lazy
-    from .batch import client, partition_aggregates, run_batch
-    from .contract import read_meta
-    from .io.stream import Parts
+    from ztbp.acquire.synth import write_run
+    from ztbp.analysis.streaming import cell_counts_lazy, zone_table_lazy
+    from ztbp.contract import read_meta
+    from ztbp.control.batch import client, partition_aggregates, run_batch
+    from ztbp.io.stream import Parts
 
     base = work / "batch"
     dirs = []
@@ -327,7 +324,7 @@ def bench_batch(work: Path, runs: int, reads: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ztbp.bench_scale", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python pipelines/benchmarks/bench_scale.py", description=__doc__.splitlines()[0])
     ap.add_argument("steps", nargs="*", default=["ingest", "analyses", "shards", "batch"],
                     help="which benchmarks (default all): ingest analyses shards batch")
     ap.add_argument("--csv-rows", type=int, default=200_000_000, help="rows of the ingest CSV (default 200 M)")

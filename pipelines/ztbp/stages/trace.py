@@ -1,8 +1,7 @@
-"""One call per analysis on a loaded Run: what the CLI commands and the notebooks both call.
+"""The analyses of a run's NVMe trace in memory, one call each on a loaded `Run` (events read once, io/run.py).
 
-Each function takes a `Run` (events read once, io/run.py), calls the pure analysis of analysis/, and keeps the
-results that are worth keeping in the run's derived/ folder (io/derived.py). Nothing here parses arguments or
-prints.
+Each calls the pure analysis of analysis/ and keeps the results worth keeping in the run's derived/ folder
+(io/derived.py). Nothing here parses arguments or prints.
 """
 
 from __future__ import annotations
@@ -10,17 +9,52 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .analysis.params import RECOMMEND_GAIN, TRAIN_SHARE, ClusterParams
-from .errors import ZtbpError
-from .io.derived import cached
-from .io.run import Run
-from .units import KIB, MIB
+import polars as pl
+
+from ..analysis.params import CHAIN_WINDOW, NTS_MIB, RECOMMEND_GAIN, TRAIN_SHARE, ClusterParams
+from ..errors import ZtbpError
+from ..io.derived import cached
+from ..io.run import Run
+from ..units import KIB, MIB
+
+
+def zones(run: Run) -> pl.DataFrame:
+    """Per-zone reads, writes, appends, resets, bytes and read latency percentiles (analysis/zones.py)."""
+    from ..analysis.zones import zone_table
+
+    return zone_table(run.events, run.nr_zones, run.lba_bytes)
+
+
+def opcodes(run: Run, op: str | None = None) -> pl.DataFrame:
+    """Latency per NVMe opcode and zone action (analysis/opcodes.py), of every command or of one `op`."""
+    from ..analysis.opcodes import opcode_table
+
+    events = run.events if not op else run.events.filter(pl.col("op").cast(pl.String) == op)
+    return opcode_table(events, run.lba_bytes)
+
+
+def chains(run: Run, op: str = "read", nts_mib: float = NTS_MIB, window: int = CHAIN_WINDOW) -> dict[str, Any]:
+    """Sequential chains of `op` and their share at or above the Natural Transfer Size (analysis/chains.py)."""
+    from ..analysis.chains import chains_report
+
+    if not nts_mib > 0:
+        raise ZtbpError("--nts-mib must be positive (the object-storage study uses 4)")
+    if window < 0:
+        raise ZtbpError("--window must be ≥ 0 (0 = unlimited)")
+    return chains_report(run.events, op, int(nts_mib * MIB), run.lba_bytes, window)
+
+
+def frag(run: Run) -> pl.DataFrame:
+    """Contiguous fragments read and written per zone and the gaps between them (analysis/frag.py)."""
+    from ..analysis.frag import frag_table
+
+    return frag_table(run.events, run.nr_zones, run.lba_bytes, run.zone_size_lba)
 
 
 def cluster(run: Run, params: ClusterParams = ClusterParams(),
             on_fit: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """DBSCAN hot zones of the run (analysis/cluster.py), kept in derived/cluster.json per parameters and trace."""
-    from .analysis.cluster import run_cluster
+    from ..analysis.cluster import run_cluster
 
     return cached(run, "cluster", params.key(), lambda: run_cluster(run.events, run.meta, params, on_fit))
 
@@ -32,16 +66,20 @@ def check_zones(run: Run, zones: list[int]) -> list[int]:
     return zones
 
 
-def simulate(run: Run, cache_mib: float, page_kib: int, hot_zones: list[int],
-             with_sweep: bool = False, general: bool = True) -> dict[str, Any]:
+def simulate(run: Run, cache_mib: float, page_kib: int, hot_zones: list[int], with_sweep: bool = False,
+             general: bool = True, policies: tuple[str, ...] | None = None) -> dict[str, Any]:
     """Hit ratios of every cache policy on the run's reads (analysis/cachesim.py); general: also libCacheSim's
-    general policies."""
-    from .analysis.cachesim import simulate as sim
+    general policies. `policies` names a subset instead (their hit ratios only, no sweep)."""
+    from ..analysis.cachesim import Trace
+    from ..analysis.cachesim import simulate as sim
 
     if not cache_mib * MIB >= page_kib * KIB > 0:
         raise ZtbpError(f"a cache of {cache_mib} MiB holds no page of {page_kib} KiB: give a cache of at least one "
                         "page (the paper's device cache is 64 MiB of 4 KiB pages)")
-    return sim(run.events, run.meta, cache_mib, page_kib, check_zones(run, hot_zones), with_sweep, general)
+    hot = check_zones(run, hot_zones)
+    if policies is not None:
+        return Trace(run.events, run.meta, page_kib).hit_ratios(cache_mib, hot, policies)
+    return sim(run.events, run.meta, cache_mib, page_kib, hot, with_sweep, general)
 
 
 def config(run: Run, cache_mib: float, page_kib: int, params: ClusterParams = ClusterParams(),
@@ -50,9 +88,9 @@ def config(run: Run, cache_mib: float, page_kib: int, params: ClusterParams = Cl
     """The run's cache configuration, learnt on the first `train_share` of its reads and judged on the rest: the
     zones found there, the five sent, their hit ratios on the held-out reads and whether to send them. Pass a
     simulation of the whole run already made (`simulate`) to reuse it when it is for the zones sent."""
-    from .analysis.cachesim import Trace, time_split
-    from .analysis.cluster import run_cluster
-    from .writeback.config import make_config, sent_zones
+    from ..analysis.cachesim import Trace, time_split
+    from ..analysis.cluster import run_cluster
+    from ..writeback.config import make_config, sent_zones
 
     if min_gain < 0 or min_gain > 1:
         raise ZtbpError(f"--min-gain {min_gain}: give a hit-ratio gain in [0, 1], e.g. 0.01")
@@ -72,7 +110,7 @@ def layers(run: Run, by: list[str] | None = None, op: str | None = None, mode: s
            ) -> dict[str, Any]:
     """The Table-I layer breakdown of a run with raw/layers.csv (analysis/layers.py), cross-checked against the
     run's NVMe trace, fio's own latency and the probe-overhead bench when the run has them."""
-    from .analysis.layers import layers_report
+    from ..analysis.layers import layers_report
 
     raw, rep = run.layers
     try:
