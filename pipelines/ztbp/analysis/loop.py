@@ -70,3 +70,12 @@ def measured_gain(this_round: dict[str, Any], previous: dict[str, Any] | None) -
     now = this_round["model"]["sent_hit_ratio"]
     before = previous["model"]["sent_hit_ratio"] if previous else this_round["model"]["lru"]
     return None if now is None or before is None else round(now - before, 4)
+
+
+def device_figures(status_before: int | None, status_after: int | None, kernel_log: str) -> dict[str, Any]:
+    """The device's side of a round: its read counter before and after (STATUS), the reads it counted between them
+    (its counter's wraps read from the kernel log), and the hit counters it printed there."""
+    dmesg = dmesg_figures(kernel_log)
+    wraps = (dmesg["counters"] or {}).get("prints", 0)
+    return {"status_before": status_before, "status_after": status_after,
+            "status_reads": status_delta(status_before, status_after, wraps), "kernel_log_counters": dmesg["counters"]}

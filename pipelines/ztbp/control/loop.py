@@ -32,7 +32,7 @@ from .. import paths, stages
 from ..acquire.capture import CaptureError, Progress, check_zoned, finish_meta, host_geometry, probe_meta, write_jobs
 from ..acquire.vm import NVMEVIRT_NOTES, Geometry, NvmevirtPlan, VmError, ensure_image, qemu_version, run_in_guest
 from ..acquire.workload import PRESETS, Workload, WorkloadOptions, user_job
-from ..analysis.loop import dmesg_figures, latency_split, measured_gain, status_delta
+from ..analysis.loop import device_figures, latency_split, measured_gain
 from ..analysis.params import CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
 from ..contract import LOOP_FORMAT, new_meta, utc_now
 from ..errors import ZtbpError
@@ -113,8 +113,8 @@ def job_text(st: LoopState, r: int) -> str:
     return wl.fio_job()
 
 
-def analyse_round(st: LoopState, r: int) -> dict[str, Any]:
-    """Finish round r's run directory, analyse it and return its loop.json entry."""
+def analyse_round(st: LoopState, r: int, guest: loopfiles.RoundFiles) -> dict[str, Any]:
+    """Finish round r's run directory, analyse it with what the guest reported and return its loop.json entry."""
     run = RunPaths(st.rnd_dir(r))
     meta = copy.deepcopy(st.meta_base)
     meta["loop"] = {"round": r, "loop_dir": "..", "zones_in_force": st.in_force}
@@ -125,10 +125,6 @@ def analyse_round(st: LoopState, r: int) -> dict[str, Any]:
     # the model runs with the zones sent after the previous round, whether the device took them or not (QEMU)
     zones_model = st.pending["hot_zones"] if st.pending else []
     sim = stages.simulate(loaded, st.req.cache_mib, st.req.page_kib, zones_model, general=False)
-    dev_env, kernel_log = loopfiles.read_round_device(st.root, r)
-    dmesg = dmesg_figures(kernel_log)
-    before, after = env_int(dev_env.get("status_before")), env_int(dev_env.get("status_after"))
-    wraps = (dmesg["counters"] or {}).get("prints", 0)
     fio = loaded.meta.get("fio", {})
     entry: dict[str, Any] = {
         "round": r, "run": run.root.name, "complete": summ["complete"],
@@ -138,8 +134,8 @@ def analyse_round(st: LoopState, r: int) -> dict[str, Any]:
         "fio": {"read_iops": fio.get("read_iops"), "p50_us": fio.get("read_clat_p50_us"),
                 "p99_us": fio.get("read_clat_p99_us"), "runtime_ms": fio.get("runtime_ms")},
         "latency": latency_split(loaded.events, st.in_force),
-        "device": {"status_before": before, "status_after": after, "status_reads": status_delta(before, after, wraps),
-                   "kernel_log_counters": dmesg["counters"]},
+        "device": device_figures(env_int(guest.device.get("status_before")), env_int(guest.device.get("status_after")),
+                                 guest.kernel_log),
         "model": {"lru": sim["lru"], "zone_lru": sim["zone_lru"] if zones_model else None,
                   "sent_zones": zones_model,
                   "sent_hit_ratio": sim["zone_lru"] if zones_model else sim["lru"]},
@@ -188,33 +184,28 @@ def loop_doc(st: LoopState, complete: bool) -> dict[str, Any]:
             "rounds": st.rounds, "stopped": st.stopped, "complete": complete, "updated": utc_now()}
 
 
-def on_round(st: LoopState, r: int) -> None:
+def on_round(st: LoopState, r: int, guest: loopfiles.RoundFiles) -> None:
     """The host's turn after round r: analyse, record, decide, hand the decision to the guest."""
-    if st.pending is not None:
-        st.pending["applied"] = loopfiles.read_applied(st.root, st.pending["round"])
-    entry = analyse_round(st, r)
+    entry = analyse_round(st, r, guest)
     action, arg = decide(st, entry)
     entry["decision"] = {"action": action, "detail": arg}
     st.rounds.append(entry)
-    write_json(st.rnd_dir(r) / "loop.json", entry)
-    write_json(st.root / "loop.json", loop_doc(st, complete=False))
-    st.progress.say(round_line(entry))
     if action == "apply":
         st.pending = {"round": r, "hot_zones": entry["config"]["hot_zones"], "held_out": entry["config"]["held_out"]}
-        loopfiles.write_job(st.root, r + 1, job_text(st, r + 1))
-        loopfiles.write_decision(st.root, r, f"apply {arg}")
-        st.progress.say(f"round {r}: sending zones {entry['config']['hot_zones']} to the device")
     else:
         st.stopped = arg
-        loopfiles.write_decision(st.root, r, f"stop {arg}")
-        st.progress.say(f"loop stops: {arg}")
+    loopfiles.write_round(st.root, r, entry, loop_doc(st, complete=False), f"{action} {arg}",
+                          job_text(st, r + 1) if action == "apply" else None)
+    st.progress.say(round_line(entry))
+    st.progress.say(f"round {r}: sending zones {entry['config']['hot_zones']} to the device" if action == "apply"
+                    else f"loop stops: {arg}")
 
 
-def after_apply(st: LoopState) -> None:
-    """Fold the last apply's result into the rounds (the zones the device holds for the next round)."""
+def after_apply(st: LoopState, res: dict[str, Any] | None) -> None:
+    """Fold the last apply's result (what the guest reported, None: nothing applied) into the rounds: the zones the
+    device holds for the next round."""
     if st.pending is None:
         return
-    res = loopfiles.read_applied(st.root, st.pending["round"])
     st.pending["applied"] = res
     if res is None:
         return
@@ -241,13 +232,13 @@ def _new_state(req: LoopRequest, root: Path, wl: Workload, lba: int, zone_bytes:
 def _handler(st: LoopState) -> Any:
     def on_line(line: str) -> None:
         m = _READY.match(line)
-        if m:
-            r = int(m.group(1))
-            if r > 1:
-                after_apply(st)
-            on_round(st, r)
-        else:
+        if not m:
             st.progress(line)
+            return
+        r = int(m.group(1))
+        guest = loopfiles.read_round(st.root, r, st.pending["round"] if st.pending else None)
+        after_apply(st, guest.applied_before)
+        on_round(st, r, guest)
     return on_line
 
 
@@ -296,8 +287,7 @@ def run_loop(req: LoopRequest) -> dict[str, Any]:
     st = _new_state(req, root, wl, lba, req.geometry.zone_bytes, nr, "/ztbp/out", progress)
     progress.say(f"loop {wl.name}: up to {req.rounds} rounds of {wl.describe_line()}, backend {req.backend} "
                  f"-> {root}")
-    write_json(root / "loop.json", loop_doc(st, complete=False))
-    loopfiles.write_job(st.root, 1, job_text(st, 1))
+    loopfiles.start_loop(root, loop_doc(st, complete=False), job_text(st, 1))
     with tempfile.TemporaryDirectory(prefix="ztbp-loop.") as tmp:
         _, pre = write_jobs(wl, Path(tmp))
         env = guest_env(wl, f"/ztbp/ctl/{pre.name}" if pre else None, req.rounds)
@@ -329,8 +319,7 @@ def _run_host(req: LoopRequest, progress: Progress) -> dict[str, Any]:
     wl = req.workload.build(device=dev, zone_bytes=zone_bytes, nr_zones=nr)
     root = new_loop_dir(wl.name if req.fio_file is None else "fio-file", req.out).resolve()
     st = _new_state(req, root, wl, lba, zone_bytes, nr, str(root), progress)
-    write_json(root / "loop.json", loop_doc(st, complete=False))
-    loopfiles.write_job(st.root, 1, job_text(st, 1))
+    loopfiles.start_loop(root, loop_doc(st, complete=False), job_text(st, 1))
     with tempfile.TemporaryDirectory(prefix="ztbp-loop.") as tmp:
         _, pre = write_jobs(wl, Path(tmp))
         env = dict(os.environ)
@@ -356,14 +345,14 @@ def _run_host(req: LoopRequest, progress: Progress) -> dict[str, Any]:
 
 
 def _finish(st: LoopState, status: int, interrupted: bool) -> dict[str, Any]:
-    after_apply(st)
+    after_apply(st, loopfiles.read_applied(st.root, st.pending["round"]) if st.pending else None)
     session = loopfiles.read_session(st.root)
     doc = loop_doc(st, complete=bool(status == 0 and not interrupted and st.stopped))
     doc["guest_status"] = status
     doc["interrupted"] = interrupted
     if session:
         doc["session"] = session
-    write_json(st.root / "loop.json", doc)
+    write_json(st.root / loopfiles.LOOP_FILE, doc)
     if interrupted:
         st.progress.say(f"interrupted: {len(st.rounds)} finished round(s) kept in {st.root}")
     elif status != 0:

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..contract import LOOP_FORMAT
 from ..errors import ZtbpError
 from ..paths import resolve_run
-from .files import env_int, read_env, write_atomic
+from .files import env_int, read_env, write_atomic, write_json
 
 LOOP_FILE = "loop.json"
 
@@ -77,9 +78,39 @@ def write_job(root: Path, r: int, text: str) -> None:
     write_atomic(d / f"job-{r:02d}.fio", text)
 
 
-def write_decision(root: Path, r: int, line: str) -> None:
-    """The host's decision after round r ("apply CONFIG" or "stop REASON"), for the guest."""
-    write_atomic(handshake(root) / f"decision-{r:02d}", line + "\n")
+def start_loop(root: Path, doc: dict[str, Any], first_job: str) -> None:
+    """A new loop's loop.json (no round yet) and the first round's fio job."""
+    write_json(root / LOOP_FILE, doc)
+    write_job(root, 1, first_job)
+
+
+def write_round(root: Path, r: int, entry: dict[str, Any], doc: dict[str, Any], decision: str,
+                next_job: str | None) -> None:
+    """Round r's record (round-NN/loop.json, then the loop's loop.json), then the hand-over to the guest: the next
+    round's fio job (when there is one) before the decision ("apply CONFIG" or "stop REASON") the guest waits for."""
+    write_json(root / f"round-{r:02d}" / LOOP_FILE, entry)
+    write_json(root / LOOP_FILE, doc)
+    if next_job is not None:
+        write_job(root, r + 1, next_job)
+    write_atomic(handshake(root) / f"decision-{r:02d}", decision + "\n")
+
+
+@dataclass(frozen=True)
+class RoundFiles:
+    """What the guest left for the host after round r: the device's STATUS answers around the round, the round's
+    kernel log, and its report of applying the decision before the round (None when nothing was applied)."""
+
+    device: dict[str, str]
+    kernel_log: str
+    applied_before: dict[str, Any] | None
+
+
+def read_round(root: Path, r: int, applied_round: int | None) -> RoundFiles:
+    """The guest's files of round r; `applied_round`: the round whose decision was applied before it."""
+    log = handshake(root) / f"dmesg-{r:02d}.txt"
+    return RoundFiles(device=read_env(handshake(root) / f"device-{r:02d}.env"),
+                      kernel_log=log.read_text(errors="replace") if log.is_file() else "",
+                      applied_before=None if applied_round is None else read_applied(root, applied_round))
 
 
 def read_applied(root: Path, r: int) -> dict[str, Any] | None:
@@ -98,12 +129,6 @@ def read_applied(root: Path, r: int) -> dict[str, Any] | None:
             "info_exit_code": env_int(env.get("info_rc")), "status_after_set": env_int(env.get("status")),
             "zones_reported": sorted(set(dmesg_zones)) if dmesg_zones else [],
             "zones_reported_from": "kernel log (ZONE CLUSTER lines at SET; INFO returns no data)"}
-
-
-def read_round_device(root: Path, r: int) -> tuple[dict[str, str], str]:
-    """The device's STATUS answers around round r (device-NN.env) and the kernel log of the round."""
-    log = handshake(root) / f"dmesg-{r:02d}.txt"
-    return read_env(handshake(root) / f"device-{r:02d}.env"), log.read_text(errors="replace") if log.is_file() else ""
 
 
 def read_session(root: Path) -> dict[str, int | None] | None:
