@@ -20,9 +20,10 @@ What the trace holds (track names in quotes):
 - "requests (layer probe)", when the run has raw/layers.csv: one track per thread, "tid T" (lanes like the zones,
   for a thread with several requests in flight), each request a slice with its layers nested inside, and a flow
   from its "device" slice to the NVMe command it caused (matched as `ztbp layers` cross-checks them).
-- Application operations (the application issue) are not captured yet. They will be one more source like the
-  layer requests: a track group of their own, one slice per operation, and a flow to each command it caused;
-  add them to `export` next to `_layer_requests` with flow ids above the layer rows'.
+- Application operations (raw/appops.csv of an application run, `ztbp capture-app`) are not in the trace: they
+  would be one more source like the layer requests — a track group of their own, one slice per operation, and a
+  flow to each command it caused (stages.appops attributes them), next to `_layer_requests` with flow ids above
+  the layer rows'.
 
 Strings are interned (event names, argument names and the op strings are written once per trace): a command
 costs about 113 bytes with its counters (slice begin 55, end 17, two queue-depth values of 21 each), against 140
@@ -316,8 +317,6 @@ def export(run: Run, out: str | os.PathLike[str], *, window_ns: tuple[int | None
         res.lanes = len(ztracks)
         res.max_lanes_per_zone = int(cmds["lane"].max()) + 1  # type: ignore[operator]
         flows = _layer_requests(w, run, ev, cmds, span, zones, res) if layers and run.has_layers else {}
-        # application operations (the application issue) join here as one more source: its own root track, a
-        # slice per operation and flows to its commands, merged into `flows` with ids above the layer rows'.
         _commands(w, cmds, ztracks, flows, progress, cmds.height)
         wp = write_pointers(ev, run.nr_zones, run.zone_size_lba, int(run.meta["zone_cap_lba"]))
         wp_zones = sorted(set(wp["zone"].unique().to_list()) & set(cmds["zone"].unique().to_list()))
