@@ -320,12 +320,13 @@ def _trace_card(trace: dict[str, Any] | None) -> str:
     if trace is None:
         return ""
     if not trace["file"]:
-        why = html.escape(trace["error"])
+        why = _esc(trace["error"])
         return f'<li class="card"><h2>Timeline <span class="fail">not written: {why}</span></h2></li>'
-    name = html.escape(trace["file"])
-    layers = f", {trace['requests']} layer-probe requests" if trace["requests"] else ""
+    name = _esc(trace["file"])
+    layers = f", {_esc(trace['requests'])} layer-probe requests" if trace["requests"] else ""
     return (f'<li class="card"><h2><a href="{name}" download>Timeline: {name}</a> <span class="ok">ok</span></h2>'
-            f"<p>The run as a Perfetto trace ({trace['mib']:.1f} MiB, {trace['commands']} commands{layers}): one "
+            f"<p>The run as a Perfetto trace ({_esc(format(trace['mib'], '.1f'))} MiB, {_esc(trace['commands'])} "
+            f"commands{layers}): one "
             "track per zone, every NVMe command a slice, write-pointer and queue-depth counters. Open it at "
             '<a href="https://ui.perfetto.dev">ui.perfetto.dev</a> ("Open trace file"; the trace stays in the '
             f"browser), or offline with Perfetto's trace processor: <code>trace_processor {name}</code>. "
@@ -368,33 +369,44 @@ ul.pages {{ list-style: none; padding: 0; }}
 """
 
 
+def _esc(value: Any) -> str:
+    """Any value read from a run or a loop, as HTML text (quotes escaped too, so it may stand in an attribute)."""
+    return html.escape(str(value))
+
+
 def index_html(rp: RunPaths, meta: dict[str, Any], pages: list[Page], trace: dict[str, Any] | None = None) -> str:
     wl = meta.get("workload", {})
     kind = "synthetic" if meta.get("synthetic") else f"traced ({meta.get('backend', '?')})"
     zone_mib = meta["zone_size_lba"] * meta["lba_bytes"] / MIB
-    meta_line = (f"{html.escape(kind)} run · workload {html.escape(str(wl.get('name', '?')))} ·\n"
-                 f"{meta['nr_zones']} zones of {zone_mib:g} MiB · {meta['lba_bytes']}-byte LBAs ·\n"
-                 f"device {html.escape(str(meta.get('device', '?')))}")
+    meta_line = (f"{_esc(kind)} run · workload {_esc(wl.get('name', '?'))} ·\n"
+                 f"{_esc(meta['nr_zones'])} zones of {_esc(format(zone_mib, 'g'))} MiB · "
+                 f"{_esc(meta['lba_bytes'])}-byte LBAs ·\n"
+                 f"device {_esc(meta.get('device', '?'))}")
     return _index_page(rp.run_id, meta_line, _cards(pages) + "\n" + _trace_card(trace))
 
 
 def loop_index_html(name: str, doc: dict[str, Any], pages: list[Page], round_pages: set[str] | None = None) -> str:
     wl = doc.get("workload") or {}
-    meta_line = (f"closed loop on {html.escape(str(doc.get('backend')))} · workload "
-                 f"{html.escape(str(wl.get('name', '?')))} · {len(doc['rounds'])} of {doc.get('rounds_asked')} "
-                 f"rounds · stopped: {html.escape(str(doc.get('stopped') or 'not by its rule'))}")
+    meta_line = (f"closed loop on {_esc(doc.get('backend'))} · workload "
+                 f"{_esc(wl.get('name', '?'))} · {len(doc['rounds'])} of {_esc(doc.get('rounds_asked'))} "
+                 f"rounds · stopped: {_esc(doc.get('stopped') or 'not by its rule')}")
     items = []
     for e in doc["rounds"]:
-        run = html.escape(e["run"])
+        run = _esc(e["run"])
         cfg = e.get("config") or {}
-        what = (f"round {e['round']}: {e['read_rows']:,} read rows for {e['fio_reads']:,} fio reads, lost "
-                f"{e['lost']:,}; config {cfg.get('hot_zones')} "
+        what = (f"round {e['round']}: {_count(e['read_rows'])} read rows for {_count(e['fio_reads'])} fio reads, "
+                f"lost {_count(e['lost'])}; config {cfg.get('hot_zones')} "
                 f"{'recommended' if cfg.get('recommend') else 'not recommended'}")
         link = (f'<a href="{run}/index.html">{run}</a>' if round_pages and e["run"] in round_pages
                 else f"<code>{run}/</code> (<code>ztbp report LOOP/{run}</code>)")
-        items.append(f"<li>{link}: {html.escape(what)}</li>")
+        items.append(f"<li>{link}: {_esc(what)}</li>")
     rounds_card = f'<li class="card"><h2>Rounds</h2><ul>{"".join(items)}</ul></li>'
     return _index_page(name, meta_line, _cards(pages) + "\n" + rounds_card)
+
+
+def _count(value: Any) -> str:
+    """A count with thousands separators; a value that is not a number (a hand-edited file) as it is."""
+    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
