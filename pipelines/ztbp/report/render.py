@@ -280,7 +280,7 @@ def render_loop(loop_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str
                 log: Callable[[str], None] = print, rounds: bool = False) -> dict[str, Any]:
     """The report of a loop directory: the loop notebook(s) and an index with the loop's rounds; with `rounds`,
     each round's run report too (the run notebooks, in round-NN/ of the report folder, linked from the index)."""
-    from ..io.loop import read_loop
+    from ..io.loop import read_loop, round_dir
 
     doc = read_loop(loop_dir)  # checked before any kernel starts
     root = Path(doc["dir"]).resolve()
@@ -290,8 +290,9 @@ def render_loop(loop_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str
     out = Path(out_dir) if out_dir else REPORTS / root.name
     round_reports = []
     if rounds:
-        for e in doc["rounds"]:
-            res = render(root / e["run"], out / e["run"], log=log, perfetto=False)
+        runs = [round_dir(root, e["run"]) for e in doc["rounds"]]  # every one checked before any kernel starts
+        for run_dir in runs:
+            res = render(run_dir, out / run_dir.name, log=log, perfetto=False)
             round_reports.append(res)
     pages = _run_pages(nbs, declared, parameters, {"loop_dir": str(root)}, out, f"loop {root.name}", timeout, log)
     index = out / "index.html"
