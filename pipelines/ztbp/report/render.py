@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ZtbpError
+from ..io.files import check_target, write_atomic
 from ..io.run import load
 from ..paths import NOTEBOOKS, REPORTS, ROOT, RUNS, RunPaths
 from ..present.figures import REPORT_ENV
@@ -178,8 +179,8 @@ def write_plotlyjs(out: Path) -> Path:
 
     js = get_plotlyjs()
     path = out / PLOTLY_JS
-    if not path.is_file() or path.stat().st_size != len(js.encode()):
-        path.write_text(js)
+    if path.is_symlink() or not path.is_file() or path.stat().st_size != len(js.encode()):
+        write_atomic(path, js)
     return path
 
 
@@ -212,7 +213,8 @@ def _run_pages(nbs: list[Path], declared: dict[Path, set[str]], parameters: dict
         for path in nbs:
             nb_params = {k: v for k, v in parameters.items() if k in declared[path]}
             nb_params.update({k: v for k, v in first.items() if k in declared[path]})
-            executed = out / path.name
+            executed = check_target(out / path.name)
+            page_file = check_target(out / f"{path.stem}.html")
             t0 = time.monotonic()
             log(f"report: {label}: running {path.name} ...")
             err = ""
@@ -232,7 +234,7 @@ def _run_pages(nbs: list[Path], declared: dict[Path, set[str]], parameters: dict
             page.ok = not page.error
             body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": f"{title} — {label}"},
                                                                  "ztbp_title": f"{title} — {label}"})
-            (out / f"{path.stem}.html").write_text(body)
+            write_atomic(page_file, body)
             log(f"report: {label}: {path.stem}.html {'ok' if page.ok else 'FAILED: ' + page.error} "
                 f"({page.seconds:.1f} s)")
             pages.append(page)
@@ -270,7 +272,7 @@ def render(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | No
                        timeout, log)
     trace = timeline_trace(run, out, log) if perfetto else None
     index = out / "index.html"
-    index.write_text(index_html(rp, meta, pages, trace))
+    write_atomic(index, index_html(rp, meta, pages, trace))
     return {"run": rp.run_id, "out": str(out), "index": str(index), "ok": all(p.ok for p in pages), "trace": trace,
             "pages": _pages_json(pages)}
 
@@ -296,7 +298,7 @@ def render_loop(loop_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str
             round_reports.append(res)
     pages = _run_pages(nbs, declared, parameters, {"loop_dir": str(root)}, out, f"loop {root.name}", timeout, log)
     index = out / "index.html"
-    index.write_text(loop_index_html(root.name, doc, pages, {r["run"] for r in round_reports if r["ok"]}))
+    write_atomic(index, loop_index_html(root.name, doc, pages, {r["run"] for r in round_reports if r["ok"]}))
     ok = all(p.ok for p in pages) and all(r["ok"] for r in round_reports)
     return {"run": root.name, "out": str(out), "index": str(index), "ok": ok, "trace": None,
             "pages": _pages_json(pages), "rounds": [{"run": r["run"], "index": r["index"], "ok": r["ok"]}
