@@ -4,9 +4,12 @@ traced device."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ztbp.acquire.workload import FIO_ENGINES, FIO_OPTIONS, check_fio_options, user_job
+from ztbp.cli import main
 from ztbp.errors import ZtbpError
 
 DEV = "/dev/nvme0n1"
@@ -90,3 +93,19 @@ def test_the_allow_list_holds_no_option_that_reaches_outside_the_job() -> None:
              "verify_state_save", "verify_state_load", "write_bw_log", "write_lat_log", "write_iops_log",
              "write_hist_log", "cgroup", "uid", "gid", "daemonize", "allow_file_create", "nrfiles"}
     assert not risky & FIO_OPTIONS
+
+
+def test_cli_loop_refuses_the_job_before_anything_starts(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import ztbp.control.loop as control
+
+    def boom(*_: object) -> None:
+        raise AssertionError("the loop started")
+
+    monkeypatch.setattr(control, "run_loop", boom)
+    job = tmp_path / "job.fio"
+    job.write_text("[a]\nrw=randread\nexec_prerun=touch /tmp/pwned\n")
+    rc = main(["loop", "paper80", "--fio-file", str(job), "--out", str(tmp_path / "loop")])
+    err = capsys.readouterr().err
+    assert rc != 0 and len(err.strip().splitlines()) == 1 and "'exec_prerun' is not allowed" in err, err
+    assert not (tmp_path / "loop").exists()
