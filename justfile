@@ -76,18 +76,18 @@ ci: test
 # write a synthetic run: just synth runs/synth-paper80 paper80 1000000
 [group('analyse')]
 synth RUN="runs/synth-paper80" PATTERN="paper80" READS="1000000" SEED="1": setup
-    {{ZTBP}} synth {{RUN}} --pattern {{PATTERN}} --reads {{READS}} --seed {{SEED}}
+    {{ZTBP}} synth {{quote(RUN)}} --pattern {{quote(PATTERN)}} --reads {{quote(READS)}} --seed {{quote(SEED)}}
 
 # every analysis of one run, as JSON files in RUN/derived/ and a summary on the terminal
 [group('analyse')]
 analyse RUN: setup
-    {{ZTBP}} ingest {{RUN}}
-    {{ZTBP}} zones {{RUN}} --top 8
-    {{ZTBP}} chains {{RUN}}
-    {{ZTBP}} frag {{RUN}} | head -3
-    {{ZTBP}} cluster {{RUN}}
-    {{ZTBP}} cachesim {{RUN}}
-    {{ZTBP}} config {{RUN}} -o {{RUN}}/derived/cache-config.json
+    {{ZTBP}} ingest {{quote(RUN)}}
+    {{ZTBP}} zones {{quote(RUN)}} --top 8
+    {{ZTBP}} chains {{quote(RUN)}}
+    {{ZTBP}} frag {{quote(RUN)}} | head -3
+    {{ZTBP}} cluster {{quote(RUN)}}
+    {{ZTBP}} cachesim {{quote(RUN)}}
+    {{ZTBP}} config {{quote(RUN)}} -o {{quote(RUN / "derived" / "cache-config.json")}}
 
 # build the ioctl helper tools/ztbp-ctl/build/ztbp-ctl (C11, warnings as errors)
 [group('device')]
@@ -97,7 +97,7 @@ build:
 # fuzz ztbp-ctl's config parser and command line with libFuzzer (clang, ASan+UBSan) for SECONDS, one process
 [group('device')]
 fuzz SECONDS="600":
-    make -s -C tools/ztbp-ctl fuzz-run FUZZ_SECONDS={{SECONDS}}
+    make -s -C tools/ztbp-ctl fuzz-run FUZZ_SECONDS={{ if SECONDS =~ '^[0-9]+$' { quote(SECONDS) } else { error("SECONDS must be a whole number of seconds, e.g. 600") } }}
 
 # write RUN's cache config and send its five best zones to DEV with ztbp-ctl set (dry run when DEV is empty); a config that says "recommend": false is refused (exit code 16) unless FORCE is non-empty
 [group('device')]
@@ -106,18 +106,21 @@ apply RUN="runs/synth-paper80" DEV="" FORCE="": setup build
 
 # run every notebook on RUN (papermill) and write the offline HTML report reports/<run-id>/index.html; ARGS: -f params.yaml, -p NAME VALUE, -o DIR, --only 1,6
 [group('report')]
+[positional-arguments]
 report RUN="tests/data/runs/sample-paper80" *ARGS: setup
-    {{ZTBP}} report {{quote(RUN)}} {{ARGS}}
+    {{ZTBP}} report {{quote(RUN)}} "${@:2}"
 
 # write RUN as a Perfetto trace, by default next to its report: reports/<run-id>/<run-id>.pftrace (open it at ui.perfetto.dev); ARGS: --window 1s:1.5s, --zones 1,7, --check
 [group('report')]
+[positional-arguments]
 perfetto RUN="tests/data/runs/sample-paper80" OUT="" *ARGS: setup
-    {{ZTBP}} perfetto {{quote(RUN)}} -o {{ if OUT == "" { quote("reports" / file_name(RUN) / file_name(RUN) + ".pftrace") } else { quote(OUT) } }} {{ARGS}}
+    {{ZTBP}} perfetto {{quote(RUN)}} -o {{ if OUT == "" { quote("reports" / file_name(RUN) / file_name(RUN) + ".pftrace") } else { quote(OUT) } }} "${@:3}"
 
 # the HTML report of every run in runs/
 [group('report')]
+[positional-arguments]
 report-all *ARGS: setup
-    {{ZTBP}} report --all {{ARGS}}
+    {{ZTBP}} report --all "$@"
 
 # open JupyterLab on notebooks/ (package importable; every parameters cell preselects the sample run)
 [group('report')]
@@ -127,41 +130,45 @@ notebook: setup
 # build (or reuse) the cached guest image of SUITE (bookworm: Debian 12, Linux 6.1; trixie: Debian 13, Linux 6.12) by mmdebstrap, kernel + initrd + ext4 (~2 min once)
 [group('capture')]
 image SUITE="bookworm": deps
-    bash vm/image.sh --suite {{SUITE}}
+    bash vm/image.sh --suite {{quote(SUITE)}}
 
 # trace WORKLOAD (paper80, paper60, uniform, zipf, seqwrite, mixed) in the QEMU VM into runs/<UTC time>-<WORKLOAD>/; ARGS: e.g. --zones 128 --jobs 8
 [group('capture')]
+[positional-arguments]
 capture WORKLOAD="paper80" READS="1000000" *ARGS: setup deps
-    {{ZTBP}} capture {{quote(WORKLOAD)}} --reads {{READS}} {{ARGS}}
+    {{ZTBP}} capture {{quote(WORKLOAD)}} --reads {{quote(READS)}} "${@:3}"
 
 # trace WORKLOAD on a real zoned drive DEV of this machine (root; refuses writes without --destructive in ARGS)
 [group('capture')]
+[positional-arguments]
 capture-host DEV WORKLOAD="paper80" *ARGS: setup
-    {{ZTBP}} capture-host {{quote(DEV)}} {{quote(WORKLOAD)}} {{ARGS}}
+    {{ZTBP}} capture-host {{quote(DEV)}} {{quote(WORKLOAD)}} "${@:3}"
 
 # closed loop in one VM boot: capture WORKLOAD, analyse, send the hot zones, capture again (ROUNDS rounds of READS reads; CACHE_MIB: the model's cache, small enough for READS to evict); ARGS: e.g. --backend nvmevirt --nvmevirt-ko nvmev.ko, --fio-file FILE, --host DEV
 [group('capture')]
+[positional-arguments]
 loop WORKLOAD="paper80" ROUNDS="3" READS="20000" CACHE_MIB="16" *ARGS: setup deps build
-    {{ZTBP}} loop {{quote(WORKLOAD)}} --rounds {{ROUNDS}} --reads {{READS}} --cache-mib {{CACHE_MIB}} {{ARGS}}
+    {{ZTBP}} loop {{quote(WORKLOAD)}} --rounds {{quote(ROUNDS)}} --reads {{quote(READS)}} --cache-mib {{quote(CACHE_MIB)}} "${@:5}"
 
 # an interactive root shell in the guest (repository at /ztbp/src, zoned namespace /dev/nvme0n1); power off with: echo o > /proc/sysrq-trigger
 [group('capture')]
 vm-shell ZONES="64": deps build
-    bash vm/vmtest.sh --interactive --zones {{ZONES}}
+    bash vm/vmtest.sh --interactive --zones {{quote(ZONES)}}
 
 # probe overhead: fio IOPS with and without PROBE (in probes/) in one VM boot, ROUNDS alternated rounds each
 [group('capture')]
 bench-probe ROUNDS="5" READS="200000" PROBE="nvme_zone.bt": deps
-    bash vm/bench-probe.sh --rounds {{ROUNDS}} --reads {{READS}} --probe {{quote(PROBE)}}
+    bash vm/bench-probe.sh --rounds {{quote(ROUNDS)}} --reads {{quote(READS)}} --probe {{quote(PROBE)}}
 
 # main job, the whole loop on the default set-up: capture paper80 in the VM (READS reads a round; the paper's 1,000,000 take a few minutes here under TCG), analyse, decide, apply, capture again (ROUNDS rounds in one boot; QEMU's namespace refuses the send, so each configuration is scored out of sample on the next round; ARGS such as `--backend nvmevirt --nvmevirt-ko nvmev.ko` give a device that acts on it), then the HTML report (the loop's page, each round's pages) and where it is
 [group('capture')]
+[positional-arguments]
 run READS="1000000" ROUNDS="2" *ARGS: setup deps image build
     #!/usr/bin/env bash
     set -euo pipefail
     runs="$({{PY}} -c 'from ztbp import paths; print(paths.RUNS)')"
     loop="$runs/$(date -u +%Y%m%dT%H%M%SZ)-loop-paper80"
-    {{ZTBP}} loop paper80 --rounds {{ROUNDS}} --reads {{READS}} --out "$loop" {{ARGS}}
+    {{ZTBP}} loop paper80 --rounds {{quote(ROUNDS)}} --reads {{quote(READS)}} --out "$loop" "${@:3}"
     {{ZTBP}} report "$loop" --rounds
     echo "run: the HTML report is $({{PY}} -c 'from ztbp import paths; print(paths.REPORTS)')/$(basename "$loop")/index.html"
 
@@ -171,7 +178,7 @@ capture-layers FS="raw" ENGINE="psync" IODEPTH="" RUNTIME="5": setup deps
     #!/usr/bin/env bash
     set -euo pipefail
     runs="$({{PY}} -c 'from ztbp import paths; print(paths.RUNS)')"
-    run="$runs/$(date -u +%Y%m%dT%H%M%SZ)-layers-{{FS}}-{{ENGINE}}"
+    run="$runs/$(date -u +%Y%m%dT%H%M%SZ)-layers-"{{quote(FS)}}-{{quote(ENGINE)}}
     {{ZTBP}} capture-layers --out "$run" --fs {{quote(FS)}} --engine {{quote(ENGINE)}} --runtime {{quote(RUNTIME)}} {{ if IODEPTH == "" { "" } else { "--iodepth " + quote(IODEPTH) } }}
     {{ZTBP}} layers "$run" --by op,size
     {{ZTBP}} opcodes "$run"

@@ -11,6 +11,7 @@ from ..acquire.patterns import PATTERNS
 from ..acquire.vm import SUITES
 from ..acquire.workload import PAPER_HOT_ZONES, PAPER_READS, PRESETS, READ_REGION, WorkloadError, WorkloadOptions
 from ..errors import ZtbpError
+from ..io.files import write_atomic
 from ..units import MIB, parse_size, parse_zone_list
 from .common import add_backend_args
 
@@ -40,14 +41,14 @@ def _workload(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.parent and not out.parent.exists():
         raise WorkloadError(f"folder {out.parent} does not exist; create it or choose another -o path")
-    out.write_text(wl.fio_job())
+    write_atomic(out, wl.fio_job())
     print(f"wrote {out}: {wl.name}, {wl.describe_line()}")
     if args.prefill:
         pre = wl.prefill_job()
         if pre is None:
             print(f"{wl.name} reads nothing: no prefill job")
         else:
-            Path(args.prefill).write_text(pre)
+            write_atomic(Path(args.prefill), pre)
             print(f"wrote {args.prefill}: prefill of zones {wl.prefill_zones.start}..{wl.prefill_zones.stop - 1}")
     return 0
 

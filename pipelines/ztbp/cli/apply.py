@@ -13,7 +13,9 @@ def _apply(args: argparse.Namespace) -> int:
     from .. import stages
     from ..io.run import load
     from ..present.text import apply_text
-    from ..writeback.ctl import apply
+    from ..writeback.ctl import apply, check_device
+
+    check_device(args.device)  # before the configuration is computed
 
     run = load(args.run)
     cfg = stages.config(run, args.cache_mib, args.page_kib, cluster_params(args), args.train_share, args.min_gain)

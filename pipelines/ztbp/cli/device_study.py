@@ -17,6 +17,7 @@ from ..analysis.devparams import (
     ProfileParams,
 )
 from ..errors import ZtbpError
+from ..io.files import write_atomic
 from ..units import MIB, parse_size, parse_zone_list
 from . import emit
 from .common import add_backend_args, add_run
@@ -98,7 +99,7 @@ def _profile(args: argparse.Namespace) -> int:
     doc = run_profile(req, runner, out, echo)
     fig = profile_heatmap(doc)
     if hasattr(fig, "write_html"):
-        fig.write_html(out / "heatmap.html", include_plotlyjs=True)
+        write_atomic(out / "heatmap.html", fig.to_html(include_plotlyjs=True))
     emit(doc, args.json, profile_text(doc, str(out)))
     return 0
 

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import ZtbpError
+from ..io.files import check_target
 from ..units import parse_window, parse_zone_list
 from . import emit
 from .common import add_run, progress_bar
@@ -22,6 +23,7 @@ def _perfetto(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else Path(f"{run.run_id}.pftrace")
     if out.is_dir():
         raise ZtbpError(f"-o {out} is a directory; give a file name, e.g. {out / (run.run_id + '.pftrace')}")
+    check_target(out)
     window = parse_window(args.window) if args.window else None
     zones = parse_zone_list(args.zones, "--zones") if args.zones else None
     bar = progress_bar(not args.json and sys.stderr.isatty(), "perfetto", "cmd")

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..acquire.workload import PRESETS
+from ..acquire.workload import PRESETS, user_job
 from ..analysis.params import CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
 from ..units import parse_size
 from .acquire import add_workload_options, workload_options
@@ -27,6 +27,8 @@ def _loop(args: argparse.Namespace) -> int:
                       host_device=args.host, fio_file=Path(args.fio_file) if args.fio_file else None,
                       cache_mib=args.cache_mib, page_kib=args.page_kib, out=args.out, timeout=args.timeout,
                       verbose=args.verbose)
+    if req.fio_file is not None and req.fio_file.is_file():  # refused before a VM boots or a device is touched
+        user_job(req.fio_file.read_text(errors="replace"), "/dev/null")
     doc = run_loop(req)
     if args.json:
         json.dump(doc, sys.stdout, indent=2, default=str)

@@ -6,25 +6,56 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..errors import ZtbpError
 
 
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write `path` whole: a temporary file of a unique name beside it, then renamed over it. A target that exists
-    and is not a regular file (a link, a device, a folder) is refused, never replaced."""
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+#: Mode of a new output file, as open() would give it (mkstemp's temporary files are 0600).
+NEW_FILE_MODE = 0o666 & ~_umask()
+
+
+def check_target(path: Path) -> Path:
+    """`path` as a target an output may replace: missing, or a regular file. A link (even to a regular file) or
+    any other kind of file (a device, a folder, a pipe) is refused, so an output never replaces it or follows it
+    out of its folder."""
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise ZtbpError(f"{path} exists and is not a regular file; give another output path")
+    return path
+
+
+@contextmanager
+def atomic_writer(path: Path) -> Iterator[BinaryIO]:
+    """A binary file that becomes `path` whole when the block ends: a new temporary file of a unique name beside
+    it (never an existing one), renamed over it; removed when the block fails. The target is checked with
+    check_target first."""
+    check_target(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, NEW_FILE_MODE)
         with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
+            yield f
+        check_target(path)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write `path` whole (atomic_writer): a target that exists and is not a regular file (a link, a device, a
+    folder) is refused, never replaced."""
+    with atomic_writer(path) as f:
+        f.write(data.encode() if isinstance(data, str) else data)
 
 
 def write_json(path: Path, obj: Any) -> None:

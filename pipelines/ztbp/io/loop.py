@@ -34,6 +34,22 @@ def is_loop_dir(path: str | os.PathLike[str]) -> bool:
         return False
 
 
+def is_plain_name(name: object) -> bool:
+    """Whether `name` (read from a file) names an entry of one folder: a string without a path separator or NUL,
+    not empty, "." or ".."."""
+    return (isinstance(name, str) and name not in ("", ".", "..") and not any(c in name for c in "/\\\0"))
+
+
+def round_dir(root: Path, name: str) -> Path:
+    """The folder of a round's run inside the loop directory `root`; a name that is not a plain name, or that
+    does not lead to a real folder directly inside `root` (a link out of it, a file), is refused."""
+    d = root / name
+    if not is_plain_name(name) or d.is_symlink() or not d.is_dir() or d.resolve().parent != root.resolve():
+        raise LoopFileError(f"{root / LOOP_FILE}: round run {name!r} is not a folder inside {root}; a round's run "
+                            "must be the plain name of one of its folders")
+    return d
+
+
 def read_loop(path: str | os.PathLike[str]) -> dict[str, Any]:
     """loop.json of a loop directory (a path or an id under runs/), checked; `dir` is added."""
     root = resolve_run(path).root
@@ -58,6 +74,9 @@ def read_loop(path: str | os.PathLike[str]) -> dict[str, Any]:
     for i, e in enumerate(rounds, start=1):
         if not isinstance(e, dict) or e.get("round") != i:
             raise LoopFileError(f"{f}: entry {i} of `rounds` is not round {i}; the file was edited by hand?")
+        if not is_plain_name(e.get("run")):
+            raise LoopFileError(f"{f}: round {i} names its run {e.get('run')!r}, not the plain name of a folder in "
+                                f"{root} (e.g. round-{i:02d}); fix or remove loop.json")
     doc = dict(doc)
     doc["dir"] = str(Path(root))
     return doc

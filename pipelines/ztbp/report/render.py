@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ZtbpError
+from ..io.files import check_target, write_atomic
 from ..io.run import load
 from ..paths import NOTEBOOKS, REPORTS, ROOT, RUNS, RunPaths
 from ..present.figures import REPORT_ENV
@@ -178,8 +179,8 @@ def write_plotlyjs(out: Path) -> Path:
 
     js = get_plotlyjs()
     path = out / PLOTLY_JS
-    if not path.is_file() or path.stat().st_size != len(js.encode()):
-        path.write_text(js)
+    if path.is_symlink() or not path.is_file() or path.stat().st_size != len(js.encode()):
+        write_atomic(path, js)
     return path
 
 
@@ -212,7 +213,8 @@ def _run_pages(nbs: list[Path], declared: dict[Path, set[str]], parameters: dict
         for path in nbs:
             nb_params = {k: v for k, v in parameters.items() if k in declared[path]}
             nb_params.update({k: v for k, v in first.items() if k in declared[path]})
-            executed = out / path.name
+            executed = check_target(out / path.name)
+            page_file = check_target(out / f"{path.stem}.html")
             t0 = time.monotonic()
             log(f"report: {label}: running {path.name} ...")
             err = ""
@@ -232,7 +234,7 @@ def _run_pages(nbs: list[Path], declared: dict[Path, set[str]], parameters: dict
             page.ok = not page.error
             body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": f"{title} — {label}"},
                                                                  "ztbp_title": f"{title} — {label}"})
-            (out / f"{path.stem}.html").write_text(body)
+            write_atomic(page_file, body)
             log(f"report: {label}: {path.stem}.html {'ok' if page.ok else 'FAILED: ' + page.error} "
                 f"({page.seconds:.1f} s)")
             pages.append(page)
@@ -270,7 +272,7 @@ def render(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | No
                        timeout, log)
     trace = timeline_trace(run, out, log) if perfetto else None
     index = out / "index.html"
-    index.write_text(index_html(rp, meta, pages, trace))
+    write_atomic(index, index_html(rp, meta, pages, trace))
     return {"run": rp.run_id, "out": str(out), "index": str(index), "ok": all(p.ok for p in pages), "trace": trace,
             "pages": _pages_json(pages)}
 
@@ -280,7 +282,7 @@ def render_loop(loop_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str
                 log: Callable[[str], None] = print, rounds: bool = False) -> dict[str, Any]:
     """The report of a loop directory: the loop notebook(s) and an index with the loop's rounds; with `rounds`,
     each round's run report too (the run notebooks, in round-NN/ of the report folder, linked from the index)."""
-    from ..io.loop import read_loop
+    from ..io.loop import read_loop, round_dir
 
     doc = read_loop(loop_dir)  # checked before any kernel starts
     root = Path(doc["dir"]).resolve()
@@ -290,12 +292,13 @@ def render_loop(loop_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str
     out = Path(out_dir) if out_dir else REPORTS / root.name
     round_reports = []
     if rounds:
-        for e in doc["rounds"]:
-            res = render(root / e["run"], out / e["run"], log=log, perfetto=False)
+        runs = [round_dir(root, e["run"]) for e in doc["rounds"]]  # every one checked before any kernel starts
+        for run_dir in runs:
+            res = render(run_dir, out / run_dir.name, log=log, perfetto=False)
             round_reports.append(res)
     pages = _run_pages(nbs, declared, parameters, {"loop_dir": str(root)}, out, f"loop {root.name}", timeout, log)
     index = out / "index.html"
-    index.write_text(loop_index_html(root.name, doc, pages, {r["run"] for r in round_reports if r["ok"]}))
+    write_atomic(index, loop_index_html(root.name, doc, pages, {r["run"] for r in round_reports if r["ok"]}))
     ok = all(p.ok for p in pages) and all(r["ok"] for r in round_reports)
     return {"run": root.name, "out": str(out), "index": str(index), "ok": ok, "trace": None,
             "pages": _pages_json(pages), "rounds": [{"run": r["run"], "index": r["index"], "ok": r["ok"]}
@@ -320,12 +323,13 @@ def _trace_card(trace: dict[str, Any] | None) -> str:
     if trace is None:
         return ""
     if not trace["file"]:
-        why = html.escape(trace["error"])
+        why = _esc(trace["error"])
         return f'<li class="card"><h2>Timeline <span class="fail">not written: {why}</span></h2></li>'
-    name = html.escape(trace["file"])
-    layers = f", {trace['requests']} layer-probe requests" if trace["requests"] else ""
+    name = _esc(trace["file"])
+    layers = f", {_esc(trace['requests'])} layer-probe requests" if trace["requests"] else ""
     return (f'<li class="card"><h2><a href="{name}" download>Timeline: {name}</a> <span class="ok">ok</span></h2>'
-            f"<p>The run as a Perfetto trace ({trace['mib']:.1f} MiB, {trace['commands']} commands{layers}): one "
+            f"<p>The run as a Perfetto trace ({_esc(format(trace['mib'], '.1f'))} MiB, {_esc(trace['commands'])} "
+            f"commands{layers}): one "
             "track per zone, every NVMe command a slice, write-pointer and queue-depth counters. Open it at "
             '<a href="https://ui.perfetto.dev">ui.perfetto.dev</a> ("Open trace file"; the trace stays in the '
             f"browser), or offline with Perfetto's trace processor: <code>trace_processor {name}</code>. "
@@ -368,33 +372,44 @@ ul.pages {{ list-style: none; padding: 0; }}
 """
 
 
+def _esc(value: Any) -> str:
+    """Any value read from a run or a loop, as HTML text (quotes escaped too, so it may stand in an attribute)."""
+    return html.escape(str(value))
+
+
 def index_html(rp: RunPaths, meta: dict[str, Any], pages: list[Page], trace: dict[str, Any] | None = None) -> str:
     wl = meta.get("workload", {})
     kind = "synthetic" if meta.get("synthetic") else f"traced ({meta.get('backend', '?')})"
     zone_mib = meta["zone_size_lba"] * meta["lba_bytes"] / MIB
-    meta_line = (f"{html.escape(kind)} run · workload {html.escape(str(wl.get('name', '?')))} ·\n"
-                 f"{meta['nr_zones']} zones of {zone_mib:g} MiB · {meta['lba_bytes']}-byte LBAs ·\n"
-                 f"device {html.escape(str(meta.get('device', '?')))}")
+    meta_line = (f"{_esc(kind)} run · workload {_esc(wl.get('name', '?'))} ·\n"
+                 f"{_esc(meta['nr_zones'])} zones of {_esc(format(zone_mib, 'g'))} MiB · "
+                 f"{_esc(meta['lba_bytes'])}-byte LBAs ·\n"
+                 f"device {_esc(meta.get('device', '?'))}")
     return _index_page(rp.run_id, meta_line, _cards(pages) + "\n" + _trace_card(trace))
 
 
 def loop_index_html(name: str, doc: dict[str, Any], pages: list[Page], round_pages: set[str] | None = None) -> str:
     wl = doc.get("workload") or {}
-    meta_line = (f"closed loop on {html.escape(str(doc.get('backend')))} · workload "
-                 f"{html.escape(str(wl.get('name', '?')))} · {len(doc['rounds'])} of {doc.get('rounds_asked')} "
-                 f"rounds · stopped: {html.escape(str(doc.get('stopped') or 'not by its rule'))}")
+    meta_line = (f"closed loop on {_esc(doc.get('backend'))} · workload "
+                 f"{_esc(wl.get('name', '?'))} · {len(doc['rounds'])} of {_esc(doc.get('rounds_asked'))} "
+                 f"rounds · stopped: {_esc(doc.get('stopped') or 'not by its rule')}")
     items = []
     for e in doc["rounds"]:
-        run = html.escape(e["run"])
+        run = _esc(e["run"])
         cfg = e.get("config") or {}
-        what = (f"round {e['round']}: {e['read_rows']:,} read rows for {e['fio_reads']:,} fio reads, lost "
-                f"{e['lost']:,}; config {cfg.get('hot_zones')} "
+        what = (f"round {e['round']}: {_count(e['read_rows'])} read rows for {_count(e['fio_reads'])} fio reads, "
+                f"lost {_count(e['lost'])}; config {cfg.get('hot_zones')} "
                 f"{'recommended' if cfg.get('recommend') else 'not recommended'}")
         link = (f'<a href="{run}/index.html">{run}</a>' if round_pages and e["run"] in round_pages
                 else f"<code>{run}/</code> (<code>ztbp report LOOP/{run}</code>)")
-        items.append(f"<li>{link}: {html.escape(what)}</li>")
+        items.append(f"<li>{link}: {_esc(what)}</li>")
     rounds_card = f'<li class="card"><h2>Rounds</h2><ul>{"".join(items)}</ul></li>'
     return _index_page(name, meta_line, _cards(pages) + "\n" + rounds_card)
+
+
+def _count(value: Any) -> str:
+    """A count with thousands separators; a value that is not a number (a hand-edited file) as it is."""
+    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"

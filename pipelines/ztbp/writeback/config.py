@@ -15,6 +15,7 @@ from typing import Any
 from ..analysis.params import ClusterParams
 from ..contract import CONFIG_FORMAT, utc_now
 from ..errors import FormatError, ZtbpError
+from ..io.files import check_target, write_atomic
 
 #: The device protocol takes at most this many zones per SET (cdw11..cdw15).
 DEVICE_MAX_ZONES = 5
@@ -73,21 +74,20 @@ def make_config(meta: dict[str, Any], run_id: str, cluster: dict[str, Any], pred
 
 
 def check_output(out: Path) -> Path:
-    """A path a configuration can be written to (checked before anything is computed)."""
-    if out.is_dir():
+    """A path a configuration can be written to (checked before anything is computed): not a folder, a link or
+    a device."""
+    if out.is_dir() and not out.is_symlink():
         raise ZtbpError(f"{out} is a directory; give a file name, e.g. {out / 'cache-config.json'}")
     parent = next((p for p in out.parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
         raise ZtbpError(f"cannot write {out}: {parent} is a file, not a folder")
-    return out
+    return check_target(out)
 
 
 def write_config(cfg: dict[str, Any], out: Path) -> Path:
     check_output(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(cfg, indent=2) + "\n")
-    tmp.replace(out)
+    write_atomic(out, json.dumps(cfg, indent=2) + "\n")
     return out
 
 

@@ -40,14 +40,23 @@ def ensure_ctl() -> Path:
     return CTL
 
 
+def check_device(dev: str | None) -> None:
+    """A device path for ztbp-ctl: one that starts with '-' would read as an option (`--device=--dry-run`)."""
+    if dev and dev.startswith("-"):
+        raise ZtbpError(f"--device {dev!r} starts with '-', which ztbp-ctl would read as an option; give the device "
+                        "path, e.g. /dev/nvme0n1")
+
+
 def apply(run: RunPaths, cfg: dict[str, Any], dev: str | None = None, force: bool = False) -> dict[str, Any]:
     """Write cfg as the run's derived/cache-config.json and send its five best zones to `dev` with ztbp-ctl
     (a dry run when dev is None or empty: nothing is sent). ztbp-ctl refuses a configuration that says
     "recommend": false (exit code 16) unless force."""
+    check_device(dev)
     cfg_path = write_config(cfg, run.cache_config)
     ctl = ensure_ctl()
-    target = ["--dry-run"] if not dev else [dev]
-    argv = [str(ctl), "set", *target, "--top5", "--config", str(cfg_path), "--json", *(["--force"] if force else [])]
+    options = ["--top5", "--config", str(cfg_path), "--json", *(["--force"] if force else [])]
+    # the device goes after `--`, where ztbp-ctl never reads an option
+    argv = [str(ctl), "set", *options, *(["--dry-run"] if not dev else ["--", dev])]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=CTL_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -56,8 +65,8 @@ def apply(run: RunPaths, cfg: dict[str, Any], dev: str | None = None, force: boo
         out = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else None
     except json.JSONDecodeError:
         out = None
-    shown = ["ztbp-ctl", "set", *target, "--top5", "--config", "derived/cache-config.json", "--json",
-             *(["--force"] if force else [])]
+    shown = ["ztbp-ctl", "set", *(["--dry-run"] if not dev else [dev]), "--top5", "--config",
+             "derived/cache-config.json", "--json", *(["--force"] if force else [])]
     message = (out or {}).get("message") or proc.stderr.strip().removeprefix("ztbp-ctl: error: ")
     return {"ok": proc.returncode == 0, "exit_code": proc.returncode, "dry_run": not dev, "device": dev or None,
             "command": " ".join(shown), "config": str(cfg_path), "hot_zones": cfg["hot_zones"], "result": out,

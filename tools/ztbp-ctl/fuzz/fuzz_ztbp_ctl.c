@@ -1,18 +1,27 @@
-/* libFuzzer target over the cache-config parser and the command line.
+/* libFuzzer target over the cache-config parser, the command line and the whole program with a stubbed
+ * device layer.
  *
  * Input: the first byte picks the mode, the rest is the payload.
  *   even first byte (e.g. '0'): payload = a cache-config.json; parse it, pick zones (--top5), encode
  *                               the SET command and render it as JSON;
- *   odd first byte  (e.g. '1'): payload = command-line arguments separated by NUL bytes (after
+ *   first byte % 4 == 1 (e.g. '1'): payload = command-line arguments separated by NUL bytes (after
  *                               "ztbp-ctl"); parse them and, for set/info/status/stop, pick zones,
- *                               encode and render the dry-run JSON.
+ *                               encode and render the dry-run JSON;
+ *   first byte % 4 == 3 (e.g. '3'): main.c and device.c end to end: payload = one byte N, N bytes of
+ *                               device answers (stub_sys.c), two bytes M (little-endian), M bytes of a
+ *                               cache-config.json, then NUL-separated arguments where "@cfg" stands for
+ *                               that config file and "@dev" for the fake device.
  * Besides the sanitizers, it checks invariants and aborts when one breaks: only the four ZTBP
- * sub-commands are ever encoded, SET dwords name only selected zones, the rendered JSON parses with
- * the strict parser, every error carries a known exit code and a message. No device is touched. */
+ * sub-commands are ever encoded or sent, SET dwords name only selected zones, the rendered JSON parses with
+ * the strict parser, every error carries a known exit code and a message, no NVMe ioctl reaches a device
+ * that sysfs does not call NVMe, no command carries a data buffer, and the device is closed at exit.
+ * No real device is touched: device.c's system calls go to stub_sys.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "stub_sys.h"
 #include "ztbp_ctl.h"
 
 #define MAX_ARGS 32
@@ -136,13 +145,82 @@ static void fuzz_args(const uint8_t *p, size_t n)
 	free(buf);
 }
 
+static int known_exit(int code)
+{
+	size_t i;
+
+	for (i = 0; i < ztbp_exit_codes_n; i++)
+		if (ztbp_exit_codes[i].code == code)
+			return 1;
+	return 0;
+}
+
+/* The config file of main mode: one temporary file, rewritten for every input. */
+static const char *config_file(const uint8_t *p, size_t n)
+{
+	static char path[] = "/tmp/ztbp-ctl-fuzz-XXXXXX";
+	static int fd = -1;
+
+	if (fd < 0) {
+		fd = mkstemp(path);
+		if (fd < 0)
+			abort();
+	}
+	if (ftruncate(fd, 0) || (n && pwrite(fd, p, n, 0) != (ssize_t)n))
+		abort();
+	return path;
+}
+
+static void fuzz_main(const uint8_t *p, size_t n)
+{
+	size_t ns, nc, i, start;
+	const char *cfg;
+	char *buf, *argv[MAX_ARGS + 2];
+	int argc = 1, rc;
+
+	if (n < 1 || (ns = p[0]) > n - 1)
+		return;
+	stub_reset(p + 1, ns);
+	p += 1 + ns;
+	n -= 1 + ns;
+	if (n < 2 || (nc = (size_t)p[0] | (size_t)p[1] << 8) > n - 2)
+		return;
+	cfg = config_file(p + 2, nc);
+	p += 2 + nc;
+	n -= 2 + nc;
+	buf = malloc(n + 1);
+	if (!buf)
+		return;
+	memcpy(buf, p, n);
+	buf[n] = '\0';
+	argv[0] = (char *)"ztbp-ctl";
+	for (i = 0, start = 0; i <= n && argc <= MAX_ARGS; i++) {
+		if (i == n || buf[i] == '\0') {
+			char *a = buf + start;
+			buf[i] = '\0';
+			argv[argc++] = strcmp(a, "@cfg") == 0 ? (char *)(uintptr_t)cfg
+				       : strcmp(a, "@dev") == 0 ? (char *)"/dev/fuzz0n1" : a;
+			start = i + 1;
+		}
+	}
+	argv[argc] = NULL;
+	rc = ztbp_main(argc, argv);
+	if (!known_exit(rc) || stub.fd_open)
+		abort();
+	if (stub.vendor_sent && !stub.sysfs_nvme) /* also checked on every ioctl */
+		abort();
+	free(buf);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size == 0)
 		return 0;
 	if (data[0] % 2 == 0)
 		fuzz_config(data + 1, size - 1);
-	else
+	else if (data[0] % 4 == 1)
 		fuzz_args(data + 1, size - 1);
+	else
+		fuzz_main(data + 1, size - 1);
 	return 0;
 }

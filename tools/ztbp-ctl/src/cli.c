@@ -120,7 +120,7 @@ static int num_option(int argc, char *const argv[], int *i, const char *name, co
 
 int cli_parse(int argc, char *const argv[], struct options *o, struct zerr *err)
 {
-	int i, seen_opcode = 0, seen_timeout = 0;
+	int i, seen_opcode = 0, seen_timeout = 0, positional = 0;
 	size_t k;
 	const char *zones_arg = NULL;
 
@@ -169,8 +169,12 @@ int cli_parse(int argc, char *const argv[], struct options *o, struct zerr *err)
 		size_t nlen;
 		uint64_t v;
 
-		if (a[0] != '-' || a[1] != '-' || a[2] == '\0') {
-			if (strcmp(a, "--") == 0 || a[0] == '-') {
+		if (!positional && strcmp(a, "--") == 0) { /* the rest is positional: a device, never an option */
+			positional = 1;
+			continue;
+		}
+		if (positional || a[0] != '-' || a[1] != '-' || a[2] == '\0') {
+			if (!positional && a[0] == '-') {
 				zerr_set(err, EX_USAGE, "unknown option '%.80s'", a);
 				return -1;
 			}
@@ -295,6 +299,15 @@ int cli_parse(int argc, char *const argv[], struct options *o, struct zerr *err)
 			 o->opcode);
 		return -1;
 	}
+	/* The command carries no data buffer, so an opcode whose low two bits declare a data transfer would
+	 * have the device move data to or from address 0; 0x99 is the protocol's own and stays. */
+	if (!opcode_allowed(o->opcode)) {
+		zerr_set(err, EX_OPCODE_REFUSED,
+			 "--opcode 0x%02x declares a data transfer (opcode & 3 = %u) but the command carries no buffer; "
+			 "give 0x99 or a vendor opcode whose low two bits are 0 (e.g. 0xc0)",
+			 o->opcode, o->opcode & 3u);
+		return -1;
+	}
 	return 0;
 }
 
@@ -303,7 +316,7 @@ void usage_text(struct sbuf *b)
 	size_t i;
 
 	sb_printf(b,
-		  "usage: ztbp-ctl COMMAND [DEV] [options]\n"
+		  "usage: ztbp-ctl COMMAND [options] [--] [DEV]\n"
 		  "\n"
 		  "Send the ZTBP hot-zone cache configuration to a zoned NVMe device (vendor admin command\n"
 		  "opcode 0x99, cdw10 = sub-command, cdw11..cdw15 = up to five hot zone ids).\n"
@@ -318,7 +331,8 @@ void usage_text(struct sbuf *b)
 		  "  stop DEV                           send STOP (cdw10 96)\n"
 		  "\n"
 		  "DEV is the namespace block device (/dev/nvme0n1), the controller (/dev/nvme0) or the generic\n"
-		  "character device (/dev/ng0n1). No other sub-command value is ever sent.\n"
+		  "character device (/dev/ng0n1); after --, DEV is never read as an option. No other sub-command\n"
+		  "value is ever sent, and nothing is sent to a device that is not NVMe by its sysfs entry.\n"
 		  "\n"
 		  "options:\n"
 		  "  --config FILE     cache-config.json (\"format\": \"ztbp-cache-config/1\", at most 64 KiB)\n"
@@ -326,9 +340,10 @@ void usage_text(struct sbuf *b)
 		  "  --top5            with --config: send the five highest-scored hot zones when there are more\n"
 		  "  --dry-run         print the exact command as JSON and exit; the device is not opened (DEV optional)\n"
 		  "  --json            machine-readable output (errors too, on stdout; the message also on stderr)\n"
-		  "  --force           send even if the config says \"recommend\": false, the device is not NVMe or\n"
-		  "                    not zoned, or its geometry differs from the config's\n"
-		  "  --opcode N        admin opcode instead of 0x99 (0x87..0xff; decimal or 0x hex)\n"
+		  "  --force           send even if the config says \"recommend\": false, the device is not zoned,\n"
+		  "                    or its geometry differs from the config's (never to a device that is not NVMe)\n"
+		  "  --opcode N        admin opcode instead of 0x99: 0x87..0xff with the low two bits 0 (no data\n"
+		  "                    transfer); decimal or 0x hex\n"
 		  "  --nsid N          namespace id in the command (default 0: the command is controller-wide);\n"
 		  "                    on a controller device also the namespace whose zones are checked (default 1)\n"
 		  "  --timeout-ms N    command timeout (default %u, at most %u)\n"

@@ -1,16 +1,19 @@
 /* The device: open, probe (NVMe? zoned? geometry) and send the vendor admin command.
  *
- * Block devices (/dev/nvme0n1) are probed with the block layer's zone ioctls; character devices (the
- * generic /dev/ng0n1 or the controller /dev/nvme0) with NVMe Identify admin commands, which only read.
- * The only command with the ZTBP opcode that can leave here is one whose cdw10 is a valid sub-command. */
+ * Whether a device is NVMe is decided from its sysfs entry before any ioctl: an NVMe ioctl number sent to
+ * another driver may mean something else there. Block devices (/dev/nvme0n1) are then probed with the block
+ * layer's zone ioctls; NVMe character devices (the generic /dev/ng0n1 or the controller /dev/nvme0) with NVMe
+ * Identify admin commands, which only read. The only command with the ZTBP opcode that can leave here is one
+ * whose cdw10 is a valid sub-command. System calls go through zsys_* (sys.c), so the fuzz target can stub
+ * them. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
+#include <limits.h>
 #include <sys/stat.h>
-#include <unistd.h>
+#include <sys/sysmacros.h>
 
 #include <linux/blkzoned.h>
 #include <linux/fs.h>
@@ -39,6 +42,35 @@ static void open_error(struct zerr *err, const char *path, int e, const char *wh
 		zerr_set(err, EX_DEV_OPEN, "%s: %s: %s", path, what, strerror(e));
 }
 
+int sysfs_path_is_nvme(const char *real)
+{
+	const char *p = real;
+
+	while (p && *p) {
+		const char *end;
+		size_t n;
+
+		while (*p == '/')
+			p++;
+		end = strchr(p, '/');
+		n = end ? (size_t)(end - p) : strlen(p);
+		if ((n == 4 && strncmp(p, "nvme", 4) == 0) || (n == 14 && strncmp(p, "nvme-subsystem", 14) == 0))
+			return 1;
+		p = end;
+	}
+	return 0;
+}
+
+/* Whether the device st describes is NVMe, by its sysfs entry (nothing is sent to it). */
+static int nvme_by_sysfs(const struct stat *st)
+{
+	char link[64], real[PATH_MAX];
+
+	snprintf(link, sizeof link, "/sys/dev/%s/%u:%u", S_ISBLK(st->st_mode) ? "block" : "char",
+		 major(st->st_rdev), minor(st->st_rdev));
+	return zsys_realpath(link, real) != NULL && sysfs_path_is_nvme(real);
+}
+
 int device_open(const char *path, struct device *d, struct zerr *err)
 {
 	struct stat st;
@@ -46,7 +78,7 @@ int device_open(const char *path, struct device *d, struct zerr *err)
 	memset(d, 0, sizeof *d);
 	d->fd = -1;
 	d->path = path;
-	if (stat(path, &st)) {
+	if (zsys_stat(path, &st)) {
 		open_error(err, path, errno, "looking up the device");
 		return -1;
 	}
@@ -56,24 +88,25 @@ int device_open(const char *path, struct device *d, struct zerr *err)
 			 path);
 		return -1;
 	}
-	d->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	d->fd = zsys_open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (d->fd < 0) {
 		open_error(err, path, errno, "opening the device");
 		return -1;
 	}
-	if (fstat(d->fd, &st) || (!S_ISBLK(st.st_mode) && !S_ISCHR(st.st_mode))) {
+	if (zsys_fstat(d->fd, &st) || (!S_ISBLK(st.st_mode) && !S_ISCHR(st.st_mode))) {
 		zerr_set(err, EX_NOT_DEVICE, "%s is not a block or character device", path);
 		device_close(d);
 		return -1;
 	}
 	d->kind = S_ISBLK(st.st_mode) ? DEV_BLOCK : DEV_OTHER;
+	d->is_nvme = nvme_by_sysfs(&st);
 	return 0;
 }
 
 void device_close(struct device *d)
 {
 	if (d->fd >= 0)
-		close(d->fd);
+		zsys_close(d->fd);
 	d->fd = -1;
 }
 
@@ -118,7 +151,7 @@ static int identify(int fd, uint8_t cns, uint8_t csi, uint32_t nsid, unsigned ch
 	c.cdw10 = cns;
 	c.cdw11 = (uint32_t)csi << 24;
 	c.timeout_ms = IDENTIFY_TIMEOUT_MS;
-	return ioctl(fd, NVME_IOCTL_ADMIN_CMD, &c);
+	return zsys_ioctl(fd, NVME_IOCTL_ADMIN_CMD, &c);
 }
 
 static int probe_block(struct device *d, int want_report, struct zerr *err)
@@ -127,18 +160,18 @@ static int probe_block(struct device *d, int want_report, struct zerr *err)
 	int id, lba = 0;
 
 	d->source = "blkzoned";
-	id = ioctl(d->fd, NVME_IOCTL_ID);
-	if (id > 0) {
-		d->is_nvme = 1;
-		d->nsid = (uint32_t)id;
+	if (d->is_nvme) {
+		id = zsys_ioctl(d->fd, NVME_IOCTL_ID, NULL);
+		if (id > 0)
+			d->nsid = (uint32_t)id;
 	}
-	if (ioctl(d->fd, BLKGETZONESZ, &zone_sectors) < 0 || zone_sectors == 0)
+	if (zsys_ioctl(d->fd, BLKGETZONESZ, &zone_sectors) < 0 || zone_sectors == 0)
 		return 0; /* not zoned */
-	if (ioctl(d->fd, BLKGETNRZONES, &nr) < 0) {
+	if (zsys_ioctl(d->fd, BLKGETNRZONES, &nr) < 0) {
 		zerr_set(err, EX_GEOMETRY, "%s: BLKGETNRZONES failed: %s", d->path, strerror(errno));
 		return -1;
 	}
-	if (ioctl(d->fd, BLKSSZGET, &lba) < 0 || lba < 512) {
+	if (zsys_ioctl(d->fd, BLKSSZGET, &lba) < 0 || lba < 512) {
 		zerr_set(err, EX_GEOMETRY, "%s: BLKSSZGET (logical block size) failed", d->path);
 		return -1;
 	}
@@ -170,7 +203,7 @@ static int probe_block(struct device *d, int want_report, struct zerr *err)
 			memset(rep, 0, size);
 			rep->sector = sector;
 			rep->nr_zones = batch;
-			if (ioctl(d->fd, BLKREPORTZONE, rep) < 0) {
+			if (zsys_ioctl(d->fd, BLKREPORTZONE, rep) < 0) {
 				zerr_set(err, EX_GEOMETRY, "%s: BLKREPORTZONE at sector %llu failed: %s", d->path,
 					 (unsigned long long)sector, strerror(errno));
 				free(rep);
@@ -221,13 +254,18 @@ static int probe_char(struct device *d, uint32_t probe_ns, struct zerr *err)
 		zerr_set(err, EX_INTERNAL, "out of memory");
 		goto out;
 	}
-	id = ioctl(d->fd, NVME_IOCTL_ID);
+	if (!d->is_nvme) {
+		rc = 0; /* not NVMe by sysfs: nothing is sent */
+		goto out;
+	}
+	d->is_nvme = 0;
+	id = zsys_ioctl(d->fd, NVME_IOCTL_ID, NULL);
 	if (id > 0) {
 		d->kind = DEV_NS_CHAR;
 		d->is_nvme = 1;
 		d->nsid = (uint32_t)id;
 	} else {
-		/* no namespace: an NVMe controller answers Identify Controller; anything else refuses the ioctl */
+		/* no namespace: an NVMe controller answers Identify Controller */
 		r = identify(d->fd, CNS_CONTROLLER, 0, 0, ns);
 		if (r < 0 && perm_errno(errno)) {
 			zerr_set(err, EX_PERMISSION, "%s: permission denied for NVMe Identify: ztbp-ctl needs root",
@@ -307,7 +345,12 @@ int device_send(struct device *d, const struct ztbp_command *cmd, uint32_t *resu
 	c.cdw14 = cmd->cdw[4];
 	c.cdw15 = cmd->cdw[5];
 	c.timeout_ms = cmd->timeout_ms;
-	r = ioctl(d->fd, NVME_IOCTL_ADMIN_CMD, &c);
+	if (!d->is_nvme || !opcode_allowed(cmd->opcode)) { /* refused earlier; kept as the last guard */
+		zerr_set(err, EX_INTERNAL, "internal error: refusing to send opcode 0x%02x to %s", cmd->opcode,
+			 d->path);
+		return -1;
+	}
+	r = zsys_ioctl(d->fd, NVME_IOCTL_ADMIN_CMD, &c);
 	if (r < 0) {
 		int e = errno;
 		if (perm_errno(e))

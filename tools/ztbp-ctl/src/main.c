@@ -138,8 +138,9 @@ static int cmd_ztbp(const struct options *o)
 	if (!o->dry_run) {
 		if (device_open(o->dev, &d, &e) || device_probe(&d, o->nsid, 0, &e))
 			goto bad;
-		if (!d.is_nvme && !o->force) {
-			zerr_set(&e, EX_NOT_NVME, "%s is not an NVMe device (--force sends anyway)", o->dev);
+		if (!d.is_nvme) { /* even with --force: an NVMe ioctl may mean something else to another driver */
+			zerr_set(&e, EX_NOT_NVME, "%s is not an NVMe device; nothing was sent (give e.g. /dev/nvme0n1)",
+				 o->dev);
 			goto bad;
 		}
 		if (!d.zoned && !o->force) {
@@ -147,19 +148,13 @@ static int cmd_ztbp(const struct options *o)
 			goto bad;
 		}
 		if (d.zoned) {
-			if (have_cfg && !o->force) {
-				int64_t cfg_zone_bytes = cfg.zone_size_lba > 0 && cfg.lba_bytes > 0
-								 ? cfg.zone_size_lba * cfg.lba_bytes
-								 : -1;
-				if ((cfg.nr_zones >= 0 && cfg.nr_zones != (int64_t)d.nr_zones) ||
-				    (cfg_zone_bytes >= 0 && (uint64_t)cfg_zone_bytes != d.zone_size_bytes)) {
-					zerr_set(&e, EX_GEOMETRY_MISMATCH,
-						 "the config was made for %lld zones of %lld bytes, %s has %u zones of %llu "
-						 "bytes (--force sends anyway)",
-						 (long long)cfg.nr_zones, (long long)cfg_zone_bytes, o->dev, d.nr_zones,
-						 (unsigned long long)d.zone_size_bytes);
-					goto bad;
-				}
+			if (have_cfg && !o->force && !config_geometry_matches(&cfg, d.nr_zones, d.zone_size_bytes)) {
+				zerr_set(&e, EX_GEOMETRY_MISMATCH,
+					 "the config was made for %lld zones of %lld LBAs of %lld bytes, %s has %u zones of "
+					 "%llu bytes (--force sends anyway)",
+					 (long long)cfg.nr_zones, (long long)cfg.zone_size_lba, (long long)cfg.lba_bytes,
+					 o->dev, d.nr_zones, (unsigned long long)d.zone_size_bytes);
+				goto bad;
 			}
 			nr_zones = d.nr_zones;
 			nr_src = "device's";
@@ -214,7 +209,7 @@ int main(int argc, char *argv[])
 	struct sbuf b = {0};
 	int i, json = 0;
 
-	for (i = 1; i < argc; i++)
+	for (i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
 		if (strcmp(argv[i], "--json") == 0)
 			json = 1;
 	if (cli_parse(argc, argv, &o, &e)) {

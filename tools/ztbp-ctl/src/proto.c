@@ -181,6 +181,23 @@ int ztbp_encode(const struct options *o, const uint32_t *zones, size_t n, struct
 	return 0;
 }
 
+int opcode_allowed(uint8_t opcode)
+{
+	return opcode == ZTBP_DEFAULT_OPCODE || (opcode > 0x86 && (opcode & 3u) == 0);
+}
+
+int config_geometry_matches(const struct cache_config *cfg, uint32_t nr_zones, uint64_t zone_size_bytes)
+{
+	if (cfg->nr_zones >= 0 && cfg->nr_zones != (int64_t)nr_zones)
+		return 0;
+	if (cfg->zone_size_lba > 0 && cfg->lba_bytes > 0) {
+		uint64_t lbas = (uint64_t)cfg->zone_size_lba, bytes = (uint64_t)cfg->lba_bytes;
+		if (lbas > UINT64_MAX / bytes || lbas * bytes != zone_size_bytes)
+			return 0;
+	}
+	return 1;
+}
+
 void command_json(struct sbuf *b, const struct ztbp_command *cmd, const char *dev, int dry_run)
 {
 	size_t i;

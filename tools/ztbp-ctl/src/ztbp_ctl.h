@@ -1,7 +1,7 @@
 /* ztbp-ctl: send the ZTBP hot-zone cache configuration to a zoned NVMe device.
  *
  * Shared declarations of the pure parts (exit codes, strict JSON, cache-config, command line, command
- * encoding) and of the device layer. Everything except device.c and main.c does no I/O, so the fuzz
+ * encoding) and of the device layer. Everything except device.c, sys.c and main.c does no I/O, so the fuzz
  * target and the tests can drive it directly.
  */
 #ifndef ZTBP_CTL_H
@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #define ZTBP_CTL_VERSION "0.1.0"
 
@@ -22,7 +23,7 @@ enum ztbp_exit {
 	EX_ZONE_RANGE = 5,        /* a zone id >= the zone count of the device or of the config */
 	EX_ZONE_DUP = 6,          /* a zone id listed twice */
 	EX_NO_ZONES = 7,          /* the config lists no hot zones */
-	EX_OPCODE_REFUSED = 8,    /* --opcode names a standard NVMe admin opcode */
+	EX_OPCODE_REFUSED = 8,    /* --opcode names a standard admin opcode or one that declares a data transfer */
 	EX_CONFIG_READ = 10,      /* config file missing, unreadable or not a regular file */
 	EX_CONFIG_SIZE = 11,      /* config file larger than the limit */
 	EX_CONFIG_JSON = 12,      /* config file is not valid JSON */
@@ -189,6 +190,12 @@ int ztbp_encode(const struct options *o, const uint32_t *zones, size_t n, struct
  * duplicates and range (nr_zones < 0: unknown). */
 int select_zones(const struct options *o, const struct cache_config *cfg, int64_t nr_zones,
 		 const char *nr_zones_source, uint32_t out[ZTBP_MAX_ZONES], size_t *n, struct zerr *err);
+/* Whether --opcode may be sent: 0x99 (the protocol's own) or a vendor opcode 0x87..0xff whose data-transfer
+ * bits (opcode & 3) are 00, since the command never carries a data buffer. */
+int opcode_allowed(uint8_t opcode);
+/* Whether the config's geometry, where it gives one, is the device's: nr_zones, and zone_size_lba * lba_bytes
+ * (a product beyond 64 bits is no device's zone size). */
+int config_geometry_matches(const struct cache_config *cfg, uint32_t nr_zones, uint64_t zone_size_bytes);
 void command_json(struct sbuf *b, const struct ztbp_command *cmd, const char *dev, int dry_run);
 const char *nvme_status_name(unsigned status);
 
@@ -214,11 +221,29 @@ struct device {
 	const char *source;      /* "blkzoned" or "identify" */
 };
 
+/* Open path: a block or character device, and whether it is NVMe by its sysfs entry alone (is_nvme), so that
+ * nothing is sent to a device of another driver, whose ioctl numbers may mean something else. */
 int device_open(const char *path, struct device *d, struct zerr *err);
+/* Whether the resolved sysfs path of a device (/sys/dev/{block,char}/MAJ:MIN) lies under an NVMe controller
+ * or subsystem: a path component "nvme" or "nvme-subsystem". */
+int sysfs_path_is_nvme(const char *real);
 /* Find out whether d is NVMe and zoned, and its zone geometry (probe_ns: namespace for a controller). */
 int device_probe(struct device *d, uint32_t probe_ns, int want_report, struct zerr *err);
 /* Send cmd; on success result holds completion dword 0. */
 int device_send(struct device *d, const struct ztbp_command *cmd, uint32_t *result, struct zerr *err);
 void device_close(struct device *d);
+
+/* ---- the system calls of the device layer: sys.c makes them; the fuzz target links a stub instead ------ */
+int zsys_stat(const char *path, struct stat *st);
+int zsys_open(const char *path, int flags);
+int zsys_fstat(int fd, struct stat *st);
+int zsys_ioctl(int fd, unsigned long request, void *arg);
+int zsys_close(int fd);
+/* realpath(3) into out (PATH_MAX bytes); NULL with errno on failure. */
+char *zsys_realpath(const char *path, char *out);
+
+#ifdef ZTBP_FUZZ
+int ztbp_main(int argc, char *argv[]); /* main.c's main, renamed for the fuzz target */
+#endif
 
 #endif
