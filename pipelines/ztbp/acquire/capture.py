@@ -24,6 +24,7 @@ from typing import Any
 from .. import paths
 from ..contract import new_meta, write_meta
 from ..errors import ZtbpError
+from ..io.files import read_env
 from ..io.fio import fio_totals
 from ..paths import RunPaths
 from ..units import MIB, parse_size
@@ -51,16 +52,9 @@ def new_run_dir(workload: str, out: str | None) -> RunPaths:
     return run
 
 
-def read_guest_env(run: RunPaths) -> dict[str, str]:
-    f = run.root / STAGING / "guest.env"
-    if not f.is_file():
-        return {}
-    env: dict[str, str] = {}
-    for line in f.read_text(errors="replace").splitlines():
-        if "=" in line:
-            k, v = line.split("=", 1)
-            env[k] = v
-    return env
+def guest_env_file(run: RunPaths) -> Path:
+    """Where the guest script leaves its KEY=VALUE report of a capture (read with io.files.read_env)."""
+    return run.root / STAGING / "guest.env"
 
 
 def count_commands(csv: Path) -> dict[str, int]:
@@ -132,7 +126,7 @@ def _geometry_from_guest(meta: dict[str, Any], genv: dict[str, str]) -> None:
 def finish_meta(run: RunPaths, meta: dict[str, Any], result_status: int | None, interrupted: bool,
                 started: float, extra_versions: dict[str, str]) -> dict[str, Any]:
     """Merge what the guest reported into meta.json (every probe in meta["probes"]); return a summary."""
-    genv = read_guest_env(run)
+    genv = read_env(guest_env_file(run))
     _geometry_from_guest(meta, genv)
     versions = {k: genv[k] for k in ("suite", "debian", "kernel", "kernel_version", "bpftrace", "fio", "nvme_cli",
                                      "blkzone")

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from .. import paths
 from ..analysis.devparams import ProfileParams
 from ..errors import ProfileError
+from ..io.files import read_env, write_atomic
 from ..units import KIB, MIB
 from .vm import GuestResult, NvmevirtPlan, VmError, ensure_image, qemu_version, run_in_guest
 
@@ -234,9 +235,7 @@ class GuestRunner:
     def _submit(self, suffix: str, text: str) -> str:
         self._seq += 1
         rid = f"{self._seq:05d}"
-        tmp = self.req / f".{rid}.tmp"
-        tmp.write_text(text)
-        tmp.replace(self.req / f"{rid}.{suffix}")
+        write_atomic(self.req / f"{rid}.{suffix}", text)
         return rid
 
     def _wait(self, rid: str, timeout_s: float) -> int:
@@ -290,11 +289,6 @@ class GuestRunner:
     @property
     def versions(self) -> dict[str, str]:
         return {"qemu": qemu_version(), "kernel": self.device.kernel, "fio": self.device.fio}
-
-
-def read_env(path: Path) -> dict[str, str]:
-    """KEY=VALUE lines (device.env of vm/guest/profile.sh)."""
-    return dict(line.split("=", 1) for line in path.read_text(errors="replace").splitlines() if "=" in line)
 
 
 def device_from_env(env: dict[str, str], backend: str, path: str) -> Device:

@@ -5,26 +5,36 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from ..errors import ZtbpError
 
 
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write `path` whole: a temporary file of a unique name beside it, then renamed over it. A target that exists
-    and is not a regular file (a link, a device, a folder) is refused, never replaced."""
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary path of a unique name beside `path` (".NAME.<random>.tmp", not yet created) for the caller to
+    write; renamed over `path` when the block ends normally, removed when it raises. A target that exists and is
+    not a regular file (a link, a device, a folder) is refused, never replaced. For files written in pieces (a
+    CSV, a Parquet file, a trace); write_atomic writes one whole text or bytes."""
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise ZtbpError(f"{path} exists and is not a regular file; give another output path")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write `path` whole: a temporary file of a unique name beside it, then renamed over it (atomic_path)."""
+    with atomic_path(path) as tmp, tmp.open("xb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
 
 
 def write_json(path: Path, obj: Any) -> None:

@@ -54,6 +54,7 @@ from ..analysis.timeline import (
     write_pointers,
 )
 from ..errors import ZtbpError
+from ..io.files import atomic_path
 from ..io.run import Run
 
 #: Small on purpose: the id is in every packet (a one-byte varint).
@@ -304,8 +305,7 @@ def export(run: Run, out: str | os.PathLike[str], *, window_ns: tuple[int | None
     res = ExportResult(path=str(out), commands=cmds.height, window_ns=span, interned=intern)
     dest = Path(out)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".tmp")
-    with tmp.open("wb") as f:
+    with atomic_path(dest) as tmp, tmp.open("wb") as f:
         w = _Writer(f, intern)
         nsids = ",".join(str(n) for n in sorted(cmds["nsid"].unique().to_list()))
         root = w.track(f"{run.meta.get('device', 'nvme')} (nsid {nsids})", rank=ROOT_RANKS["zones"], ordered=True,
@@ -333,7 +333,6 @@ def export(run: Run, out: str | os.PathLike[str], *, window_ns: tuple[int | None
                    for c, q in queues}
         res.qd_points = _counters(w, qd, ["ctrl", "qid"], qtracks, "depth", span)
         w.flush()
-    tmp.replace(dest)
     if progress:
         progress(cmds.height, cmds.height)
     res.bytes = dest.stat().st_size

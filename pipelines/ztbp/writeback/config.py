@@ -15,6 +15,7 @@ from typing import Any
 from ..analysis.params import ClusterParams
 from ..contract import CONFIG_FORMAT, utc_now
 from ..errors import FormatError, ZtbpError
+from ..io.files import write_atomic
 
 #: The device protocol takes at most this many zones per SET (cdw11..cdw15).
 DEVICE_MAX_ZONES = 5
@@ -85,9 +86,7 @@ def check_output(out: Path) -> Path:
 def write_config(cfg: dict[str, Any], out: Path) -> Path:
     check_output(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(cfg, indent=2) + "\n")
-    tmp.replace(out)
+    write_atomic(out, json.dumps(cfg, indent=2) + "\n")
     return out
 
 
