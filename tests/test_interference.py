@@ -399,7 +399,7 @@ def stand_in_guests(monkeypatch: pytest.MonkeyPatch, script_of_boot: Callable[[i
         return profile.GuestResult(status=proc.wait(), out=out, console=out / "console.log")
 
     monkeypatch.setattr(profile, "run_in_guest", fake_run_in_guest)
-    monkeypatch.setattr(profile, "ensure_image", lambda echo: None)
+    monkeypatch.setattr(profile, "ensure_image", lambda echo, error: None)
     return boots
 
 

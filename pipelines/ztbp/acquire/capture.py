@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from ..io.files import read_env
 from ..io.fio import fio_totals
 from ..paths import RunPaths
 from ..units import MIB, parse_size
-from .vm import NVMEVIRT_NOTES, Geometry, GuestResult, NvmevirtPlan, VmError, ensure_image, qemu_version, run_in_guest
+from .vm import NVMEVIRT_NOTES, Geometry, GuestResult, VmDevice, ensure_image, qemu_version, run_in_guest, vm_device
 from .workload import PRESETS, Workload, WorkloadOptions
 
 GUEST_SCRIPT = paths.VM / "guest" / "capture.sh"
@@ -40,15 +41,50 @@ class CaptureError(ZtbpError):
 
 
 # ---- run directory ---------------------------------------------------------------------------------------
-def new_run_dir(workload: str, out: str | None) -> RunPaths:
+def new_run_dir(name: str, out: str | None, error: type[ZtbpError] = CaptureError) -> RunPaths:
+    """`out`, or runs/<UTC timestamp>-<name>: created, and refused (as `error`) when it holds anything."""
     if out:
         run = RunPaths(Path(out))
     else:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        run = RunPaths(paths.RUNS / f"{stamp}-{workload}")
+        run = RunPaths(paths.RUNS / f"{stamp}-{name}")
     if run.root.exists() and any(run.root.iterdir()):
-        raise CaptureError(f"{run.root} already exists and is not empty; choose another --out")
+        raise error(f"{run.root} already exists and is not empty; choose another --out")
     run.root.mkdir(parents=True, exist_ok=True)
+    return run
+
+
+def capture_meta(*, device: str, lba: int, zone_bytes: int, nr_zones: int, workload: dict[str, Any], backend: str,
+                 probes: dict[str, str], zone_cap_bytes: int | None = None) -> dict[str, Any]:
+    """meta.json of a capture before it runs: the geometry asked for (the guest's report replaces it), the probes
+    (name -> script) and, on NVMeVirt, what the emulator does not model."""
+    meta = new_meta(device=device, lba_bytes=lba, zone_size_lba=zone_bytes // lba,
+                    zone_cap_lba=(zone_cap_bytes or zone_bytes) // lba, nr_zones=nr_zones, synthetic=False,
+                    workload=workload, backend=backend,
+                    probes={name: probe_meta(name, script) for name, script in probes.items()})
+    if backend == "nvmevirt":
+        meta["emulator"] = NVMEVIRT_NOTES  # what NVMeVirt does not model (probes/FORMAT.md)
+    return meta
+
+
+def device_meta(dev: VmDevice, workload: dict[str, Any], probes: dict[str, str]) -> dict[str, Any]:
+    """capture_meta of a VM capture on `dev` (the guest's namespace nvme0n1)."""
+    return capture_meta(device="nvme0n1", lba=dev.lba_bytes, zone_bytes=dev.zone_bytes, nr_zones=dev.nr_zones,
+                        workload=workload, backend=dev.backend, probes=probes, zone_cap_bytes=dev.zone_cap_bytes)
+
+
+def start_run(name: str, out: str | None, meta: dict[str, Any] | None, *, vm: bool,
+              echo: Callable[[str], None] = print, suite: str | None = None,
+              error: type[ZtbpError] = CaptureError) -> RunPaths:
+    """The preamble of every capture: the guest image built or reused (`vm`), a new empty run directory (`out`
+    or runs/<stamp>-<name>), and `meta` written first as its meta.json with "complete": false, so an interrupted
+    capture leaves a valid partial run (meta None: a folder of runs, the loop's). Errors are raised as `error`."""
+    if vm:
+        ensure_image(echo=echo, suite=suite, error=error)
+    run = new_run_dir(name, out, error)
+    if meta is not None:
+        meta["complete"] = False
+        write_meta(run, meta)
     return run
 
 
@@ -290,44 +326,20 @@ def run_capture(req: VmCapture) -> CaptureOutcome:
     """Trace req.workload in the VM into a new run directory (meta.json first, marked incomplete until done)."""
     if req.workload.name not in PRESETS:
         raise CaptureError(f"unknown workload '{req.workload.name}'; choose one of: {', '.join(PRESETS)}")
-    geometry = req.geometry
-    plan: NvmevirtPlan | None = None
-    extra: list[str] = []
-    if req.backend == "nvmevirt":
-        if not req.nvmevirt_ko:
-            raise CaptureError("--backend nvmevirt needs --nvmevirt-ko FILE: the nvmev.ko you built for the guest "
-                               "kernel (see vm/README.md, 'NVMeVirt backend')")
-        ko = req.nvmevirt_ko
-        if not ko.is_file():
-            raise CaptureError(f"--nvmevirt-ko {ko}: no such file")
-        plan = NvmevirtPlan(storage_mib=req.nvmevirt_storage_bytes // MIB, zone_mib=geometry.zone_bytes // MIB)
-        extra = plan.vmtest_args(ko)
-        nr_zones, lba = plan.zones, 512
-    else:
-        geometry.validate()
-        nr_zones, lba = geometry.zones, geometry.lba_bytes
-    wl = req.workload.build(device="/dev/nvme0n1", zone_bytes=geometry.zone_bytes, nr_zones=nr_zones)
+    dev = vm_device(req.backend, req.geometry, req.nvmevirt_ko, req.nvmevirt_storage_bytes, CaptureError)
+    script = nvme_probe(req.probe)
+    wl = req.workload.build(device="/dev/nvme0n1", zone_bytes=dev.zone_bytes, nr_zones=dev.nr_zones)
     progress = Progress(wl.total_reads, req.verbose)
     progress.say(f"capture {wl.name}: {wl.describe_line()}, backend {req.backend}")
-    try:
-        ensure_image(echo=progress.say, suite=req.suite)
-    except VmError as e:
-        raise CaptureError(str(e)) from None
-    script = nvme_probe(req.probe)
-    run = new_run_dir(wl.name, req.out)
-    meta = new_meta(device="nvme0n1", lba_bytes=lba, zone_size_lba=geometry.zone_bytes // lba,
-                    zone_cap_lba=(geometry.zone_cap_bytes or geometry.zone_bytes) // lba, nr_zones=nr_zones,
-                    synthetic=False, workload=wl.meta(), backend=req.backend,
-                    probes={"nvme": probe_meta("nvme", script)})
-    if plan is not None:
-        meta["emulator"] = NVMEVIRT_NOTES  # what NVMeVirt does not model (probes/FORMAT.md)
+    meta = device_meta(dev, wl.meta(), {"nvme": script})
+    run = start_run(wl.name, req.out, meta, vm=True, echo=progress.say, suite=req.suite)
     with tempfile.TemporaryDirectory(prefix="ztbp-jobs.") as tmp:
         job, pre = write_jobs(wl, Path(tmp))
         env = capture_env(wl, f"/ztbp/ctl/{job.name}", f"/ztbp/ctl/{pre.name}" if pre else None,
                           probe=f"/ztbp/src/{script}")
         return run_vm_capture(run, meta, GuestCommand(
-            "capture.sh", env, files=[job] + ([pre] if pre else []), extra_args=extra,
-            geometry=None if plan else geometry, timeout=req.timeout, suite=req.suite), progress)
+            "capture.sh", env, files=[job] + ([pre] if pre else []), extra_args=dev.extra_args,
+            geometry=dev.geometry, timeout=req.timeout, suite=req.suite), progress)
 
 
 @dataclass(frozen=True)
@@ -359,9 +371,7 @@ def kernel_crash(lines: list[str]) -> str | None:
 
 
 def run_vm_capture(run: RunPaths, meta: dict[str, Any], cmd: GuestCommand, progress: Progress) -> CaptureOutcome:
-    """The VM half of every capture: meta.json marked incomplete, the guest script, meta.json finished."""
-    meta["complete"] = False
-    write_meta(run, meta)
+    """The VM half of every capture (after start_run): the guest script, then meta.json finished."""
     started = time.monotonic()
     progress.say(f"booting the VM (output: {run.root})")
     for attempt in range(1, GUEST_ATTEMPTS + 1):
@@ -465,15 +475,8 @@ def run_layers_capture(req: LayersCapture) -> CaptureOutcome:
     progress = Progress(0, req.verbose)
     progress.say(f"capture {req.name}: fio randread 4 KiB, {req.jobs} job(s) x QD {req.depth}, {req.runtime_s} s; "
                  f"probes {','.join(req.probes)}{', bench first' if req.bench else ''}")
-    try:
-        ensure_image(echo=progress.say, suite=req.suite)
-    except VmError as e:
-        raise CaptureError(str(e)) from None
-    run = new_run_dir(req.name, req.out)
-    meta = new_meta(device="nvme0n1", lba_bytes=g.lba_bytes, zone_size_lba=g.zone_bytes // g.lba_bytes,
-                    zone_cap_lba=(g.zone_cap_bytes or g.zone_bytes) // g.lba_bytes, nr_zones=g.zones,
-                    synthetic=False, workload=req.workload_meta(), backend="qemu",
-                    probes={name: probe_meta(name, LAYER_SCRIPTS[name]) for name in req.probes})
+    meta = device_meta(vm_device("qemu", g), req.workload_meta(), {name: LAYER_SCRIPTS[name] for name in req.probes})
+    run = start_run(req.name, req.out, meta, vm=True, echo=progress.say, suite=req.suite)
     return run_vm_capture(run, meta, GuestCommand("layers-capture.sh", req.guest_env(), geometry=g,
                                                   timeout=req.timeout, suite=req.suite), progress)
 
@@ -545,12 +548,9 @@ def run_capture_host(req: HostCapture) -> CaptureOutcome:
                            "apt-get install bpftrace fio util-linux")
     if os.geteuid() != 0:
         raise CaptureError("capture-host needs root (bpftrace and raw device access); run it with sudo")
-    run = new_run_dir(wl.name, req.out)
-    meta = new_meta(device=Path(dev).name, lba_bytes=lba, zone_size_lba=zone_bytes // lba,
-                    zone_cap_lba=zone_bytes // lba, nr_zones=nr, synthetic=False, workload=wl.meta(), backend="host",
-                    probes={"nvme": probe_meta("nvme", script)})
-    meta["complete"] = False
-    write_meta(run, meta)
+    meta = capture_meta(device=Path(dev).name, lba=lba, zone_bytes=zone_bytes, nr_zones=nr, workload=wl.meta(),
+                        backend="host", probes={"nvme": script})
+    run = start_run(wl.name, req.out, meta, vm=False)
     started = time.monotonic()
     progress = Progress(wl.total_reads, req.verbose)
     with tempfile.TemporaryDirectory(prefix="ztbp-host.") as tmp:

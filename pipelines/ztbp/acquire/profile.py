@@ -27,7 +27,7 @@ from ..analysis.devparams import ProfileParams
 from ..errors import ProfileError
 from ..io.files import read_env, write_atomic
 from ..units import KIB, MIB
-from .vm import GuestResult, NvmevirtPlan, VmError, ensure_image, qemu_version, run_in_guest
+from .vm import GuestResult, NvmevirtPlan, ensure_image, nvmevirt_module, qemu_version, run_in_guest
 
 GUEST_SCRIPT = paths.VM / "guest" / "profile.sh"
 #: Seconds the host waits for the guest to boot, load a module and describe its device.
@@ -166,16 +166,10 @@ class GuestRunner:
         extra: list[str] = []
         geometry = self.geometry
         if self.backend == "nvmevirt":
-            if self.nvmevirt_ko is None or not self.nvmevirt_ko.is_file():
-                raise ProfileError(f"--nvmevirt-ko {self.nvmevirt_ko}: no such file; build nvmev.ko for the guest "
-                                   "kernel (see vm/README.md, 'NVMeVirt backend')")
             plan = self.nvmevirt_plan or NvmevirtPlan()
-            extra = plan.vmtest_args(self.nvmevirt_ko)
+            extra = plan.vmtest_args(nvmevirt_module(self.nvmevirt_ko, ProfileError))
             geometry = None
-        try:
-            ensure_image(echo=lambda s: self._say(s))
-        except VmError as e:
-            raise ProfileError(str(e)) from None
+        ensure_image(echo=self._say, error=ProfileError)
 
         def boot() -> None:
             try:
