@@ -420,7 +420,7 @@ class LayersCapture:
     trace_prep: bool = False
     bench: bool = False
     bench_rounds: int = 2
-    geometry: Geometry = Geometry(zones=32, conv_ns_bytes=1 << 30)
+    geometry: Geometry = Geometry(conv_ns_bytes=1 << 30)
     out: str | None = None
     timeout: int = 1800
     verbose: bool = False

@@ -27,6 +27,12 @@ INSTALL_HINT = "install the host packages with `just deps` (bash vm/install-deps
 SUITES = ("bookworm", "trixie")
 
 
+#: The zoned namespace every command boots or describes unless told otherwise (vm/vmtest.sh has the same).
+ZONE_BYTES = 32 * MIB
+ZONES = 64
+LBA_BYTES = 4096
+
+
 class VmError(ZtbpError):
     """The VM path cannot run (missing tools, bad geometry, guest failure)."""
 
@@ -35,12 +41,12 @@ class VmError(ZtbpError):
 class Geometry:
     """The emulated zoned namespace (QEMU nvme-ns)."""
 
-    zone_bytes: int = 32 * MIB
-    zones: int = 64
+    zone_bytes: int = ZONE_BYTES
+    zones: int = ZONES
     zone_cap_bytes: int | None = None
     max_open: int = 0
     max_active: int = 0
-    lba_bytes: int = 4096
+    lba_bytes: int = LBA_BYTES
     conv_ns_bytes: int | None = None
 
     def validate(self) -> None:

@@ -73,7 +73,7 @@ class LoopRequest:
     min_gain: float = RECOMMEND_GAIN
     backend: str = "qemu"  # qemu | nvmevirt | host
     nvmevirt_ko: Path | None = None
-    geometry: Geometry = Geometry(zones=32)
+    geometry: Geometry = Geometry()
     host_device: str | None = None
     fio_file: Path | None = None
     cache_mib: int = CACHE_MIB
