@@ -13,7 +13,8 @@ from typing import Any
 from ..contract import LOOP_FORMAT
 from ..errors import ZtbpError
 from ..paths import resolve_run
-from .files import env_int, read_env, write_atomic
+from .files import env_int
+from .mailbox import Mailbox
 
 LOOP_FILE = "loop.json"
 
@@ -62,29 +63,28 @@ def read_loop(path: str | os.PathLike[str]) -> dict[str, Any]:
     return doc
 
 
-# ---- the loop's handshake files in LOOPDIR/.loop/ (vm/guest/loop.sh writes the *.env and dmesg files) --------
+# ---- the loop's mailbox LOOPDIR/.loop/ (io/mailbox.py; vm/guest/loop.sh answers the *.env and dmesg files) ----
 HANDSHAKE = ".loop"
 
 
-def handshake(root: Path) -> Path:
-    return root / HANDSHAKE
+def loop_mailbox(root: Path) -> Mailbox:
+    """The loop's mailbox: one folder, the host's posts and the guest's answers side by side."""
+    return Mailbox(root / HANDSHAKE)
 
 
 def write_job(root: Path, r: int, text: str) -> None:
     """The fio job of round r, for the guest to run."""
-    d = handshake(root)
-    d.mkdir(parents=True, exist_ok=True)
-    write_atomic(d / f"job-{r:02d}.fio", text)
+    loop_mailbox(root).post(f"job-{r:02d}.fio", text)
 
 
 def write_decision(root: Path, r: int, line: str) -> None:
     """The host's decision after round r ("apply CONFIG" or "stop REASON"), for the guest."""
-    write_atomic(handshake(root) / f"decision-{r:02d}", line + "\n")
+    loop_mailbox(root).post(f"decision-{r:02d}", line + "\n")
 
 
 def read_applied(root: Path, r: int) -> dict[str, Any] | None:
     """What the guest reported after applying the decision of round r (None: nothing was applied)."""
-    env = read_env(handshake(root) / f"applied-{r:02d}.env")
+    env = loop_mailbox(root).read_env(f"applied-{r:02d}.env")
     if not env or env_int(env.get("set_rc")) is None:
         return None
     set_rc = int(env["set_rc"])
@@ -102,13 +102,13 @@ def read_applied(root: Path, r: int) -> dict[str, Any] | None:
 
 def read_round_device(root: Path, r: int) -> tuple[dict[str, str], str]:
     """The device's STATUS answers around round r (device-NN.env) and the kernel log of the round."""
-    log = handshake(root) / f"dmesg-{r:02d}.txt"
-    return read_env(handshake(root) / f"device-{r:02d}.env"), log.read_text(errors="replace") if log.is_file() else ""
+    box = loop_mailbox(root)
+    return box.read_env(f"device-{r:02d}.env"), box.read_text(f"dmesg-{r:02d}.txt")
 
 
 def read_session(root: Path) -> dict[str, int | None] | None:
     """The probe session's counters over the whole loop (session.env), None when the guest wrote none."""
-    env = read_env(handshake(root) / "session.env")
+    env = loop_mailbox(root).read_env("session.env")
     if not env:
         return None
     out = {k: env_int(env.get(f"probe_nvme_{k}")) for k in ("setups", "completed", "rows", "perf_lost", "attach_s")}
