@@ -25,14 +25,13 @@
 # ZTBP_CTL (ztbp-ctl binary), ZTBP_KO / ZTBP_KO_PARAMS (NVMeVirt), ZTBP_STOP_FILE, ZTBP_ROUNDS (upper bound).
 set -uo pipefail
 
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # capture.sh's functions (reset_zones, prefill) and through it probe-lib.sh; its settings (OUT, DEV, PREFILL, RESET,
-# STOP_FILE) come from the same ZTBP_* variables
+# STOP_FILE, SRC) come from the same ZTBP_* variables
 # shellcheck source=vm/guest/capture.sh
-. "$HERE/capture.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/capture.sh"
 CTRL="${ZTBP_CTRL:-${DEV%n[0-9]*}}"
-PROBE="${ZTBP_PROBE:-$HERE/../../probes/nvme_zone_stream.bt}"
-CTL="${ZTBP_CTL:-$HERE/../../tools/ztbp-ctl/build/ztbp-ctl}"
+PROBE="${ZTBP_PROBE:-$SRC/probes/nvme_zone_stream.bt}"
+CTL="${ZTBP_CTL:-$SRC/tools/ztbp-ctl/build/ztbp-ctl}"
 ROUNDS="${ZTBP_ROUNDS:-100}"
 LOOP_DECISION_TIMEOUT=1800   # s to wait for the host's decision on a round
 LOOP_JOB_TIMEOUT=600         # s to wait for the next round's fio job

@@ -53,8 +53,15 @@ PROBE_LIB_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 declare -A PROBE_PID=() PROBE_MODE=()
 STATUS="${STATUS:-complete}"
 
+# ---- settings every guest script shares (the host sets them through ZTBP_*) -------------------------------------
+SRC="$PROBE_LIB_SRC"                          # the repository (/ztbp/src in the VM)
+OUT="${ZTBP_OUT:-/ztbp/out}"                  # the folder shared with the host: a run, loop or profile directory
+DEV="${ZTBP_DEV:-/dev/nvme0n1}"               # the zoned namespace traced or measured
+STOP_FILE="${ZTBP_STOP_FILE:-/ztbp/ctl/stop}" # the host creates it to stop early (Ctrl-C)
+
 say() { echo "ZTBP: $*"; }
 info() { echo "$1=$2" >> "$TMP/guest.env"; }
+die() { say "error $*"; STATUS="failed"; exit 1; }
 
 # ---- facts of the traced machine ----------------------------------------------------------------------------
 
@@ -92,6 +99,13 @@ device_facts() { # DEV: its name, zoned model and geometry from sysfs as NAME=VA
 	echo "nr_zones=$(sys_queue "$1" nr_zones 0)"
 	echo "max_open_zones=$(sys_queue "$1" max_open_zones 0)"
 	echo "max_active_zones=$(sys_queue "$1" max_active_zones 0)"
+}
+
+stack_namespaces() { # ZNS and CONV: vm/vmtest.sh's zoned namespace (nsid 1) and conventional one (nsid 2,
+	# --conv-ns); MNT: where a file system built on them is mounted
+	ZNS="$(namespace_dev 1)"
+	CONV="$(namespace_dev 2)"
+	MNT=/mnt/ztbp
 }
 
 record_device() { # DEV: refuse a device that is not zoned, record its geometry

@@ -19,14 +19,10 @@
 # Console lines start with "ZTBP: " (the host shows them as progress).
 set -uo pipefail
 
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=vm/guest/probe-lib.sh
-. "$HERE/probe-lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/probe-lib.sh"   # also OUT, DEV, STOP_FILE, SRC (the repository)
 
-OUT="${ZTBP_OUT:-/ztbp/out}"
-DEV="${ZTBP_DEV:-/dev/nvme0n1}"
 IDLE_S="${ZTBP_IDLE_S:-900}"
-STOP_FILE="${ZTBP_STOP_FILE:-/ztbp/ctl/stop}"
 REQ="$OUT/req"
 RES="$OUT/res"
 POLL_S=0.2
