@@ -215,3 +215,16 @@ def test_the_mailbox_both_halves(tmp_path: Path) -> None:
     (tmp_path / "stop").touch()
     proc = lib(tmp_path, f'STOP_FILE="{tmp_path}/stop"; mailbox_wait "{tmp_path}/x" 60 loop')
     assert proc.returncode == 1 and "ZTBP: loop stop requested" in proc.stdout
+
+
+def test_a_guest_script_run_here_reports_its_lines_and_status(tmp_path: Path) -> None:
+    """capture-host and loop --host run the guest script on this machine (acquire.channel.run_here): its
+    environment with ZTBP_STOP_FILE, its lines, its exit status."""
+    from ztbp.acquire.channel import run_here
+
+    script = tmp_path / "guest.sh"
+    script.write_text('echo "ZTBP: stage out $ZTBP_OUT"; echo "stop $ZTBP_STOP_FILE"; exit 3\n')
+    lines: list[str] = []
+    status, interrupted = run_here(script, {"ZTBP_OUT": "/o"}, tmp_path / "stop", lines.append)
+    assert (status, interrupted) == (3, False)
+    assert lines == ["ZTBP: stage out /o", f"stop {tmp_path / 'stop'}"]

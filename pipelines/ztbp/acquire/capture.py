@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,6 +28,7 @@ from ..io.files import read_env
 from ..io.fio import fio_totals
 from ..paths import RunPaths
 from ..units import MIB, parse_size
+from .channel import run_here
 from .vm import NVMEVIRT_NOTES, Geometry, GuestResult, VmDevice, ensure_image, qemu_version, run_in_guest, vm_device
 from .workload import PRESETS, Workload, WorkloadOptions
 
@@ -555,23 +555,10 @@ def run_capture_host(req: HostCapture) -> CaptureOutcome:
     progress = Progress(wl.total_reads, req.verbose)
     with tempfile.TemporaryDirectory(prefix="ztbp-host.") as tmp:
         job, pre = write_jobs(wl, Path(tmp))
-        env = dict(os.environ)
-        env.update(capture_env(wl, str(job), str(pre) if pre else None, reset=not req.no_prefill,
-                               probe=str(paths.ROOT / script) if req.probe else None))
-        env.update(ZTBP_OUT=str(run.root), ZTBP_STOP_FILE=str(Path(tmp) / "stop"))
-        proc = subprocess.Popen(["bash", str(GUEST_SCRIPT)], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        interrupted = False
-        assert proc.stdout is not None
-        try:
-            for line in proc.stdout:
-                progress(line.rstrip("\n"))
-        except KeyboardInterrupt:
-            interrupted = True
-            (Path(tmp) / "stop").touch()
-            for line in proc.stdout:
-                progress(line.rstrip("\n"))
-        status = proc.wait()
+        env = capture_env(wl, str(job), str(pre) if pre else None, reset=not req.no_prefill,
+                          probe=str(paths.ROOT / script) if req.probe else None)
+        env["ZTBP_OUT"] = str(run.root)
+        status, interrupted = run_here(GUEST_SCRIPT, env, Path(tmp) / "stop", progress)
     summ = finish_meta(run, meta, status, interrupted, started, {})
     if interrupted:
         return CaptureOutcome(summ, 130)

@@ -7,6 +7,9 @@ guest describes itself (a KEY=VALUE file in the shared folder), talks to it thro
 `kill` stops vmtest.sh (which kills QEMU), so no QEMU outlives the command. A boot that prints nothing at all
 within SILENT_BOOT_S (a hung boot, seen with NVMeVirt under TCG) is killed and booted again, BOOT_ATTEMPTS
 times in all.
+
+`run_here` is the same channel when the guest script runs on this machine (capture-host, loop --host): its
+lines, its exit status, and the stop file for Ctrl-C.
 """
 
 from __future__ import annotations
@@ -161,3 +164,25 @@ class GuestSession:
         if self._proc is not None and self._proc.poll() is None:
             os.killpg(self._proc.pid, signal.SIGKILL)
             self._thread.join(timeout=KILL_WAIT_S)
+
+
+# ---- a guest script run on this machine (capture-host, loop --host) ------------------------------------------
+def run_here(script: Path, env: Mapping[str, str], stop_file: Path, on_line: Callable[[str], None],
+             after_stop: Callable[[str], None] | None = None) -> tuple[int, bool]:
+    """Run guest script `script` on this machine with `env` added to ours and ZTBP_STOP_FILE = `stop_file`; its
+    lines go to `on_line`. Ctrl-C creates the stop file (the script stops early and saves what it has) and the
+    lines that follow go to `after_stop` (default `on_line`). Returns (exit status, interrupted)."""
+    full = {**os.environ, **env, "ZTBP_STOP_FILE": str(stop_file)}
+    proc = subprocess.Popen(["bash", str(script)], env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    assert proc.stdout is not None
+    interrupted = False
+    try:
+        for line in proc.stdout:
+            on_line(line.rstrip("\n"))
+    except KeyboardInterrupt:
+        interrupted = True
+        stop_file.touch()
+        for line in proc.stdout:
+            (after_stop or on_line)(line.rstrip("\n"))
+    return proc.wait(), interrupted

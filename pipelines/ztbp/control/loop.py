@@ -21,7 +21,6 @@ import copy
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from ..acquire.capture import (
     start_run,
     write_jobs,
 )
+from ..acquire.channel import run_here
 from ..acquire.vm import NVMEVIRT_NOTES, Geometry, nvmevirt_module, qemu_version, run_in_guest, vm_device
 from ..acquire.workload import PRESETS, Workload, WorkloadOptions, user_job
 from ..analysis.loop import dmesg_figures, latency_split, measured_gain, status_delta
@@ -323,25 +323,14 @@ def _run_host(req: LoopRequest, progress: Progress) -> dict[str, Any]:
     loopfiles.write_job(st.root, 1, job_text(st, 1))
     with tempfile.TemporaryDirectory(prefix="ztbp-loop.") as tmp:
         _, pre = write_jobs(wl, Path(tmp))
-        env = dict(os.environ)
-        env.update(guest_env(wl, str(pre) if pre else None, req.rounds))
-        env.update(ZTBP_OUT=str(root), ZTBP_STOP_FILE=str(Path(tmp) / "stop"),
-                   ZTBP_PROBE=str(paths.ROOT / LOOP_PROBE))
-        proc = subprocess.Popen(["bash", str(GUEST_SCRIPT)], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        assert proc.stdout is not None
-        handler = _handler(st)
-        interrupted = False
-        try:
-            for line in proc.stdout:
-                handler(line.rstrip("\n"))
-        except KeyboardInterrupt:
-            interrupted = True
-            (Path(tmp) / "stop").touch()
-            for line in proc.stdout:
-                if not _READY.match(line):
-                    progress(line.rstrip("\n"))
-        status = proc.wait()
+        env = guest_env(wl, str(pre) if pre else None, req.rounds)
+        env.update(ZTBP_OUT=str(root), ZTBP_PROBE=str(paths.ROOT / LOOP_PROBE))
+
+        def after_stop(line: str) -> None:  # no new round is taken on once the user stopped the loop
+            if not _READY.match(line):
+                progress(line)
+
+        status, interrupted = run_here(GUEST_SCRIPT, env, Path(tmp) / "stop", _handler(st), after_stop)
     return _finish(st, status, interrupted)
 
 
