@@ -385,21 +385,21 @@ def stand_in_guests(monkeypatch: pytest.MonkeyPatch, script_of_boot: Callable[[i
     Returns the list the boots are counted in."""
     import subprocess
 
-    from ztbp.acquire import profile
+    from ztbp.acquire import channel
 
     boots: list[int] = []
 
-    def fake_run_in_guest(command: str, out: Path, **kw: Any) -> profile.GuestResult:
+    def fake_run_in_guest(command: str, out: Path, **kw: Any) -> channel.GuestResult:
         boots.append(len(boots) + 1)
         proc = subprocess.Popen(["bash", "-c", script_of_boot(boots[-1], out)], stdout=subprocess.PIPE, text=True,
                                 start_new_session=True)
         kw["on_start"](proc)
         for line in proc.stdout or ():
             kw["on_line"](line.rstrip())
-        return profile.GuestResult(status=proc.wait(), out=out, console=out / "console.log")
+        return channel.GuestResult(status=proc.wait(), out=out, console=out / "console.log")
 
-    monkeypatch.setattr(profile, "run_in_guest", fake_run_in_guest)
-    monkeypatch.setattr(profile, "ensure_image", lambda echo: None)
+    monkeypatch.setattr(channel, "run_in_guest", fake_run_in_guest)
+    monkeypatch.setattr(channel, "ensure_image", lambda echo, error: None)
     return boots
 
 
@@ -407,26 +407,26 @@ def test_a_guest_that_fails_to_start_is_killed(tmp_path: Path, monkeypatch: pyte
     """The guest booted but never described its device (seen in CI with NVMeVirt under TCG): the profiler gives up
     and kills it. Before, QEMU outlived `ztbp profile`. Here vmtest.sh's stand-in has QEMU (a sleep) as a child,
     which it kills on SIGTERM, as vmtest.sh does."""
-    from ztbp.acquire import profile
+    from ztbp.acquire import channel, profile
 
     pidfile = tmp_path / "qemu.pid"
     stand_in_guests(monkeypatch, lambda n, out: (f"sleep 600 & echo $! > {pidfile}; "
                                                  "trap 'kill -KILL $!; exit 143' TERM; "
                                                  "echo 'booting'; while :; do sleep 0.1; done"))
-    monkeypatch.setattr(profile, "BOOT_TIMEOUT_S", 1)
+    monkeypatch.setattr(channel, "BOOT_TIMEOUT_S", 1)
     runner = profile.GuestRunner(tmp_path / "out")
     with pytest.raises(ProfileError, match="did not describe its device"), profile.started(runner):
         pytest.fail("started() must not yield a guest that never described its device")
-    assert runner._proc is not None and runner._proc.poll() is not None  # vmtest.sh's stand-in ended
+    assert runner.session._proc is not None and runner.session._proc.poll() is not None  # vmtest.sh's stand-in ended
     stat = Path(f"/proc/{int(pidfile.read_text())}/stat")
     assert not stat.exists() or stat.read_text().split(") ")[1][0] == "Z"  # and so did its QEMU (gone, or a zombie)
-    assert not runner._thread.is_alive()  # type: ignore[union-attr]
+    assert not runner.session._thread.is_alive()  # type: ignore[union-attr]
 
 
 def test_a_silent_boot_is_killed_and_booted_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A guest that prints nothing at all (the hung NVMeVirt boot seen in CI) is killed and booted once more; the
     second boot describes its device and the profile goes on, with the attempts counted."""
-    from ztbp.acquire import profile
+    from ztbp.acquire import channel, profile
 
     def script(boot: int, out: Path) -> str:
         if boot == 1:  # hangs silently
@@ -436,13 +436,13 @@ def test_a_silent_boot_is_killed_and_booted_again(tmp_path: Path, monkeypatch: p
 
     said: list[str] = []
     boots = stand_in_guests(monkeypatch, script)
-    monkeypatch.setattr(profile, "SILENT_BOOT_S", 1)
+    monkeypatch.setattr(channel, "SILENT_BOOT_S", 1)
     runner = profile.GuestRunner(tmp_path / "out", on_line=said.append)
     with profile.started(runner) as r:
         assert r.device.nr_zones == 8 and runner.boot_attempts == 2 and boots == [1, 2]
     assert any(s.startswith("ZTBP: stage boot-again the guest printed nothing") for s in said)
-    assert runner._proc is not None and runner._proc.poll() == 0  # the second guest finished when told
-    monkeypatch.setattr(profile, "BOOT_ATTEMPTS", 1)
+    assert runner.session._proc is not None and runner.session._proc.poll() == 0  # the second guest finished when told
+    monkeypatch.setattr(channel, "BOOT_ATTEMPTS", 1)
     boots.clear()
     with pytest.raises(ProfileError, match="printed nothing"), profile.started(profile.GuestRunner(tmp_path / "o2")):
         pass

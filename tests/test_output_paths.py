@@ -9,7 +9,7 @@ import pytest
 
 from ztbp.cli import main
 from ztbp.errors import ZtbpError
-from ztbp.io.files import NEW_FILE_MODE, atomic_writer, check_target, write_atomic
+from ztbp.files import NEW_FILE_MODE, atomic_writer, check_target, write_atomic
 from ztbp.writeback.config import write_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -193,3 +193,38 @@ def test_a_capture_that_fails_with_a_probe_running_keeps_its_rows(tmp_path: Path
     assert not (out / "raw" / "nvme.csv").exists()  # a probe that never ran leaves nothing, and no error
     saved = dict(line.split("=", 1) for line in (out / ".capture" / "guest.env").read_text().splitlines())
     assert saved["status"] == "failed" and saved["probe_layers_rows"] == "3"
+
+
+def test_the_mailbox_both_halves(tmp_path: Path) -> None:
+    """The host posts numbered requests (io/mailbox.py), the guest library finds each unanswered one, answers it
+    whole and the host reads the status; a wait for a message that never comes gives up, or stops at the stop
+    file."""
+    from ztbp.io.mailbox import Mailbox
+
+    box = Mailbox(tmp_path / "req", tmp_path / "res").open(fresh=True)
+    first, second = box.request("fio", "job 1\n"), box.request("reset", "0 2\n")
+    serve = ('while f="$(mailbox_next "$REQ" "$RES")"; do id="$(basename "${f%.*}")"; '
+             'wc -c < "$f" | mailbox_answer "$RES/$id.out"; mailbox_status "$RES" "$id" "${id: -1}"; done')
+    proc = lib(tmp_path, f'REQ="{box.outbox}"; RES="{box.answers}"; {serve}')
+    assert proc.returncode == 0, proc.stderr
+    assert (box.status(first, 1), box.status(second, 1)) == (1, 2)
+    assert box.read_text(f"{first}.out").strip() == "6" and not list(box.answers.glob("*.tmp"))
+    assert box.status(box.request("fio", "never served\n"), 0.2) is None
+    proc = lib(tmp_path, f'STOP_FILE="{tmp_path}/stop"; MAILBOX_POLL_S=0.1; mailbox_wait "{tmp_path}/x" 1 loop')
+    assert proc.returncode == 1 and "ZTBP: error loop: no x from the host within 1 s" in proc.stdout
+    (tmp_path / "stop").touch()
+    proc = lib(tmp_path, f'STOP_FILE="{tmp_path}/stop"; mailbox_wait "{tmp_path}/x" 60 loop')
+    assert proc.returncode == 1 and "ZTBP: loop stop requested" in proc.stdout
+
+
+def test_a_guest_script_run_here_reports_its_lines_and_status(tmp_path: Path) -> None:
+    """capture-host and loop --host run the guest script on this machine (acquire.channel.run_here): its
+    environment with ZTBP_STOP_FILE, its lines, its exit status."""
+    from ztbp.acquire.channel import run_here
+
+    script = tmp_path / "guest.sh"
+    script.write_text('echo "ZTBP: stage out $ZTBP_OUT"; echo "stop $ZTBP_STOP_FILE"; exit 3\n')
+    lines: list[str] = []
+    status, interrupted = run_here(script, {"ZTBP_OUT": "/o"}, tmp_path / "stop", lines.append)
+    assert (status, interrupted) == (3, False)
+    assert lines == ["ZTBP: stage out /o", f"stop {tmp_path / 'stop'}"]

@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 
 from ztbp import paths
-from ztbp.acquire.capture import LAYER_SCRIPTS, finish_meta, probe_meta, read_guest_env
+from ztbp.acquire.capture import LAYER_SCRIPTS, finish_meta, guest_env_file, probe_meta
 from ztbp.acquire.vm import GuestResult, run_in_guest
 from ztbp.cli import main
 from ztbp.contract import NVME_COLUMNS, NVME_VERSION_LINE, new_meta, read_meta, write_meta
+from ztbp.files import read_env
 from ztbp.io.fio import read_fio
 from ztbp.paths import RunPaths
 
@@ -178,7 +179,7 @@ def test_a_tiny_layer_map_loses_nothing_uncounted(battery: tuple[GuestResult, Pa
     log = (out / "tiny.log").read_text(errors="replace")
     assert (out / "tiny.rc").read_text().strip() == "0", log[-3000:]
     run = RunPaths(out / "tiny")
-    genv = read_guest_env(run)
+    genv = read_env(guest_env_file(run))
     assert genv["probe_layers_max_rows"] == str(TINY_MAP)
     fio_ios = sum(j["read"]["total_ios"] for j in read_fio(run.fio_json)["jobs"])
     rows = len(run.probe_csv("layers").read_text().splitlines()) - 2

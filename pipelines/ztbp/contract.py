@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import FormatError, MissingRunError
+from .files import write_atomic
 from .paths import RunPaths
 
 RUN_FORMAT = "ztbp-run/1"
@@ -92,9 +93,7 @@ def read_meta(run: RunPaths) -> dict[str, Any]:
 
 def write_meta(run: RunPaths, meta: dict[str, Any]) -> None:
     run.root.mkdir(parents=True, exist_ok=True)
-    tmp = run.meta.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(meta, indent=2, sort_keys=False) + "\n")
-    tmp.replace(run.meta)
+    write_atomic(run.meta, json.dumps(meta, indent=2, sort_keys=False) + "\n")
 
 
 def new_meta(*, device: str, lba_bytes: int, zone_size_lba: int, zone_cap_lba: int, nr_zones: int,

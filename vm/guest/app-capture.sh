@@ -24,11 +24,8 @@
 # Progress lines start with "ZTBP:".
 set -uo pipefail
 
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=vm/guest/probe-lib.sh
-. "$HERE/probe-lib.sh"
-SRC="$(cd "$HERE/../.." && pwd)"
-OUT="${ZTBP_OUT:-/ztbp/out}"
+. "$(dirname "${BASH_SOURCE[0]}")/probe-lib.sh"   # also OUT, DEV, STOP_FILE, SRC (the repository)
 FS="${ZTBP_FS:-btrfs}"
 APP="${ZTBP_APP:-rocksdb}"
 KEYS="${ZTBP_KEYS:-20000}"
@@ -39,9 +36,7 @@ DURATION="${ZTBP_DURATION:-0}"
 BUFFERED="${ZTBP_BUFFERED:-0}"
 FUNCTIONS="${ZTBP_FUNCTIONS:-get=rocksdb::DBImpl::GetImpl write=rocksdb::DBImpl::WriteImpl}"
 STATUS_EXPR="${ZTBP_STATUS:-(int64)*(uint8 *)retval}"
-ZNS="$(namespace_dev 1)"    # the zoned namespace (nsid 1: vm/vmtest.sh)
-CONV="$(namespace_dev 2)"   # the conventional one (nsid 2, --conv-ns)
-MNT=/mnt/ztbp
+stack_namespaces            # ZNS, CONV, MNT
 DB="$MNT/db"
 NVME_PROBE="$SRC/probes/nvme_zone_stream.bt"
 APPOPS_PROBE="$SRC/probes/appops.bt"
@@ -63,7 +58,6 @@ and OUT/.capture/guest.env.
 EOF
 }
 
-die() { say "error $*"; STATUS="failed"; exit 1; }
 # /proc/uptime "696.30" -> 696300000000 ns as text (mawk's %d stops at 2^31)
 uptime_ns() { awk '{split($1, a, "."); printf "%s%s0000000\n", a[1], a[2]}' /proc/uptime; }
 

@@ -22,17 +22,13 @@
 # (fast, no 9p traffic while tracing) and are copied to the run directory at the end.
 set -uo pipefail
 
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=vm/guest/probe-lib.sh
-. "$HERE/probe-lib.sh"
-OUT="${ZTBP_OUT:-/ztbp/out}"
-DEV="${ZTBP_DEV:-/dev/nvme0n1}"
+. "$(dirname "${BASH_SOURCE[0]}")/probe-lib.sh"   # also OUT, DEV, STOP_FILE, SRC (the repository)
 WORKLOAD="${ZTBP_WORKLOAD:-}"
 PREFILL="${ZTBP_PREFILL:-}"
 RESET="${ZTBP_RESET:-}"
-PROBE="${ZTBP_PROBE:-$HERE/../../probes/nvme_zone.bt}"
+PROBE="${ZTBP_PROBE:-$SRC/probes/nvme_zone.bt}"
 EXPECTED="${ZTBP_EXPECTED:-1300000}"
-STOP_FILE="${ZTBP_STOP_FILE:-/ztbp/ctl/stop}"
 PROGRESS_SECONDS=5
 MAP_ROW_BYTES=256   # kernel memory per row of nvme_zone.bt's map (measured: 405 MB for 2M)
 

@@ -24,11 +24,8 @@
 # Progress lines start with "ZTBP:".
 set -uo pipefail
 
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=vm/guest/probe-lib.sh
-. "$HERE/probe-lib.sh"
-SRC="$(cd "$HERE/../.." && pwd)"
-OUT="${ZTBP_OUT:-/ztbp/out}"
+. "$(dirname "${BASH_SOURCE[0]}")/probe-lib.sh"   # also OUT, DEV, STOP_FILE, SRC (the repository)
 FS="${ZTBP_FS:-raw}"
 ENGINE="${ZTBP_ENGINE:-psync}"
 JOBS="${ZTBP_JOBS:-1}"
@@ -39,9 +36,7 @@ BENCH="${ZTBP_BENCH:-0}"
 TRACE_PREP="${ZTBP_TRACE_PREP:-0}"
 if [ "$ENGINE" = "psync" ]; then IODEPTH="${ZTBP_IODEPTH:-1}"; else IODEPTH="${ZTBP_IODEPTH:-4}"; fi
 EXPECTED="${ZTBP_EXPECTED:-$((JOBS * IODEPTH))}"
-ZNS="$(namespace_dev 1)"    # the zoned namespace (nsid 1: vm/vmtest.sh)
-CONV="$(namespace_dev 2)"   # the conventional one (nsid 2, --conv-ns)
-MNT=/mnt/ztbp
+stack_namespaces            # ZNS, CONV, MNT
 BENCH_ROUNDS="${ZTBP_BENCH_ROUNDS:-2}"
 # The streaming NVMe probe: its device time starts at nvme_setup_cmd, like the layer probe's.
 NVME_PROBE="$SRC/probes/nvme_zone_stream.bt"
@@ -64,7 +59,6 @@ of this script. Writes OUT/raw/{layers,nvme}.csv, fio.json, zones.txt (bench.jso
 EOF
 }
 
-die() { say "error $*"; STATUS="failed"; exit 1; }
 
 # kernel dev_t as the block tracepoints print it: (major << 20) | minor
 kdev() { local mm; mm="$(stat -L -c '%Hr %Lr' "$1")"; echo $(( (${mm% *} << 20) | ${mm#* } )); }

@@ -9,7 +9,8 @@
 # rows are handed over per round without detaching (the streaming probe's output is cut at a byte offset once it
 # has drained after the round's fio, with no I/O in flight), and the module is unloaded before bpftrace stops.
 #
-# Handshake (files in ZTBP_OUT, the loop directory; the host is the brain, this script the body):
+# Handshake: the mailbox of probe-lib.sh in ZTBP_OUT/.loop (host side ztbp/io/loop.py over ztbp/io/mailbox.py;
+# the host is the brain, this script the body):
 #   host  .loop/job-NN.fio             the fio job of round NN (written before the guest asks for it)
 #   guest round-NN/raw/, round-NN/.capture/guest.env, .loop/device-NN.env, .loop/dmesg-NN.txt,
 #         .loop/setup-nvme.csv (the probe's rows of the set-up: zone reset, prefill, priming read)
@@ -24,14 +25,13 @@
 # ZTBP_CTL (ztbp-ctl binary), ZTBP_KO / ZTBP_KO_PARAMS (NVMeVirt), ZTBP_STOP_FILE, ZTBP_ROUNDS (upper bound).
 set -uo pipefail
 
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # capture.sh's functions (reset_zones, prefill) and through it probe-lib.sh; its settings (OUT, DEV, PREFILL, RESET,
-# STOP_FILE) come from the same ZTBP_* variables
+# STOP_FILE, SRC) come from the same ZTBP_* variables
 # shellcheck source=vm/guest/capture.sh
-. "$HERE/capture.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/capture.sh"
 CTRL="${ZTBP_CTRL:-${DEV%n[0-9]*}}"
-PROBE="${ZTBP_PROBE:-$HERE/../../probes/nvme_zone_stream.bt}"
-CTL="${ZTBP_CTL:-$HERE/../../tools/ztbp-ctl/build/ztbp-ctl}"
+PROBE="${ZTBP_PROBE:-$SRC/probes/nvme_zone_stream.bt}"
+CTL="${ZTBP_CTL:-$SRC/tools/ztbp-ctl/build/ztbp-ctl}"
 ROUNDS="${ZTBP_ROUNDS:-100}"
 LOOP_DECISION_TIMEOUT=1800   # s to wait for the host's decision on a round
 LOOP_JOB_TIMEOUT=600         # s to wait for the next round's fio job
@@ -51,15 +51,6 @@ EOF
 rnd() { printf '%02d' "$1"; }
 
 blk_reads() { awk '{print $1}' "/sys/block/$(basename "$DEV")/stat"; }
-
-wait_for() { # FILE TIMEOUT: until FILE exists (0), the stop file appears or the time is up (1)
-	local t0=$SECONDS
-	until [ -f "$1" ]; do
-		[ -f "$STOP_FILE" ] && { say "loop stop requested"; return 1; }
-		[ $((SECONDS - t0)) -ge "$2" ] && { say "error loop: no $(basename "$1") from the host within $2 s"; return 1; }
-		sleep 0.5
-	done
-}
 
 ctl_json() { # ARGS...: run ztbp-ctl --json, print "RC JSON" (its last line; {} when it printed none)
 	local rc=0
@@ -132,7 +123,7 @@ run_round() { # ROUND: the round's fio job under the running probe; the run dire
 	n="$(rnd "$r")"
 	dir="$OUT/round-$n"
 	job="$LOOP/job-$n.fio"
-	wait_for "$job" "$LOOP_JOB_TIMEOUT" || return 1
+	mailbox_wait "$job" "$LOOP_JOB_TIMEOUT" loop || return 1
 	mkdir -p "$dir/.capture"
 	cp "$TMP/guest.env" "$dir/.capture/guest.env"
 	blkzone report "$DEV" > "$TMP/zones.txt"
@@ -148,21 +139,21 @@ run_round() { # ROUND: the round's fio job under the running probe; the run dire
 	[ -s "$TMP/fio.json" ] && sed -n '/^{/,$p' "$TMP/fio.json" > "$dir/raw/fio.json"
 	cp "$TMP/zones.txt" "$dir/raw/zones.txt"
 	[ "$r" = 1 ] && [ -s "$TMP/prefill.json" ] && cp "$TMP/prefill.json" "$dir/.capture/prefill-fio.json"
-	{ echo "status_before=$st0"; echo "status_after=$st1"; cat "$TMP/status.log"; } > "$LOOP/device-$n.env"
+	{ echo "status_before=$st0"; echo "status_after=$st1"; cat "$TMP/status.log"; } | mailbox_answer "$LOOP/device-$n.env"
 	: > "$TMP/status.log"
 	dmesg | tail -n +"$((d0 + 1))" > "$LOOP/dmesg-$n.txt"
 	local state=complete
 	[ "$rc" = 0 ] || state=failed
 	echo "status=$state" >> "$dir/.capture/guest.env"
 	sync
-	: > "$LOOP/ready-$n"
+	mailbox_answer "$LOOP/ready-$n" < /dev/null
 	say "loop round $r ready"
 }
 
 apply_decision() { # ROUND: wait for the host's decision and carry it out; 1 = stop the loop
 	local r="$1" n action arg rc json irc ijson d0 env
 	n="$(rnd "$r")"
-	wait_for "$LOOP/decision-$n" "$LOOP_DECISION_TIMEOUT" || return 1
+	mailbox_wait "$LOOP/decision-$n" "$LOOP_DECISION_TIMEOUT" loop || return 1
 	read -r action arg < "$LOOP/decision-$n"
 	env="$LOOP/applied-$n.env"
 	case "$action" in
@@ -177,11 +168,10 @@ apply_decision() { # ROUND: wait for the host's decision and carry it out; 1 = s
 			echo "info_json=$ijson"
 			echo "status=$(device_status)"
 			echo "dmesg_zones=$(dmesg | tail -n +"$((d0 + 1))" | sed -n 's/.*ZONE CLUSTER \[[0-9]*\]=\([0-9]*\).*/\1/p' | paste -sd, -)"
-		} > "$env.tmp"
-		mv "$env.tmp" "$env"
+		} | mailbox_answer "$env"
 		say "loop round $r applied: ztbp-ctl set exit $rc, info exit $irc"
 		;;
-	skip) echo "skipped=$arg" > "$env"; say "loop round $r: nothing applied ($arg)" ;;
+	skip) echo "skipped=$arg" | mailbox_answer "$env"; say "loop round $r: nothing applied ($arg)" ;;
 	*) say "loop stop after round $r: $arg"; return 1 ;;
 	esac
 	return 0

@@ -1,10 +1,12 @@
 #!/bin/bash
-# probe-lib.sh - the one way the guest scripts run a bpftrace probe, sourced by capture.sh, layers-capture.sh
-# and bench.sh: size its maps, start it, wait (bounded) until it is attached, let a streaming probe drain,
+# probe-lib.sh - the guest scripts' one library, sourced by capture.sh, layers-capture.sh, app-capture.sh,
+# bench.sh, loop.sh and profile.sh. The one way they run a bpftrace probe: size its maps, start it, wait (bounded) until it is attached, let a streaming probe drain,
 # stop it with bounded retries, turn its output into a CSV and account for every event it lost. Also the facts
-# every capture records (versions, device geometry) and the two ways of reporting to the host: "ZTBP:" progress
-# lines on the console and NAME=VALUE lines in $TMP/guest.env (copied to OUT/.capture/guest.env; the host's
-# ztbp.acquire.capture turns them into meta.json).
+# every capture records (versions, device geometry), a device module's loading (NVMeVirt) and the ways of
+# talking to the host: "ZTBP:" progress lines on the console, NAME=VALUE lines in $TMP/guest.env (copied to
+# OUT/.capture/guest.env; the host's ztbp.acquire.capture turns them into meta.json), and the mailbox (files the
+# host posts and the guest answers in the shared folder, each written whole; the host's half is
+# ztbp/io/mailbox.py).
 #
 # The caller sets TMP (a work folder) first. A probe has a NAME, the probe name of its CSV (nvme, layers): its
 # output starts with "# ztbp NAME v1" once every probe point is attached, and it ends up in $TMP/NAME.csv.
@@ -51,8 +53,15 @@ PROBE_LIB_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 declare -A PROBE_PID=() PROBE_MODE=()
 STATUS="${STATUS:-complete}"
 
+# ---- settings every guest script shares (the host sets them through ZTBP_*) -------------------------------------
+SRC="$PROBE_LIB_SRC"                          # the repository (/ztbp/src in the VM)
+OUT="${ZTBP_OUT:-/ztbp/out}"                  # the folder shared with the host: a run, loop or profile directory
+DEV="${ZTBP_DEV:-/dev/nvme0n1}"               # the zoned namespace traced or measured
+STOP_FILE="${ZTBP_STOP_FILE:-/ztbp/ctl/stop}" # the host creates it to stop early (Ctrl-C)
+
 say() { echo "ZTBP: $*"; }
 info() { echo "$1=$2" >> "$TMP/guest.env"; }
+die() { say "error $*"; STATUS="failed"; exit 1; }
 
 # ---- facts of the traced machine ----------------------------------------------------------------------------
 
@@ -82,19 +91,30 @@ namespace_dev() { # NSID [FALLBACK]: the block device of namespace NSID of contr
 	echo "${2:-/dev/nvme0n$1}"
 }
 
+device_facts() { # DEV: its name, zoned model and geometry from sysfs as NAME=VALUE lines
+	echo "device=$(basename "$1")"
+	echo "zoned=$(sys_queue "$1" zoned none)"
+	echo "lba_bytes=$(sys_queue "$1" logical_block_size)"
+	echo "zone_sectors=$(sys_queue "$1" chunk_sectors)"
+	echo "nr_zones=$(sys_queue "$1" nr_zones 0)"
+	echo "max_open_zones=$(sys_queue "$1" max_open_zones 0)"
+	echo "max_active_zones=$(sys_queue "$1" max_active_zones 0)"
+}
+
+stack_namespaces() { # ZNS and CONV: vm/vmtest.sh's zoned namespace (nsid 1) and conventional one (nsid 2,
+	# --conv-ns); MNT: where a file system built on them is mounted
+	ZNS="$(namespace_dev 1)"
+	CONV="$(namespace_dev 2)"
+	MNT=/mnt/ztbp
+}
+
 record_device() { # DEV: refuse a device that is not zoned, record its geometry
 	local dev="$1" zoned
 	[ -b "$dev" ] || { say "error $dev is not a block device"; return 1; }
 	zoned="$(sys_queue "$dev" zoned none)"
 	[ "$zoned" = "host-managed" ] || [ "$zoned" = "host-aware" ] || {
 		say "error $dev is not zoned (queue/zoned = $zoned)"; return 1; }
-	info device "$(basename "$dev")"
-	info zoned "$zoned"
-	info lba_bytes "$(sys_queue "$dev" logical_block_size)"
-	info zone_sectors "$(sys_queue "$dev" chunk_sectors)"
-	info nr_zones "$(sys_queue "$dev" nr_zones)"
-	info max_open_zones "$(sys_queue "$dev" max_open_zones 0)"
-	info max_active_zones "$(sys_queue "$dev" max_active_zones 0)"
+	device_facts "$dev" >> "$TMP/guest.env"
 	# zone capacity of the first zone, in 512-byte sectors (blkzone: "cap 0x...")
 	info zone_cap_sectors "$(( $(blkzone report -c 1 "$dev" | sed -n 's/.*cap \(0x[0-9a-f]*\).*/\1/p') ))"
 }
@@ -143,6 +163,40 @@ module_unload() { # rmmod the module loaded by module_load (before any probe is 
 	sync
 	rmmod "$name" || say "error rmmod $name failed"
 	MODULE_LOADED=""
+}
+
+# ---- the mailbox: files exchanged with the host through the shared folder ----------------------------------------
+# The host posts messages whole (renamed into place); the guest waits for them and answers with files it writes
+# whole the same way, so neither side reads half a file. The loop: .loop/job-NN.fio and .loop/decision-NN posted,
+# .loop/*.env answered; the profiler: numbered requests REQ/NNNNN.KIND answered with RES/NNNNN.rc (and what else
+# the request produces), REQ/done to finish. Waits end early when STOP_FILE appears.
+
+mailbox_answer() { # FILE: standard input written to FILE whole (under FILE.tmp, then renamed)
+	cat > "$1.tmp" && mv "$1.tmp" "$1"
+}
+
+mailbox_wait() { # FILE TIMEOUT [WHO]: until the host posts FILE (0), STOP_FILE appears or TIMEOUT s pass (1);
+	# WHO (default "stage") starts the progress line it prints when it gives up
+	local t0=$SECONDS who="${3:-stage}"
+	until [ -f "$1" ]; do
+		[ -f "${STOP_FILE:-}" ] && { say "$who stop requested"; return 1; }
+		[ $((SECONDS - t0)) -ge "$2" ] && { say "error $who: no $(basename "$1") from the host within $2 s"; return 1; }
+		sleep "${MAILBOX_POLL_S:-0.5}"
+	done
+}
+
+mailbox_next() { # REQ RES: the first numbered request REQ/NNNNN.KIND without its answer RES/NNNNN.rc (1: none)
+	local f id
+	for f in "$1"/*.*; do
+		[ -f "$f" ] || continue
+		id="$(basename "${f%.*}")"
+		[ -e "$2/$id.rc" ] || { echo "$f"; return 0; }
+	done
+	return 1
+}
+
+mailbox_status() { # RES ID RC: answer request ID with its exit status RC
+	echo "$3" | mailbox_answer "$1/$2.rc"
 }
 
 # ---- map size -------------------------------------------------------------------------------------------------

@@ -15,11 +15,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..contract import new_meta, read_meta, write_meta
+from ..contract import read_meta, write_meta
 from ..paths import RunPaths
 from ..units import MIB
-from .capture import CaptureError, CaptureOutcome, GuestCommand, Progress, new_run_dir, probe_meta, run_vm_capture
-from .vm import Geometry, VmError, ensure_image
+from .capture import CaptureError, CaptureOutcome, GuestCommand, Progress, device_meta, run_vm_capture, start_run
+from .vm import Geometry, VmError, vm_device
 
 APP_FS = ("btrfs", "f2fs", "ext4")
 APPS = ("rocksdb",)
@@ -176,15 +176,8 @@ def run_app_capture(req: AppCapture) -> CaptureOutcome:
     progress = Progress(0, req.verbose)
     progress.say(f"capture {req.name}: {req.keys:,} keys x {req.value_bytes} B, {req.reads:,} reads, "
                  f"block cache {req.cache_bytes:,} B, {'buffered' if req.buffered else 'direct'} reads")
-    try:
-        ensure_image(echo=progress.say)
-    except VmError as e:
-        raise CaptureError(str(e)) from None
-    run = new_run_dir(req.name, req.out)
-    meta = new_meta(device="nvme0n1", lba_bytes=g.lba_bytes, zone_size_lba=g.zone_bytes // g.lba_bytes,
-                    zone_cap_lba=(g.zone_cap_bytes or g.zone_bytes) // g.lba_bytes, nr_zones=g.zones,
-                    synthetic=False, workload=req.workload_meta(), backend="qemu",
-                    probes={name: probe_meta(name, script) for name, script in APP_SCRIPTS.items()})
+    meta = device_meta(vm_device("qemu", g), req.workload_meta(), APP_SCRIPTS)
+    run = start_run(req.name, req.out, meta, vm=True, echo=progress.say)
     outcome = run_vm_capture(run, meta, GuestCommand("app-capture.sh", req.guest_env(), geometry=g,
                                                      timeout=req.timeout), progress)
     meta = read_meta(run)

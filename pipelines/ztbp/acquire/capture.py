@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,10 +24,12 @@ from typing import Any
 from .. import paths
 from ..contract import new_meta, write_meta
 from ..errors import ZtbpError
+from ..files import read_env
 from ..io.fio import fio_totals
 from ..paths import RunPaths
 from ..units import MIB, parse_size
-from .vm import NVMEVIRT_NOTES, Geometry, GuestResult, NvmevirtPlan, VmError, ensure_image, qemu_version, run_in_guest
+from .channel import run_here
+from .vm import NVMEVIRT_NOTES, Geometry, GuestResult, VmDevice, ensure_image, qemu_version, run_in_guest, vm_device
 from .workload import PRESETS, Workload, WorkloadOptions
 
 GUEST_SCRIPT = paths.VM / "guest" / "capture.sh"
@@ -39,28 +41,56 @@ class CaptureError(ZtbpError):
 
 
 # ---- run directory ---------------------------------------------------------------------------------------
-def new_run_dir(workload: str, out: str | None) -> RunPaths:
+def new_run_dir(name: str, out: str | None, error: type[ZtbpError] = CaptureError) -> RunPaths:
+    """`out`, or runs/<UTC timestamp>-<name>: created, and refused (as `error`) when it holds anything."""
     if out:
         run = RunPaths(Path(out))
     else:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        run = RunPaths(paths.RUNS / f"{stamp}-{workload}")
+        run = RunPaths(paths.RUNS / f"{stamp}-{name}")
     if run.root.exists() and any(run.root.iterdir()):
-        raise CaptureError(f"{run.root} already exists and is not empty; choose another --out")
+        raise error(f"{run.root} already exists and is not empty; choose another --out")
     run.root.mkdir(parents=True, exist_ok=True)
     return run
 
 
-def read_guest_env(run: RunPaths) -> dict[str, str]:
-    f = run.root / STAGING / "guest.env"
-    if not f.is_file():
-        return {}
-    env: dict[str, str] = {}
-    for line in f.read_text(errors="replace").splitlines():
-        if "=" in line:
-            k, v = line.split("=", 1)
-            env[k] = v
-    return env
+def capture_meta(*, device: str, lba: int, zone_bytes: int, nr_zones: int, workload: dict[str, Any], backend: str,
+                 probes: dict[str, str], zone_cap_bytes: int | None = None) -> dict[str, Any]:
+    """meta.json of a capture before it runs: the geometry asked for (the guest's report replaces it), the probes
+    (name -> script) and, on NVMeVirt, what the emulator does not model."""
+    meta = new_meta(device=device, lba_bytes=lba, zone_size_lba=zone_bytes // lba,
+                    zone_cap_lba=(zone_cap_bytes or zone_bytes) // lba, nr_zones=nr_zones, synthetic=False,
+                    workload=workload, backend=backend,
+                    probes={name: probe_meta(name, script) for name, script in probes.items()})
+    if backend == "nvmevirt":
+        meta["emulator"] = NVMEVIRT_NOTES  # what NVMeVirt does not model (probes/FORMAT.md)
+    return meta
+
+
+def device_meta(dev: VmDevice, workload: dict[str, Any], probes: dict[str, str]) -> dict[str, Any]:
+    """capture_meta of a VM capture on `dev` (the guest's namespace nvme0n1)."""
+    return capture_meta(device="nvme0n1", lba=dev.lba_bytes, zone_bytes=dev.zone_bytes, nr_zones=dev.nr_zones,
+                        workload=workload, backend=dev.backend, probes=probes, zone_cap_bytes=dev.zone_cap_bytes)
+
+
+def start_run(name: str, out: str | None, meta: dict[str, Any] | None, *, vm: bool,
+              echo: Callable[[str], None] = print, suite: str | None = None,
+              error: type[ZtbpError] = CaptureError) -> RunPaths:
+    """The preamble of every capture: the guest image built or reused (`vm`), a new empty run directory (`out`
+    or runs/<stamp>-<name>), and `meta` written first as its meta.json with "complete": false, so an interrupted
+    capture leaves a valid partial run (meta None: a folder of runs, the loop's). Errors are raised as `error`."""
+    if vm:
+        ensure_image(echo=echo, suite=suite, error=error)
+    run = new_run_dir(name, out, error)
+    if meta is not None:
+        meta["complete"] = False
+        write_meta(run, meta)
+    return run
+
+
+def guest_env_file(run: RunPaths) -> Path:
+    """Where the guest script leaves its KEY=VALUE report of a capture (read with io.files.read_env)."""
+    return run.root / STAGING / "guest.env"
 
 
 def count_commands(csv: Path) -> dict[str, int]:
@@ -132,7 +162,7 @@ def _geometry_from_guest(meta: dict[str, Any], genv: dict[str, str]) -> None:
 def finish_meta(run: RunPaths, meta: dict[str, Any], result_status: int | None, interrupted: bool,
                 started: float, extra_versions: dict[str, str]) -> dict[str, Any]:
     """Merge what the guest reported into meta.json (every probe in meta["probes"]); return a summary."""
-    genv = read_guest_env(run)
+    genv = read_env(guest_env_file(run))
     _geometry_from_guest(meta, genv)
     versions = {k: genv[k] for k in ("suite", "debian", "kernel", "kernel_version", "bpftrace", "fio", "nvme_cli",
                                      "blkzone")
@@ -296,44 +326,20 @@ def run_capture(req: VmCapture) -> CaptureOutcome:
     """Trace req.workload in the VM into a new run directory (meta.json first, marked incomplete until done)."""
     if req.workload.name not in PRESETS:
         raise CaptureError(f"unknown workload '{req.workload.name}'; choose one of: {', '.join(PRESETS)}")
-    geometry = req.geometry
-    plan: NvmevirtPlan | None = None
-    extra: list[str] = []
-    if req.backend == "nvmevirt":
-        if not req.nvmevirt_ko:
-            raise CaptureError("--backend nvmevirt needs --nvmevirt-ko FILE: the nvmev.ko you built for the guest "
-                               "kernel (see vm/README.md, 'NVMeVirt backend')")
-        ko = req.nvmevirt_ko
-        if not ko.is_file():
-            raise CaptureError(f"--nvmevirt-ko {ko}: no such file")
-        plan = NvmevirtPlan(storage_mib=req.nvmevirt_storage_bytes // MIB, zone_mib=geometry.zone_bytes // MIB)
-        extra = plan.vmtest_args(ko)
-        nr_zones, lba = plan.zones, 512
-    else:
-        geometry.validate()
-        nr_zones, lba = geometry.zones, geometry.lba_bytes
-    wl = req.workload.build(device="/dev/nvme0n1", zone_bytes=geometry.zone_bytes, nr_zones=nr_zones)
+    dev = vm_device(req.backend, req.geometry, req.nvmevirt_ko, req.nvmevirt_storage_bytes, CaptureError)
+    script = nvme_probe(req.probe)
+    wl = req.workload.build(device="/dev/nvme0n1", zone_bytes=dev.zone_bytes, nr_zones=dev.nr_zones)
     progress = Progress(wl.total_reads, req.verbose)
     progress.say(f"capture {wl.name}: {wl.describe_line()}, backend {req.backend}")
-    try:
-        ensure_image(echo=progress.say, suite=req.suite)
-    except VmError as e:
-        raise CaptureError(str(e)) from None
-    script = nvme_probe(req.probe)
-    run = new_run_dir(wl.name, req.out)
-    meta = new_meta(device="nvme0n1", lba_bytes=lba, zone_size_lba=geometry.zone_bytes // lba,
-                    zone_cap_lba=(geometry.zone_cap_bytes or geometry.zone_bytes) // lba, nr_zones=nr_zones,
-                    synthetic=False, workload=wl.meta(), backend=req.backend,
-                    probes={"nvme": probe_meta("nvme", script)})
-    if plan is not None:
-        meta["emulator"] = NVMEVIRT_NOTES  # what NVMeVirt does not model (probes/FORMAT.md)
+    meta = device_meta(dev, wl.meta(), {"nvme": script})
+    run = start_run(wl.name, req.out, meta, vm=True, echo=progress.say, suite=req.suite)
     with tempfile.TemporaryDirectory(prefix="ztbp-jobs.") as tmp:
         job, pre = write_jobs(wl, Path(tmp))
         env = capture_env(wl, f"/ztbp/ctl/{job.name}", f"/ztbp/ctl/{pre.name}" if pre else None,
                           probe=f"/ztbp/src/{script}")
         return run_vm_capture(run, meta, GuestCommand(
-            "capture.sh", env, files=[job] + ([pre] if pre else []), extra_args=extra,
-            geometry=None if plan else geometry, timeout=req.timeout, suite=req.suite), progress)
+            "capture.sh", env, files=[job] + ([pre] if pre else []), extra_args=dev.extra_args,
+            geometry=dev.geometry, timeout=req.timeout, suite=req.suite), progress)
 
 
 @dataclass(frozen=True)
@@ -365,9 +371,7 @@ def kernel_crash(lines: list[str]) -> str | None:
 
 
 def run_vm_capture(run: RunPaths, meta: dict[str, Any], cmd: GuestCommand, progress: Progress) -> CaptureOutcome:
-    """The VM half of every capture: meta.json marked incomplete, the guest script, meta.json finished."""
-    meta["complete"] = False
-    write_meta(run, meta)
+    """The VM half of every capture (after start_run): the guest script, then meta.json finished."""
     started = time.monotonic()
     progress.say(f"booting the VM (output: {run.root})")
     for attempt in range(1, GUEST_ATTEMPTS + 1):
@@ -416,7 +420,7 @@ class LayersCapture:
     trace_prep: bool = False
     bench: bool = False
     bench_rounds: int = 2
-    geometry: Geometry = Geometry(zones=32, conv_ns_bytes=1 << 30)
+    geometry: Geometry = Geometry(conv_ns_bytes=1 << 30)
     out: str | None = None
     timeout: int = 1800
     verbose: bool = False
@@ -471,15 +475,8 @@ def run_layers_capture(req: LayersCapture) -> CaptureOutcome:
     progress = Progress(0, req.verbose)
     progress.say(f"capture {req.name}: fio randread 4 KiB, {req.jobs} job(s) x QD {req.depth}, {req.runtime_s} s; "
                  f"probes {','.join(req.probes)}{', bench first' if req.bench else ''}")
-    try:
-        ensure_image(echo=progress.say, suite=req.suite)
-    except VmError as e:
-        raise CaptureError(str(e)) from None
-    run = new_run_dir(req.name, req.out)
-    meta = new_meta(device="nvme0n1", lba_bytes=g.lba_bytes, zone_size_lba=g.zone_bytes // g.lba_bytes,
-                    zone_cap_lba=(g.zone_cap_bytes or g.zone_bytes) // g.lba_bytes, nr_zones=g.zones,
-                    synthetic=False, workload=req.workload_meta(), backend="qemu",
-                    probes={name: probe_meta(name, LAYER_SCRIPTS[name]) for name in req.probes})
+    meta = device_meta(vm_device("qemu", g), req.workload_meta(), {name: LAYER_SCRIPTS[name] for name in req.probes})
+    run = start_run(req.name, req.out, meta, vm=True, echo=progress.say, suite=req.suite)
     return run_vm_capture(run, meta, GuestCommand("layers-capture.sh", req.guest_env(), geometry=g,
                                                   timeout=req.timeout, suite=req.suite), progress)
 
@@ -551,33 +548,17 @@ def run_capture_host(req: HostCapture) -> CaptureOutcome:
                            "apt-get install bpftrace fio util-linux")
     if os.geteuid() != 0:
         raise CaptureError("capture-host needs root (bpftrace and raw device access); run it with sudo")
-    run = new_run_dir(wl.name, req.out)
-    meta = new_meta(device=Path(dev).name, lba_bytes=lba, zone_size_lba=zone_bytes // lba,
-                    zone_cap_lba=zone_bytes // lba, nr_zones=nr, synthetic=False, workload=wl.meta(), backend="host",
-                    probes={"nvme": probe_meta("nvme", script)})
-    meta["complete"] = False
-    write_meta(run, meta)
+    meta = capture_meta(device=Path(dev).name, lba=lba, zone_bytes=zone_bytes, nr_zones=nr, workload=wl.meta(),
+                        backend="host", probes={"nvme": script})
+    run = start_run(wl.name, req.out, meta, vm=False)
     started = time.monotonic()
     progress = Progress(wl.total_reads, req.verbose)
     with tempfile.TemporaryDirectory(prefix="ztbp-host.") as tmp:
         job, pre = write_jobs(wl, Path(tmp))
-        env = dict(os.environ)
-        env.update(capture_env(wl, str(job), str(pre) if pre else None, reset=not req.no_prefill,
-                               probe=str(paths.ROOT / script) if req.probe else None))
-        env.update(ZTBP_OUT=str(run.root), ZTBP_STOP_FILE=str(Path(tmp) / "stop"))
-        proc = subprocess.Popen(["bash", str(GUEST_SCRIPT)], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        interrupted = False
-        assert proc.stdout is not None
-        try:
-            for line in proc.stdout:
-                progress(line.rstrip("\n"))
-        except KeyboardInterrupt:
-            interrupted = True
-            (Path(tmp) / "stop").touch()
-            for line in proc.stdout:
-                progress(line.rstrip("\n"))
-        status = proc.wait()
+        env = capture_env(wl, str(job), str(pre) if pre else None, reset=not req.no_prefill,
+                          probe=str(paths.ROOT / script) if req.probe else None)
+        env["ZTBP_OUT"] = str(run.root)
+        status, interrupted = run_here(GUEST_SCRIPT, env, Path(tmp) / "stop", progress)
     summ = finish_meta(run, meta, status, interrupted, started, {})
     if interrupted:
         return CaptureOutcome(summ, 130)

@@ -1,7 +1,8 @@
 """The interference profiler's measurement driver (`ztbp profile`): solo and concurrent zone bandwidth with fio.
 
 Two places to measure: the VM (QEMU's zoned namespace or NVMeVirt), where vm/guest/profile.sh serves fio jobs
-the host sends through the shared output folder, and a zoned device of this machine, where fio runs directly.
+the host sends through the host<->guest channel (acquire/channel.py), and a zoned device of this machine, where
+fio runs directly.
 Both look the same to the profiler (`Runner`): `fio(job) -> fio's JSON`, `reset(first, count)`. The grouping
 algorithm itself is pure (analysis/interference.py); this module only turns "measure zones A and B together"
 into fio jobs and bandwidth numbers and keeps the time budget; control/profile.py drives it.
@@ -12,9 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -25,25 +24,14 @@ from typing import Any, Protocol
 from .. import paths
 from ..analysis.devparams import ProfileParams
 from ..errors import ProfileError
+from ..io.mailbox import Mailbox
 from ..units import KIB, MIB
-from .vm import GuestResult, NvmevirtPlan, VmError, ensure_image, qemu_version, run_in_guest
+from .channel import GuestSession
+from .vm import GuestResult, NvmevirtPlan, nvmevirt_module, qemu_version
 
 GUEST_SCRIPT = paths.VM / "guest" / "profile.sh"
-#: Seconds the host waits for the guest to boot, load a module and describe its device.
-BOOT_TIMEOUT_S = 600
 #: Extra seconds a fio request may take beyond its runtime (fio start-up under emulation, job teardown).
 FIO_SLACK_S = 120
-POLL_S = 0.1
-#: Seconds without a single console line after which a boot counts as hung (the guest's first line, "up in",
-#: comes after ~30 s under TCG); such a guest is killed and booted again, BOOT_ATTEMPTS times in all.
-SILENT_BOOT_S = 240
-BOOT_ATTEMPTS = 2
-CLOSE_WAIT_S = 300  # after OUT/req/done, before the guest is killed
-KILL_WAIT_S = 30  # after SIGTERM to vmtest.sh (it kills QEMU at once), before SIGKILL to its group
-
-
-class SilentBoot(Exception):
-    """The guest printed nothing within SILENT_BOOT_S: its boot hung (seen with NVMeVirt under TCG)."""
 
 
 @dataclass(frozen=True)
@@ -130,7 +118,8 @@ def zone_bandwidth(result: dict[str, Any], rw: str) -> dict[int, float]:
 # ---- the VM: a measurement server in the guest ---------------------------------------------------------------
 @dataclass
 class GuestRunner:
-    """Boots the guest with vm/guest/profile.sh and sends it fio jobs through OUT/req -> OUT/res."""
+    """Boots the guest with vm/guest/profile.sh (a GuestSession) and sends it fio jobs and zone resets as numbered
+    requests through its mailbox, OUT/req -> OUT/res."""
 
     out: Path
     backend: str = "qemu"
@@ -140,161 +129,60 @@ class GuestRunner:
     timeout_s: int = 7200
     on_line: Callable[[str], None] | None = None
     device: Device = field(init=False)
-    _thread: threading.Thread | None = field(default=None, init=False, repr=False)
-    _result: GuestResult | None = field(default=None, init=False, repr=False)
-    _error: BaseException | None = field(default=None, init=False, repr=False)
-    _seq: int = field(default=0, init=False, repr=False)
-    _proc: subprocess.Popen[str] | None = field(default=None, init=False, repr=False)
-    _lines: int = field(default=0, init=False, repr=False)
-    boot_attempts: int = field(default=0, init=False)
+    session: GuestSession = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.session = GuestSession(GUEST_SCRIPT.name, self.out, Mailbox(self.out / "req", self.out / "res"),
+                                    "device.env", timeout_s=self.timeout_s, on_line=self.on_line,
+                                    error=ProfileError, purpose="the profile", ready_what="describe its device")
 
     @property
-    def req(self) -> Path:
-        return self.out / "req"
+    def mailbox(self) -> Mailbox:
+        return self.session.mailbox
 
     @property
-    def res(self) -> Path:
-        return self.out / "res"
+    def boot_attempts(self) -> int:
+        return self.session.boot_attempts
 
     def start(self) -> None:
-        for d in (self.req, self.res):
-            if d.exists():
-                shutil.rmtree(d)
-            d.mkdir(parents=True)
-        (self.out / "device.env").unlink(missing_ok=True)
-        extra: list[str] = []
-        geometry = self.geometry
+        self.session.geometry = self.geometry
         if self.backend == "nvmevirt":
-            if self.nvmevirt_ko is None or not self.nvmevirt_ko.is_file():
-                raise ProfileError(f"--nvmevirt-ko {self.nvmevirt_ko}: no such file; build nvmev.ko for the guest "
-                                   "kernel (see vm/README.md, 'NVMeVirt backend')")
             plan = self.nvmevirt_plan or NvmevirtPlan()
-            extra = plan.vmtest_args(self.nvmevirt_ko)
-            geometry = None
-        try:
-            ensure_image(echo=lambda s: self._say(s))
-        except VmError as e:
-            raise ProfileError(str(e)) from None
+            self.session.extra_args = plan.vmtest_args(nvmevirt_module(self.nvmevirt_ko, ProfileError))
+            self.session.geometry = None
+        self.device = device_from_env(self.session.start(), self.backend, "/dev/nvme0n1")
 
-        def boot() -> None:
-            try:
-                self._result = run_in_guest(f"bash /ztbp/src/vm/guest/{GUEST_SCRIPT.name}", self.out,
-                                            geometry=geometry, timeout=self.timeout_s, extra_args=extra,
-                                            on_line=self._line, on_start=self._started)
-            except BaseException as e:  # noqa: BLE001 - surfaced by the waiting side
-                self._error = e
-
-        for attempt in range(1, BOOT_ATTEMPTS + 1):
-            self.boot_attempts = attempt
-            self._lines, self._proc, self._result, self._error = 0, None, None, None
-            self._thread = threading.Thread(target=boot, name="ztbp-profile-guest", daemon=True)
-            self._thread.start()
-            try:
-                self.device = self._wait_device()
-                return
-            except SilentBoot as e:
-                self.kill()
-                if attempt == BOOT_ATTEMPTS:
-                    raise ProfileError(str(e)) from None
-                self._say(f"boot-again {e}; killed it, booting again (attempt {attempt + 1} of {BOOT_ATTEMPTS})")
-
-    def _started(self, proc: subprocess.Popen[str]) -> None:
-        self._proc = proc
-
-    def _say(self, msg: str) -> None:
-        if self.on_line is not None:
-            self.on_line(f"ZTBP: stage {msg}")
-
-    def _line(self, line: str) -> None:
-        self._lines += 1
-        if self.on_line is not None:
-            self.on_line(line)
-
-    def _alive(self) -> None:
-        if self._error is not None:
-            raise ProfileError(f"the VM failed: {self._error}")
-        if self._thread is not None and not self._thread.is_alive():
-            status = self._result.status if self._result else "?"
-            raise ProfileError(f"the guest stopped (status {status}) before the profile was done; see "
-                               f"{self.out / 'console.log'}")
-
-    def _wait_device(self) -> Device:
-        env_file = self.out / "device.env"
-        t0 = time.monotonic()
-        while not env_file.is_file():
-            self._alive()
-            if self._lines == 0 and time.monotonic() - t0 > SILENT_BOOT_S:
-                raise SilentBoot(f"the guest printed nothing on its console in {SILENT_BOOT_S} s (a hung boot)")
-            if time.monotonic() - t0 > BOOT_TIMEOUT_S:
-                raise ProfileError(f"the guest did not describe its device within {BOOT_TIMEOUT_S} s; see "
-                                   f"{self.out / 'console.log'}")
-            time.sleep(POLL_S)
-        return device_from_env(read_env(env_file), self.backend, "/dev/nvme0n1")
-
-    def _submit(self, suffix: str, text: str) -> str:
-        self._seq += 1
-        rid = f"{self._seq:05d}"
-        tmp = self.req / f".{rid}.tmp"
-        tmp.write_text(text)
-        tmp.replace(self.req / f"{rid}.{suffix}")
-        return rid
-
-    def _wait(self, rid: str, timeout_s: float) -> int:
-        rc_file = self.res / f"{rid}.rc"
-        t0 = time.monotonic()
-        while not rc_file.is_file():
-            self._alive()
-            if time.monotonic() - t0 > timeout_s:
-                raise ProfileError(f"request {rid} took more than {timeout_s:.0f} s; see {self.out / 'console.log'}")
-            time.sleep(POLL_S)
-        return int(rc_file.read_text().strip() or "1")
+    def _status(self, rid: str, timeout_s: float) -> int:
+        rc = self.mailbox.status(rid, timeout_s, self.session.alive)
+        if rc is None:
+            raise ProfileError(f"request {rid} took more than {timeout_s:.0f} s; see {self.session.console}")
+        return rc
 
     def fio(self, job: str, timeout_s: float) -> dict[str, Any]:
-        rid = self._submit("fio", job)
-        rc = self._wait(rid, timeout_s)
-        res = self.res / f"{rid}.json"
+        rid = self.mailbox.request("fio", job)
+        rc = self._status(rid, timeout_s)
+        res = self.mailbox.answer(f"{rid}.json")
         if rc != 0 or not res.is_file():
             raise ProfileError(f"fio failed in the guest (status {rc}) on request {rid}; the job is "
-                               f"{self.req / (rid + '.fio')}, the console {self.out / 'console.log'}")
+                               f"{self.mailbox.outbox / (rid + '.fio')}, the console {self.session.console}")
         return json.loads(res.read_text())
 
     def reset(self, first: int, count: int) -> None:
-        rid = self._submit("reset", f"{first} {count}\n")
-        if self._wait(rid, FIO_SLACK_S) != 0:
+        rid = self.mailbox.request("reset", f"{first} {count}\n")
+        if self._status(rid, FIO_SLACK_S) != 0:
             raise ProfileError(f"blkzone reset of zones {first}..{first + count - 1} failed in the guest")
 
     def close(self) -> GuestResult | None:
-        """Ask the guest to finish (OUT/req/done) and wait for it; kill it if it does not stop in CLOSE_WAIT_S."""
-        if self._thread is None:
-            return None
-        (self.req / "done").write_text("")
-        self._thread.join(timeout=CLOSE_WAIT_S)
-        if self._thread.is_alive():
-            self.kill()
-        return self._result
+        """Ask the guest to finish and wait for it (GuestSession.close)."""
+        return self.session.close()
 
     def kill(self) -> None:
-        """Stop the guest now (vmtest.sh kills QEMU on SIGTERM) and wait for the boot thread: no QEMU outlives us."""
-        if self._thread is None:
-            return
-        deadline = time.monotonic() + KILL_WAIT_S
-        while self._proc is None and self._thread.is_alive() and time.monotonic() < deadline:
-            time.sleep(POLL_S)  # the boot thread has not started vmtest.sh yet
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-        self._thread.join(timeout=KILL_WAIT_S)
-        if self._proc is not None and self._proc.poll() is None:
-            os.killpg(self._proc.pid, signal.SIGKILL)
-            self._thread.join(timeout=KILL_WAIT_S)
+        """Stop the guest now (GuestSession.kill): no QEMU outlives the profiler."""
+        self.session.kill()
 
     @property
     def versions(self) -> dict[str, str]:
         return {"qemu": qemu_version(), "kernel": self.device.kernel, "fio": self.device.fio}
-
-
-def read_env(path: Path) -> dict[str, str]:
-    """KEY=VALUE lines (device.env of vm/guest/profile.sh)."""
-    return dict(line.split("=", 1) for line in path.read_text(errors="replace").splitlines() if "=" in line)
 
 
 def device_from_env(env: dict[str, str], backend: str, path: str) -> Device:

@@ -27,6 +27,12 @@ INSTALL_HINT = "install the host packages with `just deps` (bash vm/install-deps
 SUITES = ("bookworm", "trixie")
 
 
+#: The zoned namespace every command boots or describes unless told otherwise (vm/vmtest.sh has the same).
+ZONE_BYTES = 32 * MIB
+ZONES = 64
+LBA_BYTES = 4096
+
+
 class VmError(ZtbpError):
     """The VM path cannot run (missing tools, bad geometry, guest failure)."""
 
@@ -35,12 +41,12 @@ class VmError(ZtbpError):
 class Geometry:
     """The emulated zoned namespace (QEMU nvme-ns)."""
 
-    zone_bytes: int = 32 * MIB
-    zones: int = 64
+    zone_bytes: int = ZONE_BYTES
+    zones: int = ZONES
     zone_cap_bytes: int | None = None
     max_open: int = 0
     max_active: int = 0
-    lba_bytes: int = 4096
+    lba_bytes: int = LBA_BYTES
     conv_ns_bytes: int | None = None
 
     def validate(self) -> None:
@@ -141,6 +147,48 @@ class NvmevirtPlan:
                 "--env", f"ZTBP_KO=/ztbp/ctl/{ko.name}", "--env", f"ZTBP_KO_PARAMS={self.module_params}"]
 
 
+NVMEVIRT_HINT = "build nvmev.ko for the guest kernel (see vm/README.md, 'NVMeVirt backend')"
+
+
+def nvmevirt_module(ko: Path | None, error: type[ZtbpError] = VmError) -> Path:
+    """The NVMeVirt module (--nvmevirt-ko) of a `--backend nvmevirt` command: given, and a file."""
+    if ko is None:
+        raise error(f"--backend nvmevirt needs --nvmevirt-ko FILE: {NVMEVIRT_HINT}")
+    if not ko.is_file():
+        raise error(f"--nvmevirt-ko {ko}: no such file; {NVMEVIRT_HINT}")
+    return ko
+
+
+@dataclass(frozen=True)
+class VmDevice:
+    """The zoned device a guest boots with: QEMU's namespace (`geometry`) or NVMeVirt (`geometry` None, the
+    module and its memory in `extra_args`), and the geometry a run records before the guest reports its own."""
+
+    backend: str
+    geometry: Geometry | None
+    extra_args: list[str]
+    nr_zones: int
+    lba_bytes: int
+    zone_bytes: int
+    zone_cap_bytes: int | None = None
+
+
+def vm_device(backend: str, geometry: Geometry, ko: Path | None = None, storage_bytes: int = 1 << 30,
+              error: type[ZtbpError] = VmError) -> VmDevice:
+    """The device of `--backend`: QEMU's namespace of `geometry` (checked), or NVMeVirt (`ko`, checked) with
+    `storage_bytes` of storage in zones of geometry.zone_bytes and 512-byte LBAs."""
+    try:
+        if backend == "nvmevirt":
+            module = nvmevirt_module(ko, error)
+            plan = NvmevirtPlan(storage_mib=storage_bytes // MIB, zone_mib=geometry.zone_bytes // MIB)
+            return VmDevice(backend, None, plan.vmtest_args(module), plan.zones, 512, geometry.zone_bytes)
+        geometry.validate()
+    except VmError as e:
+        raise error(str(e)) from None
+    return VmDevice(backend, geometry, [], geometry.zones, geometry.lba_bytes, geometry.zone_bytes,
+                    geometry.zone_cap_bytes)
+
+
 def _mib_text(mib: int) -> str:
     """Kernel size syntax: 4096 -> '4G', 1025 -> '1025M'."""
     return f"{mib // 1024}G" if mib % 1024 == 0 else f"{mib}M"
@@ -180,9 +228,19 @@ def image_dir(suite: str | None = None) -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-def ensure_image(echo: Callable[[str], None] = print, suite: str | None = None) -> Path:
+def ensure_image(echo: Callable[[str], None] = print, suite: str | None = None,
+                 error: type[ZtbpError] = VmError) -> Path:
     """Build the guest image (of `suite`) if the recipe changed (minutes), streaming its progress; return its
-    folder."""
+    folder. What stops it (missing tools, a failed build) is raised as `error` (the calling command's error)."""
+    try:
+        return _ensure_image(echo, suite)
+    except VmError as e:
+        if error is VmError:
+            raise
+        raise error(str(e)) from None
+
+
+def _ensure_image(echo: Callable[[str], None], suite: str | None) -> Path:
     check_host(suite)
     proc = subprocess.Popen(["bash", str(IMAGE_SH), *suite_args(suite)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)

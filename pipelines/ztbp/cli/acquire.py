@@ -11,9 +11,9 @@ from ..acquire.patterns import PATTERNS
 from ..acquire.vm import SUITES
 from ..acquire.workload import PAPER_HOT_ZONES, PAPER_READS, PRESETS, READ_REGION, WorkloadError, WorkloadOptions
 from ..errors import ZtbpError
-from ..io.files import write_atomic
+from ..files import write_atomic
 from ..units import MIB, parse_size, parse_zone_list
-from .common import add_backend_args
+from .common import add_backend_args, add_geometry_args, device_geometry
 
 
 def add_workload_options(p: argparse.ArgumentParser) -> None:
@@ -37,7 +37,7 @@ def workload_options(args: argparse.Namespace) -> WorkloadOptions:
 
 def _workload(args: argparse.Namespace) -> int:
     wl = workload_options(args).build(device=args.device, zone_bytes=parse_size(args.zone_size),
-                                      nr_zones=args.zones)
+                                      nr_zones=args.device_zones)
     out = Path(args.output)
     if out.parent and not out.parent.exists():
         raise WorkloadError(f"folder {out.parent} does not exist; create it or choose another -o path")
@@ -69,14 +69,8 @@ def _finish(outcome: object, as_json: bool) -> int:
 
 def _capture(args: argparse.Namespace) -> int:
     from ..acquire.capture import VmCapture, run_capture
-    from ..acquire.vm import Geometry
 
-    geometry = Geometry(
-        zone_bytes=parse_size(args.zone_size), zones=args.zones,
-        zone_cap_bytes=parse_size(args.zone_cap) if args.zone_cap else None,
-        max_open=args.max_open, max_active=args.max_active, lba_bytes=args.lba_size,
-        conv_ns_bytes=parse_size(args.conv_ns) if args.conv_ns else None)
-    req = VmCapture(workload=workload_options(args), geometry=geometry, backend=args.backend,
+    req = VmCapture(workload=workload_options(args), geometry=device_geometry(args), backend=args.backend,
                     nvmevirt_ko=args.nvmevirt_ko,
                     nvmevirt_storage_bytes=parse_size(args.nvmevirt_storage), out=args.out, timeout=args.timeout,
                     verbose=args.verbose, probe=args.probe, suite=args.suite)
@@ -93,11 +87,9 @@ def _capture_host(args: argparse.Namespace) -> int:
 
 def _capture_layers(args: argparse.Namespace) -> int:
     from ..acquire.capture import LayersCapture, run_layers_capture
-    from ..acquire.vm import Geometry
 
     probes = tuple(p.strip() for p in args.probes.split(",") if p.strip())
-    geometry = Geometry(zone_bytes=parse_size(args.zone_size), zones=args.zones,
-                        conv_ns_bytes=parse_size(args.conv_ns) if args.conv_ns else None)
+    geometry = device_geometry(args)
     req = LayersCapture(fs=args.fs, engine=args.engine, iodepth=args.iodepth, jobs=args.jobs,
                         runtime_s=args.runtime, size=args.size, probes=probes, trace_prep=args.trace_prep,
                         bench=args.bench, bench_rounds=args.bench_rounds, geometry=geometry, out=args.out,
@@ -123,7 +115,8 @@ def _synth(args: argparse.Namespace) -> int:
     zone_bytes = parse_size(args.zone_size)
     if zone_bytes % args.lba_size:
         raise ZtbpError(f"--zone-size {args.zone_size} is not a whole number of {args.lba_size}-byte LBAs")
-    geo = SynthGeometry(lba_bytes=args.lba_size, zone_size_lba=zone_bytes // args.lba_size, nr_zones=args.zones)
+    geo = SynthGeometry(lba_bytes=args.lba_size, zone_size_lba=zone_bytes // args.lba_size,
+                        nr_zones=args.device_zones)
     opts = SynthOptions(hot_zones=None if args.hot_zones is None else parse_zone_list(args.hot_zones, "--hot-zones"),
                         hot_share=args.hot_share, zipf=args.zipf, region=_region(args.region),
                         prefill=not args.no_prefill)
@@ -164,9 +157,7 @@ def register_synth(sub: argparse._SubParsersAction) -> None:
                                                    "(default: 0.8 paper80/hotzones, 0.6 paper60, 0.3 hotpage, "
                                                    "0.5 hotcells)")
     p.add_argument("--zipf", type=float, help="Zipf exponent of the zipf pattern's page popularity (default 1.1)")
-    p.add_argument("--zone-size", default="32M", help="zone size (default: %(default)s)")
-    p.add_argument("--lba-size", type=int, choices=(512, 4096), default=4096, help="LBA size (default: %(default)s)")
-    p.add_argument("--zones", type=int, default=64, help="zones of the device (default: %(default)s)")
+    add_geometry_args(p, lba_choices=True)
     p.add_argument("--region", default="10M:1G",
                    help="cold reads in START:END of the device, or 'all' (default: %(default)s, the paper's)")
     p.add_argument("--no-prefill", action="store_true", help="no zone resets and fill writes before the reads")
@@ -181,8 +172,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", required=True, help="fio job file to write")
     p.add_argument("--prefill", metavar="FILE", help="also write the prefill job (sequential zone fill) here")
     p.add_argument("--device", default="/dev/nvme0n1", help="block device in the job file (default: %(default)s)")
-    p.add_argument("--zone-size", default="32M", help="zone size (default: %(default)s)")
-    p.add_argument("--zones", type=int, default=64, help="zones of the namespace (default: %(default)s)")
+    add_geometry_args(p, lba=False)
     add_workload_options(p)
     p.set_defaults(func=_workload)
 
@@ -192,13 +182,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("workload", nargs="?", default="paper80", help=f"one of {', '.join(PRESETS)} (default: paper80)")
     _common(p)
     g = p.add_argument_group("zoned namespace (QEMU backend)")
-    g.add_argument("--zone-size", default="32M", help="zone size (default: %(default)s)")
-    g.add_argument("--zones", type=int, default=64, help="number of zones (default: %(default)s)")
-    g.add_argument("--zone-cap", default=None, help="zone capacity (default: the zone size)")
-    g.add_argument("--max-open", type=int, default=0, help="max open zones, 0 = no limit")
-    g.add_argument("--max-active", type=int, default=0, help="max active zones, 0 = no limit")
-    g.add_argument("--lba-size", type=int, default=4096, help="logical block size (default: %(default)s)")
-    g.add_argument("--conv-ns", default=None, help="also attach a conventional namespace of this size")
+    add_geometry_args(g, limits=True, conv_ns=None)
     add_backend_args(p, "device backend (default qemu)")
     p.add_argument("--timeout", type=int, default=3600, help="kill the guest after this many seconds")
     _suite_option(p)
@@ -232,9 +216,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="first measure fio IOPS without and with the layer probe, same boot (raw/bench.json)")
     c.add_argument("--bench-rounds", type=int, default=2,
                    help="rounds of --bench, each fio without then with the probe (default: %(default)s)")
-    c.add_argument("--zones", type=int, default=32, help="zones of the zoned namespace (default: %(default)s)")
-    c.add_argument("--zone-size", default="32M", help="zone size (default: %(default)s)")
-    c.add_argument("--conv-ns", default="1G", help="size of the conventional namespace (default: %(default)s)")
+    add_geometry_args(c, lba=False, conv_ns="1G")
     c.add_argument("--timeout", type=int, default=1800, help="kill the guest after this many seconds")
     _output_options(c)
     _suite_option(c)

@@ -6,15 +6,14 @@ from __future__ import annotations
 import argparse
 
 from ..units import parse_size
+from .common import add_geometry_args, device_geometry
 
 
 def _capture_app(args: argparse.Namespace) -> int:
     from ..acquire.app import AppCapture, run_app_capture
-    from ..acquire.vm import Geometry
     from .acquire import _finish
 
-    geometry = Geometry(zone_bytes=parse_size(args.zone_size), zones=args.zones,
-                        conv_ns_bytes=parse_size(args.conv_ns) if args.conv_ns else None)
+    geometry = device_geometry(args)
     req = AppCapture(app=args.app, fs=args.fs, keys=args.keys, value_bytes=args.value_size, reads=args.reads,
                      cache_bytes=parse_size(args.cache_size), duration_s=args.duration, buffered=args.buffered,
                      functions=tuple(args.function or ()), library=args.library,
@@ -65,9 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "write=rocksdb::DBImpl::WriteImpl)")
     c.add_argument("--library", help="resolve the functions in this binary or library of the guest (default: "
                                      "db_bench's librocksdb)")
-    c.add_argument("--zone-size", default="32M", help="zone size (default: %(default)s)")
-    c.add_argument("--zones", type=int, default=64, help="zones (default: %(default)s)")
-    c.add_argument("--conv-ns", default="1G", help="conventional namespace size (default: %(default)s)")
+    add_geometry_args(c, lba=False, conv_ns="1G")
     c.add_argument("--timeout", type=int, default=3600, help="kill the guest after this many seconds")
     c.add_argument("--out", help="run directory (default: runs/<UTC timestamp>-app-<app>-<fs>)")
     c.add_argument("-v", "--verbose", action="store_true", help="also show the guest console")

@@ -9,8 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..acquire.vm import LBA_BYTES, ZONE_BYTES, ZONES
 from ..analysis.params import PAPER_EPS, PAPER_MIN_SAMPLES, RECOMMEND_GAIN, TRAIN_SHARE, VALIDATIONS, ClusterParams
 from ..errors import ZtbpError
+from ..units import MIB, parse_size
 
 
 def mib(text: str) -> float | int:
@@ -41,6 +43,41 @@ def add_backend_args(p: argparse.ArgumentParser | argparse._ArgumentGroup, backe
     if storage:
         p.add_argument("--nvmevirt-storage", default="1G",
                        help="NVMeVirt storage (default %(default)s = 32 zones of 32 MiB)")
+
+
+def add_geometry_args(p: argparse.ArgumentParser | argparse._ArgumentGroup, *, zones_flag: str = "--zones",
+                      lba: bool = True, lba_choices: bool = False, limits: bool = False,
+                      conv_ns: str | None | bool = False) -> None:
+    """The zoned namespace's geometry, declared here only: --zone-size, --zones (`zones_flag`: --vm-zones where
+    --zones names the zones to work on; either way args.device_zones), --lba-size (`lba`; refused by argparse
+    unless 512 or 4096 with `lba_choices`, else by Geometry.validate); `limits`: also
+    --zone-cap, --max-open, --max-active; `conv_ns` (not False): --conv-ns with that default. Read back with
+    device_geometry(args)."""
+    p.add_argument("--zone-size", default=f"{ZONE_BYTES // MIB}M", help="zone size (default: %(default)s)")
+    p.add_argument(zones_flag, dest="device_zones", type=int, default=ZONES, metavar="N",
+                   help="zones of the zoned namespace (default: %(default)s)")
+    if lba:
+        p.add_argument("--lba-size", type=int, default=LBA_BYTES, choices=(512, 4096) if lba_choices else None,
+                       help="logical block size, 512 or 4096 (default: %(default)s)")
+    if limits:
+        p.add_argument("--zone-cap", default=None, help="zone capacity (default: the zone size)")
+        p.add_argument("--max-open", type=int, default=0, help="max open zones, 0 = no limit")
+        p.add_argument("--max-active", type=int, default=0, help="max active zones, 0 = no limit")
+    if conv_ns is not False:
+        p.add_argument("--conv-ns", default=conv_ns,
+                       help="also attach a conventional namespace of this size" +
+                            (" (default: %(default)s)" if conv_ns else ""))
+
+
+def device_geometry(args: argparse.Namespace) -> Any:
+    """The acquire.vm.Geometry of the options add_geometry_args declared (the others at their defaults)."""
+    from ..acquire.vm import Geometry
+
+    cap, conv = getattr(args, "zone_cap", None), getattr(args, "conv_ns", None)
+    return Geometry(zone_bytes=parse_size(args.zone_size), zones=args.device_zones,
+                    zone_cap_bytes=parse_size(cap) if cap else None, max_open=getattr(args, "max_open", 0),
+                    max_active=getattr(args, "max_active", 0), lba_bytes=getattr(args, "lba_size", LBA_BYTES),
+                    conv_ns_bytes=parse_size(conv) if conv else None)
 
 
 def add_config_args(p: argparse.ArgumentParser) -> None:

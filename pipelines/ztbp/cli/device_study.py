@@ -17,10 +17,10 @@ from ..analysis.devparams import (
     ProfileParams,
 )
 from ..errors import ZtbpError
-from ..io.files import write_atomic
+from ..files import write_atomic
 from ..units import MIB, parse_size, parse_zone_list
 from . import emit
-from .common import add_backend_args, add_run
+from .common import add_backend_args, add_geometry_args, add_run, device_geometry
 
 
 def zone_spec(text: str) -> tuple[int, ...]:
@@ -61,7 +61,7 @@ def _profile_out(args: argparse.Namespace) -> Path:
 
 def _profile(args: argparse.Namespace) -> int:
     from ..acquire.profile import GuestRunner, HostRunner
-    from ..acquire.vm import Geometry, NvmevirtPlan
+    from ..acquire.vm import NvmevirtPlan
     from ..control.profile import ProfileRequest, run_profile
     from ..present.device_study import profile_heatmap, profile_text
 
@@ -90,7 +90,7 @@ def _profile(args: argparse.Namespace) -> int:
                     or (args.verbose and line.startswith("ZTBP: stage"))):
                 echo(f"  | {line}")
 
-        geometry = Geometry(zone_bytes=parse_size(args.zone_size), zones=args.vm_zones)
+        geometry = device_geometry(args)
         plan = NvmevirtPlan(storage_mib=parse_size(args.nvmevirt_storage) // MIB,
                             zone_mib=parse_size(args.zone_size) // MIB)
         runner = GuestRunner(out=out, backend=args.backend, geometry=geometry,
@@ -183,8 +183,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--device", help="a zoned namespace of this machine, e.g. /dev/nvme0n1 (default: the VM)")
     g.add_argument("--destructive", action="store_true", help="allow resets and writes on --device")
     add_backend_args(g, "VM device (default qemu)")
-    g.add_argument("--zone-size", default="32M", help="zone size (default %(default)s)")
-    g.add_argument("--vm-zones", type=int, default=32, help="zones of QEMU's namespace (default %(default)s)")
+    add_geometry_args(g, zones_flag="--vm-zones", lba=False)
     g.add_argument("--timeout", type=int, default=7200, help="kill the guest after this many seconds")
     p.set_defaults(func=_profile)
 

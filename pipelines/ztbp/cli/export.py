@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import ZtbpError
-from ..io.files import check_target
+from ..files import check_target
 from ..units import parse_window, parse_zone_list
 from . import emit
 from .common import add_run, progress_bar

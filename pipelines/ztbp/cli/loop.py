@@ -9,21 +9,18 @@ from pathlib import Path
 
 from ..acquire.workload import PRESETS, user_job
 from ..analysis.params import CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
-from ..units import parse_size
 from .acquire import add_workload_options, workload_options
-from .common import add_backend_args
+from .common import add_backend_args, add_geometry_args, device_geometry
 
 
 def _loop(args: argparse.Namespace) -> int:
-    from ..acquire.vm import Geometry
     from ..control.loop import LoopRequest, run_loop
     from ..present.loop import summary_text
 
     backend = "host" if args.host else args.backend
     req = LoopRequest(workload=workload_options(args), rounds=args.rounds, min_gain=args.min_gain, backend=backend,
                       nvmevirt_ko=args.nvmevirt_ko,
-                      geometry=Geometry(zone_bytes=parse_size(args.zone_size), zones=args.zones,
-                                        lba_bytes=args.lba_size),
+                      geometry=device_geometry(args),
                       host_device=args.host, fio_file=Path(args.fio_file) if args.fio_file else None,
                       cache_mib=args.cache_mib, page_kib=args.page_kib, out=args.out, timeout=args.timeout,
                       verbose=args.verbose)
@@ -62,9 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", metavar="DEV", default=None,
                    help="run on this machine's zoned namespace DEV instead of a VM (root; destroys the data of the "
                         "zones the workload resets and prefills)")
-    p.add_argument("--zone-size", default="32M", help="zone size (QEMU; NVMeVirt's is 32M) (default: %(default)s)")
-    p.add_argument("--zones", type=int, default=32, help="zones of the QEMU namespace (default: %(default)s)")
-    p.add_argument("--lba-size", type=int, default=4096, help="QEMU logical block size (default: %(default)s)")
+    add_geometry_args(p)
     p.add_argument("-o", "--out", default=None, help="loop directory (default: runs/<UTC time>-loop-<workload>)")
     p.add_argument("--timeout", type=int, default=7200, help="kill the guest after this many seconds")
     p.add_argument("--json", action="store_true", help="print loop.json instead of the summary")

@@ -26,7 +26,7 @@ from typing import Any
 import polars as pl
 
 from ..errors import ZtbpError
-from ..io.files import write_atomic
+from ..files import write_atomic
 from ..stages import MEMORY as ANALYSES
 
 #: how long to keep trying to reach a scheduler given with --scheduler (dask's connect timeout)

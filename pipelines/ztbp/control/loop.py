@@ -21,27 +21,36 @@ import copy
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from .. import paths, stages
-from ..acquire.capture import CaptureError, Progress, check_zoned, finish_meta, host_geometry, probe_meta, write_jobs
-from ..acquire.vm import NVMEVIRT_NOTES, Geometry, NvmevirtPlan, VmError, ensure_image, qemu_version, run_in_guest
+from ..acquire.capture import (
+    CaptureError,
+    Progress,
+    capture_meta,
+    check_zoned,
+    finish_meta,
+    host_geometry,
+    start_run,
+    write_jobs,
+)
+from ..acquire.channel import run_here
+from ..acquire.vm import NVMEVIRT_NOTES, Geometry, nvmevirt_module, qemu_version, run_in_guest, vm_device
 from ..acquire.workload import PRESETS, Workload, WorkloadOptions, user_job
 from ..analysis.loop import device_figures, latency_split, measured_gain
 from ..analysis.params import CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
-from ..contract import LOOP_FORMAT, new_meta, utc_now
+from ..contract import LOOP_FORMAT, utc_now
 from ..errors import ZtbpError
+from ..files import env_int, write_json
 from ..io import loop as loopfiles
-from ..io.files import env_int, write_json
 from ..io.run import load
 from ..paths import RunPaths
 from ..present.loop import round_line
-from ..units import MIB
 from ..writeback.config import write_config
 
 GUEST_SCRIPT = paths.VM / "guest" / "loop.sh"
@@ -64,7 +73,7 @@ class LoopRequest:
     min_gain: float = RECOMMEND_GAIN
     backend: str = "qemu"  # qemu | nvmevirt | host
     nvmevirt_ko: Path | None = None
-    geometry: Geometry = Geometry(zones=32)
+    geometry: Geometry = Geometry()
     host_device: str | None = None
     fio_file: Path | None = None
     cache_mib: int = CACHE_MIB
@@ -80,9 +89,8 @@ class LoopRequest:
             raise LoopError(f"--min-gain {self.min_gain}: give a hit-ratio gain in [0, 1], e.g. 0.01")
         if self.workload.name not in PRESETS:
             raise LoopError(f"unknown workload '{self.workload.name}'; choose one of: {', '.join(PRESETS)}")
-        if self.backend == "nvmevirt" and (self.nvmevirt_ko is None or not self.nvmevirt_ko.is_file()):
-            raise LoopError("--backend nvmevirt needs --nvmevirt-ko FILE: the nvmev.ko built for the guest kernel "
-                            "(see vm/README.md, 'NVMeVirt backend')")
+        if self.backend == "nvmevirt":
+            nvmevirt_module(self.nvmevirt_ko, LoopError)
         if self.fio_file is not None and not self.fio_file.is_file():
             raise LoopError(f"--fio-file {self.fio_file}: no such file")
 
@@ -220,11 +228,8 @@ def after_apply(st: LoopState, res: dict[str, Any] | None) -> None:
 
 def _new_state(req: LoopRequest, root: Path, wl: Workload, lba: int, zone_bytes: int, nr: int,
                prefix: str, progress: Progress) -> LoopState:
-    meta = new_meta(device=Path(wl.device).name, lba_bytes=lba, zone_size_lba=zone_bytes // lba,
-                    zone_cap_lba=zone_bytes // lba, nr_zones=nr, synthetic=False, workload=wl.meta(),
-                    backend=req.backend, probes={"nvme": probe_meta("nvme", LOOP_PROBE)})
-    if req.backend == "nvmevirt":
-        meta["emulator"] = NVMEVIRT_NOTES
+    meta = capture_meta(device=Path(wl.device).name, lba=lba, zone_bytes=zone_bytes, nr_zones=nr,
+                        workload=wl.meta(), backend=req.backend, probes={"nvme": LOOP_PROBE})
     return LoopState(req=req, root=root, workload=wl, meta_base=meta, progress=progress, rounds=[],
                      guest_prefix=prefix, in_force=[], started=time.monotonic())
 
@@ -242,12 +247,10 @@ def _handler(st: LoopState) -> Any:
     return on_line
 
 
-def new_loop_dir(name: str, out: str | None) -> Path:
-    root = Path(out) if out else paths.RUNS / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-loop-{name}"
-    if root.exists() and any(root.iterdir()):
-        raise LoopError(f"{root} already exists and is not empty; choose another --out")
-    root.mkdir(parents=True, exist_ok=True)
-    return root
+def new_loop_dir(req: LoopRequest, name: str, vm: bool, echo: Callable[[str], None]) -> Path:
+    """The capture preamble for a loop: the guest image (`vm`), and a new empty loop directory (--out or
+    runs/<stamp>-loop-<name>); its rounds get their meta.json as they are captured."""
+    return start_run(f"loop-{name}", req.out, None, vm=vm, echo=echo, error=LoopError).root
 
 
 def guest_env(wl: Workload, pre: str | None, rounds: int) -> dict[str, str]:
@@ -268,23 +271,10 @@ def run_loop(req: LoopRequest) -> dict[str, Any]:
     progress = Progress(0, req.verbose)
     if req.backend == "host":
         return _run_host(req, progress)
-    extra: list[str] = []
-    geometry: Geometry | None = req.geometry
-    if req.backend == "nvmevirt":
-        assert req.nvmevirt_ko is not None
-        plan = NvmevirtPlan(zone_mib=req.geometry.zone_bytes // MIB)
-        extra = plan.vmtest_args(req.nvmevirt_ko)
-        geometry, nr, lba = None, plan.zones, 512
-    else:
-        req.geometry.validate()
-        nr, lba = req.geometry.zones, req.geometry.lba_bytes
-    wl = req.workload.build(device="/dev/nvme0n1", zone_bytes=req.geometry.zone_bytes, nr_zones=nr)
-    try:
-        ensure_image(echo=progress.say)
-    except VmError as e:
-        raise LoopError(str(e)) from None
-    root = new_loop_dir(wl.name if req.fio_file is None else "fio-file", req.out)
-    st = _new_state(req, root, wl, lba, req.geometry.zone_bytes, nr, "/ztbp/out", progress)
+    dev = vm_device(req.backend, req.geometry, req.nvmevirt_ko, error=LoopError)
+    wl = req.workload.build(device="/dev/nvme0n1", zone_bytes=dev.zone_bytes, nr_zones=dev.nr_zones)
+    root = new_loop_dir(req, wl.name if req.fio_file is None else "fio-file", True, progress.say)
+    st = _new_state(req, root, wl, dev.lba_bytes, dev.zone_bytes, dev.nr_zones, "/ztbp/out", progress)
     progress.say(f"loop {wl.name}: up to {req.rounds} rounds of {wl.describe_line()}, backend {req.backend} "
                  f"-> {root}")
     loopfiles.start_loop(root, loop_doc(st, complete=False), job_text(st, 1))
@@ -295,8 +285,8 @@ def run_loop(req: LoopRequest) -> dict[str, Any]:
         # the guest's kernel log is kept (.loop/dmesg-end.txt) whatever the script's end, for a crash's cause
         cmd = ("bash /ztbp/src/vm/guest/loop.sh; rc=$?; cat /proc/cmdline > /ztbp/out/.loop/cmdline.txt; "
                "dmesg > /ztbp/out/.loop/dmesg-end.txt; exit $rc")
-        result = run_in_guest(cmd, root, geometry=geometry, timeout=req.timeout,
-                              files=[pre] if pre else [], env=env, extra_args=extra, on_line=_handler(st))
+        result = run_in_guest(cmd, root, geometry=dev.geometry, timeout=req.timeout,
+                              files=[pre] if pre else [], env=env, extra_args=dev.extra_args, on_line=_handler(st))
     return _finish(st, result.status, result.interrupted)
 
 
@@ -317,30 +307,19 @@ def _run_host(req: LoopRequest, progress: Progress) -> dict[str, Any]:
         raise LoopError("loop --host needs root (bpftrace, raw device access, admin commands); run it with sudo")
     lba, zone_bytes, nr = host_geometry(dev, sysfs)
     wl = req.workload.build(device=dev, zone_bytes=zone_bytes, nr_zones=nr)
-    root = new_loop_dir(wl.name if req.fio_file is None else "fio-file", req.out).resolve()
+    root = new_loop_dir(req, wl.name if req.fio_file is None else "fio-file", False, progress.say).resolve()
     st = _new_state(req, root, wl, lba, zone_bytes, nr, str(root), progress)
     loopfiles.start_loop(root, loop_doc(st, complete=False), job_text(st, 1))
     with tempfile.TemporaryDirectory(prefix="ztbp-loop.") as tmp:
         _, pre = write_jobs(wl, Path(tmp))
-        env = dict(os.environ)
-        env.update(guest_env(wl, str(pre) if pre else None, req.rounds))
-        env.update(ZTBP_OUT=str(root), ZTBP_STOP_FILE=str(Path(tmp) / "stop"),
-                   ZTBP_PROBE=str(paths.ROOT / LOOP_PROBE))
-        proc = subprocess.Popen(["bash", str(GUEST_SCRIPT)], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        assert proc.stdout is not None
-        handler = _handler(st)
-        interrupted = False
-        try:
-            for line in proc.stdout:
-                handler(line.rstrip("\n"))
-        except KeyboardInterrupt:
-            interrupted = True
-            (Path(tmp) / "stop").touch()
-            for line in proc.stdout:
-                if not _READY.match(line):
-                    progress(line.rstrip("\n"))
-        status = proc.wait()
+        env = guest_env(wl, str(pre) if pre else None, req.rounds)
+        env.update(ZTBP_OUT=str(root), ZTBP_PROBE=str(paths.ROOT / LOOP_PROBE))
+
+        def after_stop(line: str) -> None:  # no new round is taken on once the user stopped the loop
+            if not _READY.match(line):
+                progress(line)
+
+        status, interrupted = run_here(GUEST_SCRIPT, env, Path(tmp) / "stop", _handler(st), after_stop)
     return _finish(st, status, interrupted)
 
 

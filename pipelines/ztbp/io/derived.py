@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from ..files import write_atomic
 from .run import Run
 
 
@@ -28,7 +29,5 @@ def cached(run: Run, name: str, params_key: str, compute: Callable[[], dict[str,
             pass  # an unreadable or foreign file is recomputed and replaced
     res = compute()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"cache_key": key, "result": res}, default=float) + "\n")
-    tmp.replace(path)
+    write_atomic(path, json.dumps({"cache_key": key, "result": res}, default=float) + "\n")
     return res

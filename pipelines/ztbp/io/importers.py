@@ -49,6 +49,7 @@ import polars as pl
 
 from ..contract import NVME_COLUMNS, NVME_VERSION_LINE, new_meta, write_meta
 from ..errors import FormatError, MissingRunError, ZtbpError
+from ..files import atomic_path
 from ..paths import RunPaths
 from .stream import byte_chunks
 
@@ -463,19 +464,17 @@ def import_trace(src: str | Path, run: RunPaths, fmt: str, *, zone_size_bytes: i
         raise ZtbpError(f"{run.root} already holds a run; choose a new directory or pass --force to replace it.")
     report = ImportReport(format=fmt, source=str(src))
     run.raw.mkdir(parents=True, exist_ok=True)
-    tmp = run.nvme_csv.with_suffix(".csv.tmp")
-    with tmp.open("w") as f:
-        f.write(NVME_VERSION_LINE + "\n" + ",".join(NVME_COLUMNS) + "\n")
-        f.flush()
-        for df in commands(src, fmt, report, lba_bytes, device, chunk_bytes):
-            df.write_csv(f, include_header=False, quote_style="never")
+    with atomic_path(run.nvme_csv) as tmp:
+        with tmp.open("w") as f:
+            f.write(NVME_VERSION_LINE + "\n" + ",".join(NVME_COLUMNS) + "\n")
             f.flush()
-    if report.rows == 0:
-        tmp.unlink()
-        raise FormatError(f"{src}: no {fmt} command found in {report.lines} lines "
-                          f"(skipped {report.skipped}: {report.skip_reasons or 'none'}; ignored {report.ignored}). "
-                          "Is this the right --format?")
-    tmp.replace(run.nvme_csv)
+            for df in commands(src, fmt, report, lba_bytes, device, chunk_bytes):
+                df.write_csv(f, include_header=False, quote_style="never")
+                f.flush()
+        if report.rows == 0:
+            raise FormatError(f"{src}: no {fmt} command found in {report.lines} lines "
+                              f"(skipped {report.skipped}: {report.skip_reasons or 'none'}; ignored "
+                              f"{report.ignored}). Is this the right --format?")
     zone_lba = zone_size_bytes // lba_bytes
     needed = max(1, -(-report.max_end_lba // zone_lba))
     zones = nr_zones if nr_zones is not None else needed

@@ -13,8 +13,9 @@ from typing import Any
 
 from ..contract import LOOP_FORMAT
 from ..errors import ZtbpError
+from ..files import env_int, write_json
 from ..paths import resolve_run
-from .files import env_int, read_env, write_atomic, write_json
+from .mailbox import Mailbox
 
 LOOP_FILE = "loop.json"
 
@@ -82,19 +83,18 @@ def read_loop(path: str | os.PathLike[str]) -> dict[str, Any]:
     return doc
 
 
-# ---- the loop's handshake files in LOOPDIR/.loop/ (vm/guest/loop.sh writes the *.env and dmesg files) --------
+# ---- the loop's mailbox LOOPDIR/.loop/ (io/mailbox.py; vm/guest/loop.sh answers the *.env and dmesg files) ----
 HANDSHAKE = ".loop"
 
 
-def handshake(root: Path) -> Path:
-    return root / HANDSHAKE
+def loop_mailbox(root: Path) -> Mailbox:
+    """The loop's mailbox: one folder, the host's posts and the guest's answers side by side."""
+    return Mailbox(root / HANDSHAKE)
 
 
 def write_job(root: Path, r: int, text: str) -> None:
     """The fio job of round r, for the guest to run."""
-    d = handshake(root)
-    d.mkdir(parents=True, exist_ok=True)
-    write_atomic(d / f"job-{r:02d}.fio", text)
+    loop_mailbox(root).post(f"job-{r:02d}.fio", text)
 
 
 def start_loop(root: Path, doc: dict[str, Any], first_job: str) -> None:
@@ -111,7 +111,7 @@ def write_round(root: Path, r: int, entry: dict[str, Any], doc: dict[str, Any], 
     write_json(root / LOOP_FILE, doc)
     if next_job is not None:
         write_job(root, r + 1, next_job)
-    write_atomic(handshake(root) / f"decision-{r:02d}", decision + "\n")
+    loop_mailbox(root).post(f"decision-{r:02d}", decision + "\n")
 
 
 @dataclass(frozen=True)
@@ -126,15 +126,14 @@ class RoundFiles:
 
 def read_round(root: Path, r: int, applied_round: int | None) -> RoundFiles:
     """The guest's files of round r; `applied_round`: the round whose decision was applied before it."""
-    log = handshake(root) / f"dmesg-{r:02d}.txt"
-    return RoundFiles(device=read_env(handshake(root) / f"device-{r:02d}.env"),
-                      kernel_log=log.read_text(errors="replace") if log.is_file() else "",
+    box = loop_mailbox(root)
+    return RoundFiles(device=box.read_env(f"device-{r:02d}.env"), kernel_log=box.read_text(f"dmesg-{r:02d}.txt"),
                       applied_before=None if applied_round is None else read_applied(root, applied_round))
 
 
 def read_applied(root: Path, r: int) -> dict[str, Any] | None:
     """What the guest reported after applying the decision of round r (None: nothing was applied)."""
-    env = read_env(handshake(root) / f"applied-{r:02d}.env")
+    env = loop_mailbox(root).read_env(f"applied-{r:02d}.env")
     if not env or env_int(env.get("set_rc")) is None:
         return None
     set_rc = int(env["set_rc"])
@@ -152,7 +151,7 @@ def read_applied(root: Path, r: int) -> dict[str, Any] | None:
 
 def read_session(root: Path) -> dict[str, int | None] | None:
     """The probe session's counters over the whole loop (session.env), None when the guest wrote none."""
-    env = read_env(handshake(root) / "session.env")
+    env = loop_mailbox(root).read_env("session.env")
     if not env:
         return None
     out = {k: env_int(env.get(f"probe_nvme_{k}")) for k in ("setups", "completed", "rows", "perf_lost", "attach_s")}

@@ -17,6 +17,7 @@ import polars as pl
 
 from ..contract import NVME_COLUMNS, NVME_VERSION_LINE, OPS, ZONE_ACTIONS, parse_version_line, read_meta
 from ..errors import FormatError, MissingRunError
+from ..files import atomic_path
 from ..paths import RunPaths, resolve_run
 
 OP_DTYPE = pl.Enum(list(OPS))
@@ -187,9 +188,8 @@ def ingest(run: RunPaths) -> IngestReport:
     report.rows = df.height
     report.out_of_range_zones = int(df.select((pl.col("zone") >= meta["nr_zones"]).sum()).item())
     run.derived.mkdir(parents=True, exist_ok=True)
-    tmp = run.events.with_suffix(".parquet.tmp")
-    df.write_parquet(tmp, compression="uncompressed", statistics=False)  # fastest to write and to read back
-    tmp.replace(run.events)
+    with atomic_path(run.events) as tmp:
+        df.write_parquet(tmp, compression="uncompressed", statistics=False)  # fastest to write and to read back
     run.ingest_report.write_text(json.dumps(asdict(report), indent=2) + "\n")
     return report
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ProfileError
+from ..files import write_atomic
 from ..paths import resolve_run
-from .files import write_atomic
 
 PROFILE_FORMAT = "ztbp-profile/1"
 Z2C_FORMAT = "ztbp-z2c/1"

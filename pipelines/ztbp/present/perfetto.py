@@ -55,7 +55,7 @@ from ..analysis.timeline import (
     write_pointers,
 )
 from ..errors import ZtbpError
-from ..io.files import atomic_writer, check_target
+from ..files import atomic_writer, check_target
 from ..io.run import Run
 
 #: Small on purpose: the id is in every packet (a one-byte varint).

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ZtbpError
-from ..io.files import check_target, write_atomic
+from ..files import check_target, write_atomic
 from ..io.run import load
 from ..paths import NOTEBOOKS, REPORTS, ROOT, RUNS, RunPaths
 from ..present.figures import REPORT_ENV

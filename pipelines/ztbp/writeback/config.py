@@ -15,7 +15,7 @@ from typing import Any
 from ..analysis.params import ClusterParams
 from ..contract import CONFIG_FORMAT, utc_now
 from ..errors import FormatError, ZtbpError
-from ..io.files import check_target, write_atomic
+from ..files import check_target, write_atomic
 
 #: The device protocol takes at most this many zones per SET (cdw11..cdw15).
 DEVICE_MAX_ZONES = 5

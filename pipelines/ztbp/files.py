@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ..errors import ZtbpError
+from .errors import ZtbpError
 
 
 def _umask() -> int:
@@ -48,6 +49,22 @@ def atomic_writer(path: Path) -> Iterator[BinaryIO]:
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary path of a unique name beside `path` (".NAME.<random>.tmp", not yet created) for a writer that
+    needs a path (a Parquet file, a CSV written in pieces); renamed over `path` when the block ends normally,
+    removed when it raises. The target is checked with check_target before and after."""
+    check_target(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    try:
+        yield tmp
+        check_target(path)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
         raise
 
 
