@@ -10,10 +10,11 @@ group-bys over 8-bit digits of the value, never holding a column in memory (exac
 Order-dependent passes take an iterator of frames in submission order (io/stream.Parts.ordered) and keep only
 bounded state between frames:
   chains_report_stream == chains.chains_report   (a chain is final once its last request leaves the window)
-  CacheStream          == cachesim's lru, zone_lru, static_best and the LRU sweep, from one pass: exact LRU stack
-                          distances (Mattson) over a Fenwick tree of the live pages' last uses, compacted as it
-                          fills, so memory grows with the distinct pages, not the trace. Belady needs every next
-                          use (a pass backwards over the whole trace): at scale it is estimated by analysis/shards.py.
+  CacheStream          == cachesim's lru, zone_lru, static_best and the LRU sweep, from one pass: the policies of
+                          cache_policies.py fed frame by frame, and the exact LRU stack distances (Mattson,
+                          cache_policies.StackDistances) whose memory grows with the distinct pages, not the trace.
+                          Belady needs every next use (a pass backwards over the whole trace): at scale it is
+                          estimated by analysis/shards.py.
   ClusterCellStream    == cluster.read_cells with folds="hash": reads per cell, time window and held-out fold,
                           from each read's rank in time order (cluster.cluster_from_cells then tunes DBSCAN and
                           applies the hot rule on those cells, as run_cluster does). scikit-learn's shuffled KFold
@@ -34,7 +35,8 @@ import numpy as np
 import polars as pl
 
 from ..errors import ZtbpError
-from .cachesim import page_requests, segmented_lru_pass
+from .cache_policies import ONLINE, REGISTRY, StackDistances
+from .cachesim import page_requests
 from .chains import DEFAULT_WINDOW, _grow, _slot, chain_cdf_weighted, chain_summary_weighted, size_cdf_weighted
 from .frag import DIRECTIONS, NLB_BITS, frag_frame
 from .opcodes import KEYS, OP_ORDER, QUANTILES
@@ -423,50 +425,6 @@ def _extent_stats(start: np.ndarray, end: np.ndarray, zone_size_lba: int, n_zone
 
 # --- the cache model ---------------------------------------------------------------------------------------------
 
-@numba.njit(cache=True)
-def _fenwick_add(tree: np.ndarray, i: int, v: int) -> None:
-    k = i + 1
-    while k < tree.size:
-        tree[k] += v
-        k += k & (-k)
-
-
-@numba.njit(cache=True)
-def _fenwick_sum(tree: np.ndarray, i: int) -> int:
-    """Sum of positions 0..i-1."""
-    s = 0
-    k = i
-    while k > 0:
-        s += tree[k]
-        k -= k & (-k)
-    return s
-
-
-@numba.njit(cache=True)
-def _stack_pass(ids: np.ndarray, last: np.ndarray, tree: np.ndarray, clock: np.ndarray, hist: np.ndarray
-                ) -> int:
-    """LRU stack distances of `ids`, resumable: last[p] is the time slot of p's last use (-1 never), tree marks the
-    slots in use, clock[0] the next slot. Distances are counted into hist (grown by the caller when it reports
-    the index it needs); returns -1 when done, else the index reached when the tree or hist ran out (k << 1 | 0
-    for tree full, k << 1 | 1 for hist too small) so the caller can compact or grow and resume at k."""
-    for k in range(ids.size):
-        if clock[0] + 1 >= tree.size:
-            return k << 1
-        p = ids[k]
-        j = last[p]
-        t = clock[0]
-        if j >= 0:
-            d = _fenwick_sum(tree, t) - _fenwick_sum(tree, j + 1)
-            if d >= hist.size:
-                return (k << 1) | 1
-            hist[d] += 1
-            _fenwick_add(tree, j, -1)
-        _fenwick_add(tree, t, 1)
-        last[p] = t
-        clock[0] = t + 1
-    return -1
-
-
 class PageIds:
     """Page numbers as ids for the state arrays (indexed by page), with the highest seen; pages at or beyond
     `limit` (2^25 pages: a 128 GiB device at 4 KiB) are refused rather than allocating beyond memory."""
@@ -484,20 +442,13 @@ class PageIds:
         return pages.astype(np.int64)
 
 
-def _grown(a: np.ndarray, n: int, fill: Any) -> np.ndarray:
-    if n <= a.size:
-        return a
-    out = np.full(max(n, 2 * a.size), fill, dtype=a.dtype)
-    out[: a.size] = a
-    return out
-
-
 class CacheStream:
-    """One pass over the reads in submission order: LRU stack distances (every cache size), the zone-recognition
-    LRU at one size, and the page counts of static_best. Same figures as cachesim.simulate without Belady."""
+    """One pass over the reads in submission order: every online policy of analysis/cache_policies.py (lru,
+    zone_lru, static_best) at one size, fed frame by frame, and with `sweep` the LRU stack distances (every cache
+    size). Same figures as cachesim.simulate without Belady."""
 
     def __init__(self, meta: dict[str, Any], cache_mib: float, page_kib: int, hot_zones: list[int],
-                 tree_slots: int = 1 << 20) -> None:
+                 tree_slots: int = 1 << 20, sweep: bool = True) -> None:
         if page_kib <= 0:
             raise ZtbpError("--page-kib must be positive")
         if cache_mib <= 0:
@@ -512,39 +463,8 @@ class CacheStream:
         self.ids = PageIds()
         self.requests = 0
         self.read_commands = 0
-        self.last = np.full(1 << 16, -1, dtype=np.int64)
-        self.tree = np.zeros(tree_slots + 1, dtype=np.int64)  # compacted when full, doubled when half live
-        self.clock = np.zeros(1, dtype=np.int64)
-        self.hist = np.zeros(1 << 16, dtype=np.int64)
-        self.counts = np.zeros(1 << 16, dtype=np.int64)
-        self.nxt = np.arange(2, dtype=np.int64)
-        self.prv = np.arange(2, dtype=np.int64)
-        self.cached = np.zeros(2, dtype=np.bool_)
-        self.seg_len = np.zeros(2, dtype=np.int64)
-        self.zone_lru_hits = 0
-
-    def _size(self, n: int) -> None:
-        self.last = _grown(self.last, n, -1)
-        self.counts = _grown(self.counts, n, 0)
-        if n + 2 > self.nxt.size:
-            m = max(n + 2, 2 * self.nxt.size)
-            self.nxt = _grown(self.nxt, m, 0)
-            self.prv = _grown(self.prv, m, 0)
-            self.cached = _grown(self.cached, m, False)
-
-    def _compact(self) -> None:
-        """Renumber the live last-use slots 0..k-1 in time order and rebuild the tree (grow it when half full)."""
-        live = np.flatnonzero(self.last >= 0)
-        order = live[np.argsort(self.last[live], kind="stable")]
-        k = order.size
-        size = self.tree.size
-        if 2 * (k + 1) > size:
-            size = 2 * size
-        self.last[order] = np.arange(k, dtype=np.int64)
-        ones = np.zeros(size - 1, dtype=np.int64)
-        ones[:k] = 1
-        self.tree = _fenwick_build(ones)
-        self.clock[0] = k
+        self.runs = {name: REGISTRY[name].start(self.capacity) for name in ONLINE}
+        self.stack = StackDistances(tree_slots) if sweep else None
 
     def feed(self, frame: pl.DataFrame) -> None:
         """frame: events in submission order (op, slba, nlb); only the reads count."""
@@ -555,57 +475,28 @@ class CacheStream:
         ids = self.ids(pages)
         if ids.size == 0:
             return
-        self._size(self.ids.n)
         self.requests += ids.size
-        self.counts += np.bincount(ids, minlength=self.counts.size)[: self.counts.size]
-        start = 0
-        while start < ids.size:
-            r = _stack_pass(ids[start:], self.last, self.tree, self.clock, self.hist)
-            if r < 0:
-                break
-            start += r >> 1
-            if r & 1:
-                self.hist = _grown(self.hist, 2 * self.hist.size, 0)
-            else:
-                self._compact()
         hot = np.isin(zones, self.hot)
-        self.zone_lru_hits += segmented_lru_pass(ids, hot, self.capacity, self.nxt, self.prv, self.cached,
-                                                  self.seg_len)
-
-    def lru_hits(self, capacity: int) -> int:
-        return int(self.hist[: max(0, capacity)].sum())
-
-    def static_best_hits(self, capacity: int) -> int:
-        counts = self.counts[: self.ids.n]
-        cut = max(0, counts.size - capacity)
-        top = np.partition(counts, cut)[cut:] if cut else counts
-        return int((top[top > 0] - 1).sum())
+        for run in self.runs.values():
+            run.feed(ids, hot)
+        if self.stack is not None:
+            self.stack.feed(ids)
 
     def result(self, sweep_mib: tuple[float, ...] = ()) -> dict[str, Any]:
-        """cachesim.simulate's dict (belady left out; see analysis/shards.py)."""
+        """cachesim.simulate's dict (belady left out; see analysis/shards.py); with sweep_mib (and `sweep`), the
+        LRU hit ratio at each of those sizes."""
         n = max(1, self.requests)
         out: dict[str, Any] = {"requests": self.requests, "read_commands": self.read_commands,
                                "cache_mib": self.cache_mib, "page_kib": self.page_kib,
                                "cache_pages": self.capacity, "hot_zones": self.hot_zones,
-                               "lru": self.lru_hits(self.capacity) / n, "zone_lru": self.zone_lru_hits / n,
-                               "static_best": self.static_best_hits(self.capacity) / n}
+                               **{name: run.hits / n for name, run in self.runs.items()}}
         if sweep_mib:
+            if self.stack is None:
+                raise ValueError("a CacheStream made with sweep=False has no LRU curve")
             caps = [int(m * (1 << 20) // self.page_bytes) for m in sweep_mib]
-            out["lru_sweep"] = [{"cache_mib": m, "lru": self.lru_hits(c) / max(1, self.requests) if self.requests
+            out["lru_sweep"] = [{"cache_mib": m, "lru": self.stack.hits(c) / max(1, self.requests) if self.requests
                                  else 0.0} for m, c in zip(sweep_mib, caps, strict=True)]
         return out
-
-
-@numba.njit(cache=True)
-def _fenwick_build(ones: np.ndarray) -> np.ndarray:
-    tree = np.zeros(ones.size + 1, dtype=np.int64)
-    for i in range(ones.size):
-        k = i + 1
-        tree[k] += ones[i]
-        j = k + (k & (-k))
-        if j < tree.size:
-            tree[j] += tree[k]
-    return tree
 
 
 def cachesim_stream(frames: Iterable[pl.DataFrame], meta: dict[str, Any], cache_mib: float, page_kib: int,
@@ -614,7 +505,7 @@ def cachesim_stream(frames: Iterable[pl.DataFrame], meta: dict[str, Any], cache_
     bad = [z for z in hot_zones if z >= meta["nr_zones"]]
     if bad:
         raise ZtbpError(f"hot zones {bad} are beyond the device's {meta['nr_zones']} zones")
-    cs = CacheStream(meta, cache_mib, page_kib, hot_zones, tree_slots)
+    cs = CacheStream(meta, cache_mib, page_kib, hot_zones, tree_slots, sweep=bool(sweep_mib))
     for f in frames:
         cs.feed(f)
     return cs.result(sweep_mib)
