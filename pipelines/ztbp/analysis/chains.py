@@ -50,6 +50,38 @@ def _grow(keys: np.ndarray, heads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @numba.njit(cache=True)
+def find_chain_end(keys: np.ndarray, heads: np.ndarray, k: int, i: int, window: int) -> tuple[int, int]:
+    """The chain request i continues: (slot of key k, the most recent request j whose chain ends at k and has not
+    been continued, or -1). A j more than `window` requests back (window 0: no limit) is too old, and so is
+    everything stacked below it: the key's stack is emptied. The caller, when it continues j, pops it
+    (heads[slot] = below j)."""
+    h = _slot(keys, k)
+    j = heads[h] if keys[h] != -1 else -1
+    if j >= 0 and window > 0 and i - j > window:
+        heads[h] = -1  # everything stacked below j is older still
+        j = -1
+    return h, j
+
+
+@numba.njit(cache=True)
+def push_chain_end(keys: np.ndarray, heads: np.ndarray, used: np.ndarray, k: int, i: int
+                   ) -> tuple[np.ndarray, np.ndarray, int]:
+    """Request i's chain now ends at key k: i goes on top of k's stack (the table grows when half full; used[0]
+    counts its keys). Returns the table and the request i was stacked on (-1: none), which the caller keeps as
+    i's `below`."""
+    h = _slot(keys, k)
+    if keys[h] == -1:
+        if 2 * (used[0] + 1) > keys.size:
+            keys, heads = _grow(keys, heads)
+            h = _slot(keys, k)
+        keys[h] = k
+        used[0] += 1
+    below = heads[h]
+    heads[h] = i
+    return keys, heads, below
+
+
+@numba.njit(cache=True)
 def _chain_ids(group: np.ndarray, slba: np.ndarray, nlb: np.ndarray, n_groups: int, window: int) -> np.ndarray:
     """Chain id of every request (requests in submission order), numbered in order of first request.
 
@@ -60,32 +92,19 @@ def _chain_ids(group: np.ndarray, slba: np.ndarray, nlb: np.ndarray, n_groups: i
     n = slba.size
     keys = np.full(1024, -1, dtype=np.int64)
     heads = np.full(1024, -1, dtype=np.int64)
-    used = 0
+    used = np.zeros(1, dtype=np.int64)
     below = np.full(n, -1, dtype=np.int64)
     chain = np.empty(n, dtype=np.int64)
     next_chain = 0
     for i in range(n):
-        h = _slot(keys, slba[i] * n_groups + group[i])
-        j = heads[h] if keys[h] != -1 else -1
-        if j >= 0 and window > 0 and i - j > window:
-            heads[h] = -1  # everything stacked below j is older still
-            j = -1
+        h, j = find_chain_end(keys, heads, slba[i] * n_groups + group[i], i, window)
         if j >= 0:
             chain[i] = chain[j]
             heads[h] = below[j]
         else:
             chain[i] = next_chain
             next_chain += 1
-        k = (slba[i] + nlb[i]) * n_groups + group[i]
-        h = _slot(keys, k)
-        if keys[h] == -1:
-            if 2 * (used + 1) > keys.size:
-                keys, heads = _grow(keys, heads)
-                h = _slot(keys, k)
-            keys[h] = k
-            used += 1
-        below[i] = heads[h]
-        heads[h] = i
+        keys, heads, below[i] = push_chain_end(keys, heads, used, (slba[i] + nlb[i]) * n_groups + group[i], i)
     return chain
 
 

@@ -37,9 +37,16 @@ import polars as pl
 from ..errors import ZtbpError
 from .cache_policies import ONLINE, REGISTRY, StackDistances
 from .cachesim import page_requests
-from .chains import DEFAULT_WINDOW, _grow, _slot, chain_cdf_weighted, chain_summary_weighted, size_cdf_weighted
-from .frag import DIRECTIONS, NLB_BITS, frag_frame
-from .opcodes import KEYS, OP_ORDER, QUANTILES
+from .chains import (
+    DEFAULT_WINDOW,
+    chain_cdf_weighted,
+    chain_summary_weighted,
+    find_chain_end,
+    push_chain_end,
+    size_cdf_weighted,
+)
+from .frag import DIRECTIONS, NLB_BITS, frag_frame, zone_fragments
+from .opcodes import QUANTILES, opcode_count_exprs, opcode_keys, opcode_order
 from .params import CHAIN_OPS
 from .zones import zone_count_exprs, zone_frame
 
@@ -138,29 +145,19 @@ def zone_table_lazy(events: pl.LazyFrame, nr_zones: int, lba_bytes: int) -> pl.D
 
 def opcode_table_lazy(events: pl.LazyFrame, lba_bytes: int) -> pl.DataFrame:
     """opcodes.opcode_table over a LazyFrame, on the streaming engine."""
-    ev = events.with_columns(pl.col("op").cast(pl.Utf8), pl.col("zone_action").cast(pl.Utf8).fill_null(""))
-    lat = pl.col("lat_ns").cast(pl.Int64)
-    agg = ev.group_by("op", "zone_action").agg(
-        pl.len().cast(pl.Int64).alias("count"),
-        (pl.col("status") != 0).sum().cast(pl.Int64).alias("errors"),
-        (pl.col("nlb").cast(pl.Int64) * lba_bytes).sum().alias("bytes"),
-        lat.mean().round(0).cast(pl.Int64).alias("mean_ns"),
-        lat.max().alias("max_ns"),
-    ).collect(engine=ENGINE)
+    ev = opcode_keys(events)
+    agg = ev.group_by("op", "zone_action").agg(*opcode_count_exprs(lba_bytes)).collect(engine=ENGINE)
     qs = exact_quantiles(ev, ["op", "zone_action"], "lat_ns", dict(QUANTILES))
     agg = agg.join(qs.with_columns(pl.col(k).cast(pl.Int64) for k, _ in QUANTILES), on=["op", "zone_action"])
-    order = {op: i for i, op in enumerate(OP_ORDER)}
-    rank = pl.col("op").replace_strict(order, default=len(order), return_dtype=pl.Int64)
-    return agg.with_columns(rank.alias("_rank")).sort("_rank", "zone_action").select(KEYS)
+    return opcode_order(agg)
 
 
 def cell_counts_lazy(events: pl.LazyFrame, meta: dict[str, Any], cells_per_zone: int) -> pl.DataFrame:
     """Reads per read cell (cell, reads), as the clustering aggregates them (cluster.read_cells)."""
-    zone_lba = meta["zone_size_lba"]
-    if cells_per_zone <= 0 or zone_lba % cells_per_zone:
-        raise ZtbpError(f"--cells-per-zone {cells_per_zone} must divide the zone size ({zone_lba} LBAs)")
-    n_cells = meta["nr_zones"] * cells_per_zone
-    cell = pl.min_horizontal(pl.col("slba") // (zone_lba // cells_per_zone), pl.lit(n_cells - 1)).cast(pl.Int64)
+    from .cluster import cell_geometry
+
+    cell_lba, n_cells = cell_geometry(meta, cells_per_zone)
+    cell = pl.min_horizontal(pl.col("slba") // cell_lba, pl.lit(n_cells - 1)).cast(pl.Int64)
     return (events.filter(pl.col("op").cast(pl.String) == "read").group_by(cell.alias("cell"))
             .agg(pl.len().cast(pl.Int64).alias("reads")).sort("cell").collect(engine=ENGINE))
 
@@ -172,7 +169,7 @@ class ClusterCellStream:
     def __init__(self, meta: dict[str, Any], params: Any, n_reads: int) -> None:
         from .cluster import cell_geometry
 
-        self.cell_lba, self.n_cells = cell_geometry(meta, params)
+        self.cell_lba, self.n_cells = cell_geometry(meta, params.cells_per_zone)
         self.seed, self.n_reads, self.seen = params.seed, n_reads, 0
         self.folds = np.zeros((5, self.n_cells), dtype=np.int64)
         self.windows = np.zeros((6, self.n_cells), dtype=np.int64)
@@ -198,7 +195,7 @@ class ClusterCellStream:
 
 # --- chains -----------------------------------------------------------------------------------------------------
 
-#: the chain key packs the nsid above the LBA's 52 bits (the LBA's low bits feed chains._slot's hash)
+#: the chain key packs the nsid above the LBA's 52 bits (the LBA's low bits feed the hash of chains' table)
 LBA_BITS = 52
 CHAIN_GROUPS = 1 << 11
 
@@ -208,8 +205,9 @@ def _chain_pass(key_start: np.ndarray, key_end: np.ndarray, nlb: np.ndarray, bas
                 keys: np.ndarray, heads: np.ndarray, used: np.ndarray, below: np.ndarray, acc_req: np.ndarray,
                 acc_lba: np.ndarray, live: np.ndarray, out_lba: np.ndarray, out_req: np.ndarray,
                 counters: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """chains._chain_ids over one frame, resumable: request i (global index base + k) continues the chain of the
-    most recent request j that ends at its start, not yet continued, with i - j <= window. The ring (window + 1
+    """chains._chain_ids over one frame, resumable, with chains' own table operations (find_chain_end,
+    push_chain_end): request i (global index base + k) continues the chain of the most recent request j that ends
+    at its start, not yet continued, with i - j <= window. The ring (window + 1
     slots) holds each recent request's `below` link and, for the last request of an open chain, the chain's
     requests and LBAs. A chain whose last request leaves the ring is final: written to out_lba / out_req."""
     ring = below.size
@@ -222,11 +220,7 @@ def _chain_pass(key_start: np.ndarray, key_end: np.ndarray, nlb: np.ndarray, bas
             out_req[n_out] = acc_req[s]
             n_out += 1
             live[s] = False
-        h = _slot(keys, key_start[k])
-        j = heads[h] if keys[h] != -1 else -1
-        if j >= 0 and i - j > window:
-            heads[h] = -1
-            j = -1
+        h, j = find_chain_end(keys, heads, key_start[k], i, window)
         if j >= 0:
             sj = j % ring
             acc_req[s] = acc_req[sj] + 1
@@ -238,15 +232,7 @@ def _chain_pass(key_start: np.ndarray, key_end: np.ndarray, nlb: np.ndarray, bas
             acc_lba[s] = nlb[k]
             counters[0] += 1
         live[s] = True
-        h = _slot(keys, key_end[k])
-        if keys[h] == -1:
-            if 2 * (used[0] + 1) > keys.size:
-                keys, heads = _grow(keys, heads)
-                h = _slot(keys, key_end[k])
-            keys[h] = key_end[k]
-            used[0] += 1
-        below[s] = heads[h]
-        heads[h] = i
+        keys, heads, below[s] = push_chain_end(keys, heads, used, key_end[k], i)
     return keys, heads, n_out
 
 
@@ -352,7 +338,7 @@ def frag_table_stream(zone_ranges: Iterable[Iterable[pl.DataFrame]], n_zones: in
     max(nr_zones, highest zone + 1), as frag_table takes it.
 
     Memory is bounded by the extents of one zone range, not by its events: each frame's ranges are merged into
-    extents (maximal runs of ranges in one zone, by their start, that touch or overlap — frag._zone_fragments' rule)
+    extents (maximal runs of ranges in one zone, by their start, that touch or overlap — frag.zone_fragments' rule)
     and merged again with the range's extents so far once `merge_at` have piled up; a fragment is an extent."""
     stats = {d: np.zeros((n_zones, 5), dtype=np.int64) for d in DIRECTIONS}
     appends = np.zeros(n_zones, dtype=np.int64)
@@ -375,7 +361,7 @@ def frag_table_stream(zone_ranges: Iterable[Iterable[pl.DataFrame]], n_zones: in
         for d in DIRECTIONS:
             if pending[d]:
                 start, end = _extents(*map(np.concatenate, zip(*pending[d], strict=True)), zone_size_lba)
-                stats[d] += _extent_stats(start, end, zone_size_lba, n_zones)
+                stats[d] += zone_fragments(start, end, start // zone_size_lba, n_zones)
     return frag_frame(stats, appends, n_zones, lba_bytes)
 
 
@@ -388,7 +374,7 @@ def _extents(start: np.ndarray, end: np.ndarray, zone_size_lba: int) -> tuple[np
 @numba.njit(cache=True)
 def _merge_sorted(start: np.ndarray, end: np.ndarray, zone_size_lba: int) -> tuple[np.ndarray, np.ndarray]:
     """Ranges sorted by start -> extents: a range joins the extent before it when both start in one zone and it
-    starts at or before that extent's end (frag._zone_fragments' rule)."""
+    starts at or before that extent's end (frag.zone_fragments' rule)."""
     out_s = np.empty(start.size, dtype=np.int64)
     out_e = np.empty(start.size, dtype=np.int64)
     k = -1
@@ -403,24 +389,6 @@ def _merge_sorted(start: np.ndarray, end: np.ndarray, zone_size_lba: int) -> tup
         elif end[i] > out_e[k]:
             out_e[k] = end[i]
     return out_s[: k + 1], out_e[: k + 1]
-
-
-@numba.njit(cache=True)
-def _extent_stats(start: np.ndarray, end: np.ndarray, zone_size_lba: int, n_zones: int) -> np.ndarray:
-    """Per zone, from its extents (sorted): fragments, LBAs covered, gaps, gap LBAs summed, largest gap — what
-    frag._zone_fragments gives from the ranges themselves."""
-    out = np.zeros((n_zones, 5), dtype=np.int64)
-    for i in range(start.size):
-        z = start[i] // zone_size_lba
-        out[z, 0] += 1
-        out[z, 1] += end[i] - start[i]
-        if i > 0 and start[i - 1] // zone_size_lba == z:
-            gap = start[i] - end[i - 1]
-            out[z, 2] += 1
-            out[z, 3] += gap
-            if gap > out[z, 4]:
-                out[z, 4] = gap
-    return out
 
 
 # --- the cache model ---------------------------------------------------------------------------------------------
