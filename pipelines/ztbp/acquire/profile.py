@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .. import paths
-from ..analysis.devparams import ProfileParams
+from ..analysis.device_params import ProfileParams
 from ..errors import ZtbpError
 from ..units import KIB, MIB
 from .vm import GuestResult, NvmevirtPlan, VmError, ensure_image, qemu_version, run_in_guest
@@ -516,7 +516,7 @@ class Reporter:
 def run_profile(req: ProfileRequest, runner: GuestRunner | HostRunner, out: Path,
                 echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Measure, group and write the profile's files into `out`; return the profile document."""
-    from ..analysis.interference import (
+    from ..analysis.conflict_groups import (
         UNCLASSIFIED,
         adjusted_rand,
         nvmevirt_layout,

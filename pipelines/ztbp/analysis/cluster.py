@@ -51,7 +51,7 @@ from scipy.stats import binom
 
 from ..errors import ZtbpError
 from .dbscan import Grid, dbscan, predict
-from .mix import mix64
+from .hashing import mix64
 from .params import VALIDATIONS, ClusterParams
 
 N_SPLITS = 5

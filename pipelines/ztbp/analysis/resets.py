@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from .devparams import FarParams
+from .device_params import FarParams
 
 #: What a reset's latency means on each backend (meta.json "backend").
 RESET_COST: dict[str, str] = {

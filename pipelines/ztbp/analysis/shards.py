@@ -31,7 +31,7 @@ import polars as pl
 from ..errors import ZtbpError
 from .cache_policies import REGISTRY, PageStream, run_policies
 from .cachesim import POLICIES, libcachesim_sampled, page_requests, page_touches
-from .mix import mix64
+from .hashing import mix64
 
 MODULUS = 1 << 24
 

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..analysis.devparams import (
+from ..analysis.device_params import (
     FAR_INTERCEPT,
     FAR_T,
     INTERFERENCE_THRESHOLD,
@@ -105,7 +105,7 @@ def _profile(args: argparse.Namespace) -> int:
 def _conflicts(args: argparse.Namespace) -> int:
     from .. import device_stages
     from ..acquire.profile import read_z2c
-    from ..analysis.interference import DispatchModel
+    from ..analysis.dispatch import DispatchModel
     from ..io.run import load
     from ..present.device import conflicts_text
 
@@ -122,7 +122,7 @@ def _conflicts(args: argparse.Namespace) -> int:
 
 def _resets(args: argparse.Namespace) -> int:
     from .. import device_stages
-    from ..analysis.devparams import FarParams
+    from ..analysis.device_params import FarParams
     from ..io.run import load
     from ..present.device import resets_json, resets_text
 
