@@ -66,7 +66,7 @@ def find_chain_end(keys: np.ndarray, heads: np.ndarray, k: int, i: int, window: 
 @numba.njit(cache=True)
 def push_chain_end(keys: np.ndarray, heads: np.ndarray, used: np.ndarray, k: int, i: int
                    ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Request i's chain now ends at key k: i goes on top of k's stack (the table grows when half full; used[0]
+    """Request i ends its chain at key k: i goes on top of k's stack (the table grows when half full; used[0]
     counts its keys). Returns the table and the request i was stacked on (-1: none), which the caller keeps as
     i's `below`."""
     h = _slot(keys, k)

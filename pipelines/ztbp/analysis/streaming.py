@@ -51,9 +51,9 @@ from .params import CHAIN_OPS
 from .zones import zone_count_exprs, zone_frame
 
 ENGINE = "streaming"
-#: radix of the exact percentiles: a step's histogram has up to 2^DIGIT_BITS rows per (group, quantile) — at 16
-#: bits the last step of the per-zone latency percentiles of a 1 B-event run held millions of groups (12 GiB on the
-#: streaming engine); at 8 bits it is a few thousand rows, for two more passes over the data (a 32-bit value).
+#: radix of the exact percentiles: a step's histogram has up to 2^DIGIT_BITS rows per (group, quantile). At 16 bits
+#: the last step of the per-zone latency percentiles of a 1 B-event run holds millions of groups (12 GiB on the
+#: streaming engine); at 8 bits it holds a few thousand rows, for two more passes over the data (a 32-bit value).
 DIGIT_BITS = 8
 
 
