@@ -1,4 +1,4 @@
-"""SHARDS-style spatially sampled cache simulation, for every policy of analysis/cachesim.py.
+"""SHARDS-style spatially sampled cache simulation, for every policy of analysis/cache_policies.py.
 
 SHARDS (Waldspurger et al., FAST '15) samples by *page*, not by request: page p is kept when hash(p) mod 2^24 < rate
 * 2^24, so every request of a sampled page is kept and every request of an unsampled page is dropped — the reuse
