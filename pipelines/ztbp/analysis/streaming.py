@@ -39,10 +39,10 @@ from .cache_policies import ONLINE, REGISTRY, StackDistances
 from .cachesim import page_requests
 from .chains import (
     DEFAULT_WINDOW,
+    add_chain_key,
     chain_cdf_weighted,
+    chain_slot,
     chain_summary_weighted,
-    find_chain_end,
-    push_chain_end,
     size_cdf_weighted,
 )
 from .frag import DIRECTIONS, NLB_BITS, frag_frame, zone_fragments
@@ -205,11 +205,11 @@ def _chain_pass(key_start: np.ndarray, key_end: np.ndarray, nlb: np.ndarray, bas
                 keys: np.ndarray, heads: np.ndarray, used: np.ndarray, below: np.ndarray, acc_req: np.ndarray,
                 acc_lba: np.ndarray, live: np.ndarray, out_lba: np.ndarray, out_req: np.ndarray,
                 counters: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """chains._chain_ids over one frame, resumable, with chains' own table operations (find_chain_end,
-    push_chain_end): request i (global index base + k) continues the chain of the most recent request j that ends
-    at its start, not yet continued, with i - j <= window. The ring (window + 1
-    slots) holds each recent request's `below` link and, for the last request of an open chain, the chain's
-    requests and LBAs. A chain whose last request leaves the ring is final: written to out_lba / out_req."""
+    """chains._chain_ids over one frame, resumable, with chains' own table operations (chain_slot,
+    add_chain_key): request i (global index base + k) continues the chain of the most recent request j that ends
+    at its start, not yet continued, with i - j <= window. The ring (window + 1 slots) holds each recent
+    request's `below` link and, for the last request of an open chain, the chain's requests and LBAs. A chain
+    whose last request leaves the ring is final: written to out_lba / out_req."""
     ring = below.size
     n_out = 0
     for k in range(key_start.size):
@@ -220,7 +220,11 @@ def _chain_pass(key_start: np.ndarray, key_end: np.ndarray, nlb: np.ndarray, bas
             out_req[n_out] = acc_req[s]
             n_out += 1
             live[s] = False
-        h, j = find_chain_end(keys, heads, key_start[k], i, window)
+        h = chain_slot(keys, key_start[k])
+        j = heads[h] if keys[h] != -1 else -1
+        if j >= 0 and i - j > window:
+            heads[h] = -1
+            j = -1
         if j >= 0:
             sj = j % ring
             acc_req[s] = acc_req[sj] + 1
@@ -232,7 +236,12 @@ def _chain_pass(key_start: np.ndarray, key_end: np.ndarray, nlb: np.ndarray, bas
             acc_lba[s] = nlb[k]
             counters[0] += 1
         live[s] = True
-        keys, heads, below[s] = push_chain_end(keys, heads, used, key_end[k], i)
+        h = chain_slot(keys, key_end[k])  # request i's chain ends at key_end[k]: push i on that key's stack
+        if keys[h] == -1:
+            keys, heads, h = add_chain_key(keys, heads, used[0], key_end[k])
+            used[0] += 1
+        below[s] = heads[h]
+        heads[h] = i
     return keys, heads, n_out
 
 
