@@ -422,7 +422,7 @@ class PageIds:
 class CacheStream:
     """One pass over the reads in submission order: every online policy of analysis/cache_policies.py (lru,
     zone_lru, static_best) at one size, fed frame by frame, and with `sweep` the LRU stack distances (every cache
-    size). Same figures as cachesim.simulate without Belady."""
+    size; LRU at this size is then read off them). Same figures as cachesim.simulate without Belady."""
 
     def __init__(self, meta: dict[str, Any], cache_mib: float, page_kib: int, hot_zones: list[int],
                  tree_slots: int = 1 << 20, sweep: bool = True) -> None:
@@ -440,8 +440,9 @@ class CacheStream:
         self.ids = PageIds()
         self.requests = 0
         self.read_commands = 0
-        self.runs = {name: REGISTRY[name].start(self.capacity) for name in ONLINE}
         self.stack = StackDistances(tree_slots) if sweep else None
+        # with the LRU curve at hand, LRU at this size is one point of it: no separate LRU run
+        self.runs = {name: REGISTRY[name].start(self.capacity) for name in ONLINE if not (sweep and name == "lru")}
 
     def feed(self, frame: pl.DataFrame) -> None:
         """frame: events in submission order (op, slba, nlb); only the reads count."""
@@ -459,6 +460,12 @@ class CacheStream:
         if self.stack is not None:
             self.stack.feed(ids)
 
+    def _hits(self, name: str) -> int:
+        if name in self.runs:
+            return self.runs[name].hits
+        assert self.stack is not None
+        return self.stack.hits(self.capacity)
+
     def result(self, sweep_mib: tuple[float, ...] = ()) -> dict[str, Any]:
         """cachesim.simulate's dict (belady left out; see analysis/shards.py); with sweep_mib (and `sweep`), the
         LRU hit ratio at each of those sizes."""
@@ -466,7 +473,7 @@ class CacheStream:
         out: dict[str, Any] = {"requests": self.requests, "read_commands": self.read_commands,
                                "cache_mib": self.cache_mib, "page_kib": self.page_kib,
                                "cache_pages": self.capacity, "hot_zones": self.hot_zones,
-                               **{name: run.hits / n for name, run in self.runs.items()}}
+                               **{name: self._hits(name) / n for name in ONLINE}}
         if sweep_mib:
             if self.stack is None:
                 raise ValueError("a CacheStream made with sweep=False has no LRU curve")
