@@ -118,7 +118,7 @@ def package_imports(path: Path) -> set[str]:
 
 
 #: modules of a room that a row may name on their own (parameters and defaults, importable without numpy)
-PARAM_MODULES = ("analysis.params", "analysis.devparams")
+PARAM_MODULES = ("analysis.params", "analysis.device_params")
 
 
 def breaches(path: Path, table: dict[str, set[str] | None]) -> list[str]:

@@ -13,18 +13,8 @@ from hypothesis import strategies as st
 
 from ztbp import stages
 from ztbp.acquire.synth import write_run
-from ztbp.analysis.cachesim import (
-    GENERAL,
-    MIN_PAGES,
-    Trace,
-    belady_hits,
-    libcachesim_hits,
-    lru_hits,
-    lru_sweep,
-    static_best_hits,
-    time_split,
-    zone_lru_hits,
-)
+from ztbp.analysis.cache_policies import belady_hits, lru_hits, lru_sweep, static_best_hits, zone_lru_hits
+from ztbp.analysis.cachesim import GENERAL, MIN_PAGES, Trace, libcachesim_hits, time_split
 from ztbp.cli import main
 from ztbp.errors import ZtbpError
 from ztbp.io.run import load
@@ -172,12 +162,13 @@ def test_lru_equals_libcachesims_lru_on_the_paper_trace(paper_runs) -> None:
 @given(traces, st.integers(1, 12), st.integers(0, 300))
 def test_held_out_hits_are_the_hits_after_the_warm_up(pages, cap, cut) -> None:
     """Counting from request `cut` of one simulation = all hits minus the hits of the first `cut` requests."""
-    from ztbp.analysis.cachesim import _dense, _segmented_lru
+    from ztbp.analysis.cache_policies import SegmentedLRU, dense_ids
 
-    ids, n = _dense(pages)
+    ids, _ = dense_ids(pages)
     cut = min(cut, len(pages))
-    cold = np.zeros(ids.size, dtype=bool)
-    assert _segmented_lru(ids, cold, n, cap, cut) == lru_hits(pages, cap) - lru_hits(pages[:cut], cap)
+    run = SegmentedLRU(cap, zone_aware=False)
+    run.feed(ids[:cut])
+    assert run.feed(ids[cut:]) == lru_hits(pages, cap) - lru_hits(pages[:cut], cap)
 
 
 def test_time_split_cuts_at_the_share_of_reads(run_factory) -> None:

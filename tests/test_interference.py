@@ -13,17 +13,15 @@ from typing import Any
 import polars as pl
 import pytest
 
-from ztbp.analysis.interference import (
+from ztbp.analysis.conflict_groups import (
     UNCLASSIFIED,
-    DispatchModel,
     adjusted_rand,
-    collision_table,
     conflict_groups,
-    dispatch_whatif,
     nvmevirt_layout,
     pair_matrix,
     profile_zones,
 )
+from ztbp.analysis.dispatch import DispatchModel, collision_table, dispatch_whatif
 from ztbp.cli import main
 from ztbp.errors import ProfileError
 from ztbp.io.profile import read_z2c, write_profile
@@ -327,7 +325,7 @@ class FioLog:
 
 def test_fresh_reads_take_each_zone_s_next_unread_span() -> None:
     from ztbp.acquire.profile import Meter
-    from ztbp.analysis.devparams import ProfileParams
+    from ztbp.analysis.device_params import ProfileParams
 
     runner = FioLog()
     meter = Meter(runner, ProfileParams(fresh=True, span_mib=8))
@@ -371,7 +369,7 @@ def test_host_profiling_refuses_what_it_must(tmp_path: Path, capsys: pytest.Capt
 def test_one_pair_on_a_side_is_not_structure() -> None:
     """A negative control seen in CI on QEMU (4 zones, every pair sharing the emulator): five pairs at 0.58 of their
     solo bandwidth and one at 0.85 by noise. One pair has no spread to judge it by: no structure."""
-    from ztbp.analysis.interference import Pair, structure_verdict
+    from ztbp.analysis.conflict_groups import Pair, structure_verdict
 
     ratios = {(0, 1): 0.58, (0, 2): 0.57, (0, 3): 0.60, (1, 2): 0.55, (1, 3): 0.85, (2, 3): 0.59}
     pairs = [Pair(a, b, r, r, r, r, r, r < 0.8) for (a, b), r in ratios.items()]
@@ -450,7 +448,7 @@ def test_a_silent_boot_is_killed_and_booted_again(tmp_path: Path, monkeypatch: p
 
 # ---- repeats, drift and the order of measuring: what keeps noise from passing for structure -------------------
 def test_measurement_noise_known_answer() -> None:
-    from ztbp.analysis.interference import Repeat, measurement_noise
+    from ztbp.analysis.conflict_groups import Repeat, measurement_noise
 
     reps = [Repeat("solo 0", 100.0, 100.0 * math.exp(0.1)), Repeat("solo 1", 100.0, 100.0 * math.exp(-0.2)),
             Repeat("pair 0-1", 50.0, 50.0 * math.exp(0.3))]
@@ -487,7 +485,7 @@ def test_a_busy_stretch_lined_up_with_the_zone_order_is_not_structure() -> None:
     zone order and each confirmation right after its pair, a busy stretch of the host over the last three pairs
     (measurements 8-13: (1,2), (1,3), (2,3) and their confirmations) reads as "zone 0 apart from 1, 2, 3" — a
     grouping that explains every pair, 0.24 apart with no spread."""
-    from ztbp.analysis.interference import Pair, structure_verdict
+    from ztbp.analysis.conflict_groups import Pair, structure_verdict
 
     # the profiler as it was: the pairs in zone order, each confirmed at once, no closing solo pass
     old = {(0, 1): 0.8, (0, 2): 0.8, (0, 3): 0.8, (1, 2): 0.56, (1, 3): 0.56, (2, 3): 0.56}
@@ -535,7 +533,7 @@ def test_real_structure_survives_the_checks() -> None:
 
 
 def test_groups_that_do_not_explain_the_matrix_are_not_structure() -> None:
-    from ztbp.analysis.interference import Pair, contradictions, structure_verdict
+    from ztbp.analysis.conflict_groups import Pair, contradictions, structure_verdict
 
     # zone 3 slows every other zone (a slow zone, not a shared die): groups {0, 3} {1} {2} and two contradictions
     ratios = {(0, 1): 1.0, (0, 2): 1.0, (0, 3): 0.5, (1, 2): 1.0, (1, 3): 0.5, (2, 3): 0.5}
@@ -548,7 +546,7 @@ def test_groups_that_do_not_explain_the_matrix_are_not_structure() -> None:
 
 
 def test_noise_larger_than_the_gap_is_not_structure() -> None:
-    from ztbp.analysis.interference import Pair, structure_verdict
+    from ztbp.analysis.conflict_groups import Pair, structure_verdict
 
     ratios = {(0, 1): 0.55, (0, 2): 0.9, (0, 3): 0.9, (1, 2): 0.9, (1, 3): 0.9, (2, 3): 0.55}
     pairs = [Pair(a, b, r, r, r, r, r, r < 0.75) for (a, b), r in ratios.items()]

@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from conftest import make_run
-from ztbp.analysis.devparams import FarParams
+from ztbp.analysis.device_params import FarParams
 from ztbp.analysis.resets import far_replay, life_cycles, parse_zone_report, reset_cost_note, reset_table
 from ztbp.cli import main
 

@@ -48,7 +48,8 @@ def cluster_case(zones: int, reads: int, seed: int = 1) -> dict[str, Any]:
 def policy_speed(reads: int, seed: int = 7) -> dict[str, Any]:
     """CPU seconds of each policy over the page stream of a paper80 run of `reads` reads at 64 MiB (16,384 pages)."""
     from ztbp.acquire.synth import synthesize
-    from ztbp.analysis.cachesim import GENERAL, Trace, belady_hits, libcachesim_hits, lru_hits
+    from ztbp.analysis.cache_policies import belady_hits, lru_hits
+    from ztbp.analysis.cachesim import GENERAL, Trace, libcachesim_hits
 
     tr = Trace(synthesize("paper80", reads, seed), {"zone_size_lba": 8192, "nr_zones": 64, "lba_bytes": 4096}, 4)
     cap = tr.capacity(64)
@@ -76,7 +77,8 @@ def _lcs_belady(ids: Any, cap: int) -> int:
     import libcachesim as lcs
     import numpy as np
 
-    from ztbp.analysis.cachesim import NEVER, ORACLE_GENERAL, next_use
+    from ztbp.analysis.cache_policies import NEVER, next_use
+    from ztbp.analysis.cachesim import ORACLE_GENERAL
 
     nxt = next_use(ids)
     rows = np.zeros(ids.size, dtype=ORACLE_GENERAL)

@@ -4,7 +4,7 @@ Two places to measure: the VM (QEMU's zoned namespace or NVMeVirt), where vm/gue
 the host sends through the host<->guest channel (acquire/channel.py), and a zoned device of this machine, where
 fio runs directly.
 Both look the same to the profiler (`Runner`): `fio(job) -> fio's JSON`, `reset(first, count)`. The grouping
-algorithm itself is pure (analysis/interference.py); this module only turns "measure zones A and B together"
+algorithm itself is pure (analysis/conflict_groups.py); this module only turns "measure zones A and B together"
 into fio jobs and bandwidth numbers and keeps the time budget; control/profile.py drives it.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .. import paths
-from ..analysis.devparams import ProfileParams
+from ..analysis.device_params import ProfileParams
 from ..errors import ProfileError
 from ..io.mailbox import Mailbox
 from ..units import KIB, MIB

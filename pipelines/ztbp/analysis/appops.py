@@ -20,8 +20,6 @@ from typing import Any
 
 import polars as pl
 
-DATA_OPS = ("read", "write", "zone_append")
-
 
 def in_window(df: pl.DataFrame, col: str, start_ns: int | None, end_ns: int | None) -> pl.DataFrame:
     """Rows whose `col` lies in [start_ns, end_ns] (None: open)."""

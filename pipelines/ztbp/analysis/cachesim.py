@@ -21,14 +21,17 @@ miss (compulsory misses), so the figures are comparable:
 General policies that need no clustering come from libCacheSim (PyPI `libcachesim`), on the same page stream, each
 page an object of size 1 in a cache of `cache_pages` objects: arc, lirs, s3fifo, twoq (2Q), wtinylfu (W-TinyLFU),
 sieve. `best_general` names the best of them, and `zone_lru_vs_best_general` says what zone-LRU adds to it. The
-project's own LRU and Belady stay: on 1 M page requests its LRU takes 0.03 s against libCacheSim's 0.17 s (the same
-hits, checked by a test), and its Belady (MIN with bypass, optimal: checked by exhaustive search) takes as long as
-libCacheSim's Belady, which does not bypass and misses a few hits.
+project keeps its own LRU and Belady: on 1 M page requests its LRU takes 0.03 s against libCacheSim's 0.17 s (the
+same hits, checked by a test), and its Belady (MIN with bypass, optimal: checked by exhaustive search) takes as long
+as libCacheSim's Belady, which does not bypass and misses a few hits.
+
+This module is the simulator's core: it turns a run's reads into the page stream (`Trace`) and runs the policies of
+analysis/cache_policies.py (its REGISTRY) and libCacheSim's on it. The streamed path (streaming.CacheStream) and the
+sampled path (shards.py) run the same policy objects.
 """
 
 from __future__ import annotations
 
-import heapq
 import os
 import sys
 import tempfile
@@ -37,14 +40,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numba
 import numpy as np
 import polars as pl
 
 from ..errors import ZtbpError
+from .cache_policies import REGISTRY, PageStream, dense_ids, lru_sweep, run_policies
 from .params import SWEEP_MIB
 
-POLICIES = ("lru", "zone_lru", "static_best", "belady")
+#: the project's policies (analysis/cache_policies.py), in the order results list them
+POLICIES = tuple(REGISTRY)
 #: libCacheSim's general policies: result key -> class name in the libcachesim package.
 GENERAL: dict[str, str] = {"arc": "ARC", "lirs": "LIRS", "s3fifo": "S3FIFO", "twoq": "TwoQ", "wtinylfu": "WTinyLFU",
                            "sieve": "Sieve"}
@@ -52,7 +56,6 @@ GENERAL: dict[str, str] = {"arc": "ARC", "lirs": "LIRS", "s3fifo": "S3FIFO", "tw
 #: libCacheSim 0.3.5 (W-TinyLFU's 1 % window: 0 hits; 2Q's queues: 0 hits below 5 pages; S3-FIFO's 10 % queue and
 #: W-TinyLFU's segments below 10 / 5 pages: the library aborts the process). Smaller caches report None for them.
 MIN_PAGES: dict[str, int] = dict.fromkeys(GENERAL.values(), 100)
-NEVER = np.iinfo(np.int64).max
 #: libCacheSim's oracleGeneral binary trace: clock time, object id, object size, next access (virtual time).
 ORACLE_GENERAL = np.dtype([("time", "<u4"), ("obj_id", "<u8"), ("obj_size", "<u4"), ("next_access", "<i8")])
 
@@ -76,192 +79,6 @@ def page_touches(events: pl.DataFrame, lba_bytes: int, page_bytes: int) -> tuple
     else:
         pages = np.repeat(first, n) + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
     return pages, n
-
-
-def _segmented_lru(ids: np.ndarray, hot: np.ndarray, n_pages: int, capacity: int, count_from: int = 0) -> int:
-    """Algorithm 4 over a whole page sequence: segmented_lru_pass from an empty cache; the hits of requests
-    count_from.. (the requests before only warm the cache)."""
-    nxt, prv, cached, seg_len = segmented_lru_state(n_pages)
-    return int(segmented_lru_pass(ids, hot, capacity, nxt, prv, cached, seg_len, count_from))
-
-
-def segmented_lru_state(n_pages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """An empty Algorithm-4 cache for pages 0..n_pages-1 (nodes 2.., the two segment heads 0 and 1)."""
-    nxt = np.empty(n_pages + 2, dtype=np.int64)
-    prv = np.empty(n_pages + 2, dtype=np.int64)
-    nxt[:2] = prv[:2] = np.arange(2)
-    return nxt, prv, np.zeros(n_pages + 2, dtype=np.bool_), np.zeros(2, dtype=np.int64)
-
-
-@numba.njit(cache=True)
-def segmented_lru_pass(ids: np.ndarray, hot: np.ndarray, capacity: int, nxt: np.ndarray, prv: np.ndarray,
-                       cached: np.ndarray, seg_len: np.ndarray, count_from: int = 0) -> int:
-    """Algorithm 4 on array-linked lists, resumable: segment 1 (hot) before l_head, segment 0 (normal) after it.
-    Page p is node p + 2; nodes 0 and 1 head the normal and the hot segment; the state arrays
-    (segmented_lru_state) carry over between calls (the streaming path feeds one frame at a time). Returns the
-    hits of requests count_from.. of this call.
-
-    With every page normal this is plain LRU. When the cache is full, the list's tail — the tail of the normal
-    segment, or of the hot segment when no normal page is cached — is evicted before the new page enters.
-    """
-    hits = 0
-    for i in range(ids.size):
-        p = ids[i] + 2
-        s = 1 if hot[i] else 0
-        if cached[p]:
-            if i >= count_from:
-                hits += 1
-            nxt[prv[p]] = nxt[p]  # unlink ...
-            prv[nxt[p]] = prv[p]
-        else:
-            if seg_len[0] + seg_len[1] >= capacity:
-                v = 0 if seg_len[0] > 0 else 1
-                t = prv[v]  # tail of the victim segment
-                nxt[prv[t]] = nxt[t]
-                prv[nxt[t]] = prv[t]
-                cached[t] = False
-                seg_len[v] -= 1
-            cached[p] = True
-            seg_len[s] += 1
-        nxt[p] = nxt[s]  # ... and insert at the head of its segment
-        prv[p] = s
-        prv[nxt[s]] = p
-        nxt[s] = p
-    return hits
-
-
-def _dense(pages: np.ndarray | list[int]) -> tuple[np.ndarray, int]:
-    """Page ids 0..n-1 for the policy kernels: the page numbers themselves when they are small enough to index
-    arrays directly (a 2 GiB device has 524,288 pages of 4 KiB), else their rank among the distinct pages."""
-    arr = np.asarray(pages, dtype=np.int64)
-    if arr.size == 0:
-        return arr, 0
-    top = int(arr.max())
-    if arr.min() >= 0 and top < max(1 << 24, 4 * arr.size):
-        return arr, top + 1
-    uniq, ids = np.unique(arr, return_inverse=True)
-    return ids.astype(np.int64), int(uniq.size)
-
-
-def lru_hits(pages: np.ndarray | list[int], capacity: int) -> int:
-    """Hits of plain LRU over a sequence of page ids."""
-    ids, n = _dense(pages)
-    if ids.size == 0 or capacity <= 0:
-        return 0
-    return int(_segmented_lru(ids, np.zeros(ids.size, dtype=np.bool_), n, capacity))
-
-
-def zone_lru_hits(pages: np.ndarray | list[int], hot: np.ndarray | list[bool], capacity: int) -> int:
-    """Hits of the zone-recognition LRU (Algorithm 4); hot[i] tells whether request i is to a hot zone."""
-    ids, n = _dense(pages)
-    if ids.size == 0 or capacity <= 0:
-        return 0
-    return int(_segmented_lru(ids, np.asarray(hot, dtype=np.bool_), n, capacity))
-
-
-def static_best_hits(ids: np.ndarray, capacity: int) -> int:
-    counts = np.bincount(ids)
-    cut = max(0, counts.size - capacity)
-    top = np.partition(counts, cut)[cut:] if cut else counts
-    return int((top[top > 0] - 1).sum())
-
-
-def next_use(ids: np.ndarray) -> np.ndarray:
-    """Index of the next request for the same page (NEVER if none)."""
-    order = np.argsort(ids, kind="stable")
-    nxt = np.full(ids.size, NEVER, dtype=np.int64)
-    same = ids[order[1:]] == ids[order[:-1]]
-    nxt[order[:-1][same]] = order[1:][same]
-    return nxt
-
-
-@numba.njit(cache=True)
-def _belady_hits(ids: np.ndarray, nxt: np.ndarray, n_pages: int, capacity: int) -> int:
-    never = np.iinfo(np.int64).max
-    cur = np.full(n_pages, -1, dtype=np.int64)  # next use of each cached page; -1 = not cached
-    heap = [(np.int64(0), np.int64(0))]  # (-next use, page); lazy deletion
-    heap.pop()
-    size = 0
-    hits = 0
-    for i in range(ids.size):
-        p = ids[i]
-        nx = nxt[i]
-        if cur[p] >= 0:
-            hits += 1
-            cur[p] = nx
-            heapq.heappush(heap, (-nx, p))
-            continue
-        if nx == never:
-            continue  # never used again: bypass
-        if size < capacity:
-            cur[p] = nx
-            heapq.heappush(heap, (-nx, p))
-            size += 1
-            continue
-        while True:  # furthest valid entry
-            negn, q = heap[0]
-            if cur[q] == -negn:
-                break
-            heapq.heappop(heap)
-        if -negn > nx:
-            heapq.heappop(heap)
-            cur[q] = -1
-            cur[p] = nx
-            heapq.heappush(heap, (-nx, p))
-        # else: bypass, the incoming page is needed later than everything cached
-    return hits
-
-
-def belady_hits(ids: np.ndarray, capacity: int, nxt: np.ndarray | None = None) -> int:
-    if ids.size == 0 or capacity <= 0:
-        return 0
-    nxt = next_use(ids) if nxt is None else nxt
-    return int(_belady_hits(ids.astype(np.int64), nxt, int(ids.max()) + 1, capacity))
-
-
-@numba.njit(cache=True)
-def _stack_distances(ids: np.ndarray, n_pages: int) -> np.ndarray:
-    """LRU stack distance of every request (distinct pages since its last use; -1 = first use). Fenwick tree."""
-    n = ids.size
-    tree = np.zeros(n + 1, dtype=np.int64)
-    last = np.full(n_pages, -1, dtype=np.int64)
-    out = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        p = ids[i]
-        j = last[p]
-        if j < 0:
-            out[i] = -1
-        else:
-            # number of marked positions in (j, i): distinct pages touched since j
-            s = 0
-            k = i
-            while k > 0:
-                s += tree[k]
-                k -= k & (-k)
-            k = j + 1
-            while k > 0:
-                s -= tree[k]
-                k -= k & (-k)
-            out[i] = s
-            k = j + 1
-            while k <= n:
-                tree[k] -= 1
-                k += k & (-k)
-        k = i + 1
-        while k <= n:
-            tree[k] += 1
-            k += k & (-k)
-        last[p] = i
-    return out
-
-
-def lru_sweep(ids: np.ndarray, capacities: list[int]) -> list[float]:
-    """LRU hit ratios for many cache sizes in one pass (Mattson stack distances)."""
-    if ids.size == 0:
-        return [0.0 for _ in capacities]
-    d = _stack_distances(ids.astype(np.int64), int(ids.max()) + 1)
-    d = np.sort(d[d >= 0])
-    return [float(np.searchsorted(d, c, side="left")) / ids.size for c in capacities]
 
 
 @contextmanager
@@ -374,17 +191,12 @@ class Trace:
         self.pages, self.touches = page_touches(events, meta["lba_bytes"], self.page_bytes)
         self.zones = self.pages * self.page_bytes // self.zone_bytes
         self.read_commands = int(self.touches.size)
-        self.ids, self.n_pages = _dense(self.pages)
-        self._nxt: np.ndarray | None = None
+        self.ids, self.n_pages = dense_ids(self.pages)
+        self.stream = PageStream(self.ids, self.zones, self.n_pages)
 
     @property
     def requests(self) -> int:
         return int(self.pages.size)
-
-    def _lru(self, hot: np.ndarray, capacity: int) -> int:
-        if self.ids.size == 0 or capacity <= 0:
-            return 0
-        return int(_segmented_lru(self.ids, hot, self.n_pages, capacity))
 
     def held_out(self, cache_mib: float, hot_zones: list[int], reads: int) -> dict[str, Any]:
         """LRU and zone-LRU hit ratios on the page requests of the read commands after the first `reads` ones, the
@@ -395,15 +207,11 @@ class Trace:
         hot = np.isin(self.zones, np.asarray(hot_zones, dtype=np.int64))
         out: dict[str, Any] = {"requests": n, "lru": 0.0, "zone_lru": 0.0}
         if n > 0 and cap > 0:
-            out["lru"] = _segmented_lru(self.ids, np.zeros(self.ids.size, dtype=np.bool_), self.n_pages, cap,
-                                        start) / n
-            out["zone_lru"] = _segmented_lru(self.ids, hot, self.n_pages, cap, start) / n
+            for name in ("lru", "zone_lru"):
+                run = REGISTRY[name].start(cap)
+                run.feed(self.ids[:start], hot[:start])  # the warm-up
+                out[name] = run.feed(self.ids[start:], hot[start:]) / n
         return out
-
-    def nxt(self) -> np.ndarray:
-        if self._nxt is None:
-            self._nxt = next_use(self.ids)
-        return self._nxt
 
     def capacity(self, cache_mib: float) -> int:
         return int(cache_mib * (1 << 20) // self.page_bytes)
@@ -412,15 +220,8 @@ class Trace:
                    ) -> dict[str, float]:
         cap = self.capacity(cache_mib)
         n = max(1, self.requests)
-        out: dict[str, float] = {}
-        if "lru" in policies:
-            out["lru"] = self._lru(np.zeros(self.ids.size, dtype=np.bool_), cap) / n
-        if "zone_lru" in policies:
-            out["zone_lru"] = self._lru(np.isin(self.zones, np.asarray(hot_zones, dtype=np.int64)), cap) / n
-        if "static_best" in policies:
-            out["static_best"] = static_best_hits(self.ids, cap) / n
-        if "belady" in policies:
-            out["belady"] = belady_hits(self.ids, cap, self.nxt()) / n
+        hits = run_policies(self.stream, cap, hot_zones, [p for p in REGISTRY if p in policies])
+        out: dict[str, float] = {p: h / n for p, h in hits.items()}
         general = [p for p in GENERAL if p in policies]
         if general:
             hits = libcachesim_hits(self.ids, [cap], tuple(GENERAL[p] for p in general))[0]

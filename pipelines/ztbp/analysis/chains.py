@@ -28,7 +28,7 @@ DEFAULT_WINDOW = CHAIN_WINDOW
 
 
 @numba.njit(cache=True)
-def _slot(keys: np.ndarray, k: int) -> int:
+def chain_slot(keys: np.ndarray, k: int) -> int:
     """Slot of key k in the open-addressing table (its own slot, or the empty one where it would go)."""
     mask = keys.size - 1
     h = (k * 0x9E3779B97F4A7C15) & mask
@@ -39,14 +39,28 @@ def _slot(keys: np.ndarray, k: int) -> int:
 
 @numba.njit(cache=True)
 def _grow(keys: np.ndarray, heads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The table at twice the size, every key in its new slot."""
     new_keys = np.full(keys.size * 2, -1, dtype=np.int64)
     new_heads = np.full(keys.size * 2, -1, dtype=np.int64)
     for i in range(keys.size):
         if keys[i] != -1:
-            h = _slot(new_keys, keys[i])
+            h = chain_slot(new_keys, keys[i])
             new_keys[h] = keys[i]
             new_heads[h] = heads[i]
     return new_keys, new_heads
+
+
+@numba.njit(cache=True)
+def add_chain_key(keys: np.ndarray, heads: np.ndarray, n_keys: int, k: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Put key k, not yet in the table, into it (the table holds n_keys keys; the caller counts k); the table
+    doubles first when one more key would fill it past half. Returns the table and k's slot. Called only for a
+    new key, so the loop that pushes a request on its end key passes no arrays back and forth in the common
+    case."""
+    if 2 * (n_keys + 1) > keys.size:
+        keys, heads = _grow(keys, heads)
+    h = chain_slot(keys, k)
+    keys[h] = k
+    return keys, heads, h
 
 
 @numba.njit(cache=True)
@@ -60,12 +74,12 @@ def _chain_ids(group: np.ndarray, slba: np.ndarray, nlb: np.ndarray, n_groups: i
     n = slba.size
     keys = np.full(1024, -1, dtype=np.int64)
     heads = np.full(1024, -1, dtype=np.int64)
-    used = 0
+    n_keys = 0
     below = np.full(n, -1, dtype=np.int64)
     chain = np.empty(n, dtype=np.int64)
     next_chain = 0
     for i in range(n):
-        h = _slot(keys, slba[i] * n_groups + group[i])
+        h = chain_slot(keys, slba[i] * n_groups + group[i])
         j = heads[h] if keys[h] != -1 else -1
         if j >= 0 and window > 0 and i - j > window:
             heads[h] = -1  # everything stacked below j is older still
@@ -76,14 +90,11 @@ def _chain_ids(group: np.ndarray, slba: np.ndarray, nlb: np.ndarray, n_groups: i
         else:
             chain[i] = next_chain
             next_chain += 1
-        k = (slba[i] + nlb[i]) * n_groups + group[i]
-        h = _slot(keys, k)
+        k = (slba[i] + nlb[i]) * n_groups + group[i]  # request i's chain ends at k: push i on k's stack
+        h = chain_slot(keys, k)
         if keys[h] == -1:
-            if 2 * (used + 1) > keys.size:
-                keys, heads = _grow(keys, heads)
-                h = _slot(keys, k)
-            keys[h] = k
-            used += 1
+            keys, heads, h = add_chain_key(keys, heads, n_keys, k)
+            n_keys += 1
         below[i] = heads[h]
         heads[h] = i
     return chain

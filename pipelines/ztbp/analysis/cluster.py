@@ -51,7 +51,7 @@ from scipy.stats import binom
 
 from ..errors import ZtbpError
 from .dbscan import Grid, dbscan, predict
-from .mix import mix64
+from .hashing import mix64
 from .params import VALIDATIONS, ClusterParams
 
 N_SPLITS = 5
@@ -128,12 +128,12 @@ def time_windows(n: int) -> np.ndarray:
     return time_window_of(np.arange(n), n)
 
 
-def cell_geometry(meta: dict[str, Any], params: ClusterParams) -> tuple[int, int]:
+def cell_geometry(meta: dict[str, Any], cells_per_zone: int) -> tuple[int, int]:
     """(cell_lba, n_cells) of the device; refuses a cells_per_zone that does not divide the zone."""
     zone_lba = meta["zone_size_lba"]
-    if params.cells_per_zone <= 0 or zone_lba % params.cells_per_zone:
-        raise ZtbpError(f"--cells-per-zone {params.cells_per_zone} must divide the zone size ({zone_lba} LBAs)")
-    return zone_lba // params.cells_per_zone, meta["nr_zones"] * params.cells_per_zone
+    if cells_per_zone <= 0 or zone_lba % cells_per_zone:
+        raise ZtbpError(f"--cells-per-zone {cells_per_zone} must divide the zone size ({zone_lba} LBAs)")
+    return zone_lba // cells_per_zone, meta["nr_zones"] * cells_per_zone
 
 
 def cells_from_tables(fold_table: np.ndarray, window_table: np.ndarray, cell_lba: int) -> Cells:
@@ -158,7 +158,7 @@ def split_tables(cell_of: np.ndarray, folds: np.ndarray, windows: np.ndarray, n_
 def read_cells(events: pl.DataFrame, meta: dict[str, Any], params: ClusterParams, folds: str = "kfold") -> Cells:
     """The run's reads (events in time order) per cell, fold and time window. folds: "kfold" (scikit-learn's
     shuffled KFold permutation, the default) or "hash" (hash_folds: what the streaming path can compute)."""
-    cell_lba, n_cells = cell_geometry(meta, params)
+    cell_lba, n_cells = cell_geometry(meta, params.cells_per_zone)
     slba = events.filter(pl.col("op") == "read")["slba"].to_numpy()
     cell_of = np.minimum((slba // cell_lba).astype(np.int64), n_cells - 1)
     if folds == "kfold":

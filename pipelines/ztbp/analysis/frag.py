@@ -42,49 +42,52 @@ NLB_BITS = 24  # sort key = slba << 24 | nlb: one int64 sort orders the ranges b
 
 
 @numba.njit(cache=True)
-def _zone_fragments(keys: np.ndarray, zones: np.ndarray, n_zones: int) -> np.ndarray:
+def zone_fragments(start: np.ndarray, end: np.ndarray, zones: np.ndarray, n_zones: int) -> np.ndarray:
     """Per zone: fragments, LBAs covered, gaps, gap LBAs summed, largest gap.
 
-    `keys` are (slba << NLB_BITS | nlb) sorted ascending, `zones` the zone of each key.
+    The ranges [start, end) come sorted by start (then end), `zones` the zone of each. A range joins the fragment
+    before it when both are in one zone and it starts at or before the fragment's end (they touch or overlap).
+    Fragments already merged give their own figures back, so the streamed path can merge part by part first.
     """
     out = np.zeros((n_zones, 5), dtype=np.int64)
-    mask = (1 << NLB_BITS) - 1
     cur_zone = -1
     f_start = 0
     reach = 0
-    for i in range(keys.size):
-        start = keys[i] >> NLB_BITS
-        end = start + (keys[i] & mask)
+    for i in range(start.size):
         z = zones[i]
-        if z != cur_zone or start > reach:
+        if z != cur_zone or start[i] > reach:
             if cur_zone >= 0:
                 out[cur_zone, 1] += reach - f_start  # close the previous fragment
             if z == cur_zone:
-                gap = start - reach
+                gap = start[i] - reach
                 out[z, 2] += 1
                 out[z, 3] += gap
                 if gap > out[z, 4]:
                     out[z, 4] = gap
             out[z, 0] += 1
             cur_zone = z
-            f_start = start
-            reach = end
-        elif end > reach:
-            reach = end
+            f_start = start[i]
+            reach = end[i]
+        elif end[i] > reach:
+            reach = end[i]
     if cur_zone >= 0:
         out[cur_zone, 1] += reach - f_start
     return out
 
 
-def _sorted_ranges(ev: pl.DataFrame, zone_size_lba: int | None) -> tuple[np.ndarray, np.ndarray]:
+def _sorted_ranges(ev: pl.DataFrame, zone_size_lba: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ranges sorted by start then length (one int64 sort of slba << NLB_BITS | nlb): start, end, zone."""
     slba = ev["slba"].to_numpy().astype(np.int64)
     nlb = np.minimum(ev["nlb"].to_numpy().astype(np.int64), (1 << NLB_BITS) - 1)
     keys = (slba << NLB_BITS) | nlb
     if zone_size_lba:
         keys = np.sort(keys)
-        return keys, (keys >> NLB_BITS) // zone_size_lba
-    order = np.argsort(keys, kind="stable")
-    return keys[order], ev["zone"].to_numpy().astype(np.int64)[order]
+        zones = (keys >> NLB_BITS) // zone_size_lba
+    else:
+        order = np.argsort(keys, kind="stable")
+        keys, zones = keys[order], ev["zone"].to_numpy().astype(np.int64)[order]
+    start = keys >> NLB_BITS
+    return start, start + (keys & ((1 << NLB_BITS) - 1)), zones
 
 
 def frag_table(events: pl.DataFrame, nr_zones: int, lba_bytes: int, zone_size_lba: int | None = None
@@ -97,14 +100,13 @@ def frag_table(events: pl.DataFrame, nr_zones: int, lba_bytes: int, zone_size_lb
     stats = {}
     for d, ops in DIRECTIONS.items():
         ev = events.filter(pl.col("op").is_in(list(ops)) & (pl.col("nlb") > 0))
-        keys, zones = _sorted_ranges(ev, zone_size_lba)
-        stats[d] = _zone_fragments(keys, zones, n_zones)
+        stats[d] = zone_fragments(*_sorted_ranges(ev, zone_size_lba), n_zones)
     app = events.filter(pl.col("op") == "zone_append")["zone"].to_numpy().astype(np.int64)
     return frag_frame(stats, np.bincount(app, minlength=n_zones), n_zones, lba_bytes)
 
 
 def frag_frame(stats: dict[str, np.ndarray], appends: np.ndarray, n_zones: int, lba_bytes: int) -> pl.DataFrame:
-    """The per-zone table from each direction's _zone_fragments figures and the appends per zone."""
+    """The per-zone table from each direction's zone_fragments figures and the appends per zone."""
     cols: dict[str, np.ndarray] = {}
     for d in DIRECTIONS:
         frags, covered, gaps, gap_sum, gap_max = stats[d].T

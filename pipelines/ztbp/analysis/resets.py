@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from .devparams import FarParams
+from .device_params import FarParams
 
 #: What a reset's latency means on each backend (meta.json "backend").
 RESET_COST: dict[str, str] = {
@@ -388,10 +388,3 @@ def far_compare(writes: pl.DataFrame, inval: pl.DataFrame, initial: Mapping[int,
             "lifetime_gain": round(eager["resets"] / far["resets"], 4) if far["resets"] else None,
             "assumes": "data of a life cycle turns invalid when the traced host resets its zone; data never reset "
                        "stays valid; each life cycle's data is written in trace order into zones of its own"}
-
-
-def free_series_frame(res: Mapping[str, Any]) -> pl.DataFrame:
-    """Free share over time of both policies, long form (t_s, policy, free_share)."""
-    parts = [pl.DataFrame(res[p]["free_series"], schema={"t_s": pl.Float64, "free_share": pl.Float64},
-                          orient="row").with_columns(pl.lit(p).alias("policy")) for p in ("eager", "far")]
-    return pl.concat(parts).select("t_s", "policy", "free_share")

@@ -1,17 +1,17 @@
-"""SHARDS-style spatially sampled cache simulation, for every policy of analysis/cachesim.py.
+"""SHARDS-style spatially sampled cache simulation, for every policy of analysis/cache_policies.py.
 
-SHARDS (Waldspurger et al., FAST '15) samples by *page*, not by request: page p is kept when
-hash(p) mod 2^24 < rate * 2^24, so every request of a sampled page is kept and every request of an unsampled page
-is dropped — the reuse pattern of each kept page is intact. The sampled trace is simulated with the cache scaled
-by the same rate (round(capacity * rate), at least one page), and its hit ratio estimates the full trace's. This
-module runs every policy (lru, zone_lru, static_best, belady) on the sampled trace by calling cachesim's own
-functions, and `compare` reports the error against the exact figures and the speed-up. The rate is fixed (the
-"fixed-rate" SHARDS). Beside the plain estimate, each result carries SHARDS_adj (Waldspurger et al., FAST '15,
-section 4.3): the sample holds N_s requests where N × R were expected, and the difference is counted as hits (the
-first bucket of the reuse-distance histogram), i.e. hit_adj = 1 − misses_s / (N × R) — it removes the error of
-having drawn a few too many or too few requests, most of it when one heavily read page is in or out of the sample.
-The hash is splitmix64's finaliser with a seed, so runs are reproducible and different seeds give independent
-samples; `compare` over several seeds reports the mean absolute error of both estimates.
+SHARDS (Waldspurger et al., FAST '15) samples by *page*, not by request: page p is kept when hash(p) mod 2^24 < rate
+* 2^24, so every request of a sampled page is kept and every request of an unsampled page is dropped — the reuse
+pattern of each kept page is intact. The sampled trace is simulated with the cache scaled by the same rate
+(round(capacity * rate), at least one page), and its hit ratio estimates the full trace's. This module runs every
+policy (lru, zone_lru, static_best, belady) on the sampled trace with the simulator's own policy objects
+(analysis/cache_policies.py), and `compare` reports the error against the exact figures and the speed-up. The rate
+is fixed (the "fixed-rate" SHARDS). Beside the plain estimate, each result carries SHARDS_adj (Waldspurger et al.,
+FAST '15, section 4.3): the sample holds N_s requests where N × R were expected, and the difference is counted as
+hits (the first bucket of the reuse-distance histogram), i.e. hit_adj = 1 − misses_s / (N × R) — it removes the
+error of having drawn a few too many or too few requests, most of it when one heavily read page is in or out of the
+sample. The hash is splitmix64's finaliser with a seed, so runs are reproducible and different seeds give
+independent samples; `compare` over several seeds reports the mean absolute error of both estimates.
 
 At scale, `Sampler` takes the reads frame by frame and keeps only the sampled requests: at rate 0.001, a billion
 page requests leave about a million. Frames may come in any order when they carry `ts_ns` and `row` (the
@@ -29,17 +29,9 @@ import numpy as np
 import polars as pl
 
 from ..errors import ZtbpError
-from .cachesim import (
-    POLICIES,
-    belady_hits,
-    libcachesim_sampled,
-    lru_hits,
-    page_requests,
-    page_touches,
-    static_best_hits,
-    zone_lru_hits,
-)
-from .mix import mix64
+from .cache_policies import REGISTRY, PageStream, run_policies
+from .cachesim import POLICIES, libcachesim_sampled, page_requests, page_touches
+from .hashing import mix64
 
 MODULUS = 1 << 24
 
@@ -76,19 +68,13 @@ def adjusted(hit_ratio: dict[str, float], sampled_requests: int, requests: int, 
 
 def hit_ratios(pages: np.ndarray, zones: np.ndarray, capacity: int, hot_zones: list[int],
                policies: tuple[str, ...] = POLICIES) -> dict[str, float]:
-    """Hit ratio of every policy over a page sequence (sampled or not), with cachesim's functions."""
+    """Hit ratio of every policy over a page sequence (sampled or not): the policies of cache_policies.py on its
+    pages renumbered by rank."""
     n = max(1, pages.size)
-    ids = np.unique(pages, return_inverse=True)[1].astype(np.int64) if pages.size else pages.astype(np.int64)
-    out: dict[str, float] = {}
-    if "lru" in policies:
-        out["lru"] = lru_hits(ids, capacity) / n
-    if "zone_lru" in policies:
-        out["zone_lru"] = zone_lru_hits(ids, np.isin(zones, np.asarray(hot_zones, dtype=np.int64)), capacity) / n
-    if "static_best" in policies:
-        out["static_best"] = static_best_hits(ids, capacity) / n if ids.size else 0.0
-    if "belady" in policies:
-        out["belady"] = belady_hits(ids, capacity) / n
-    return out
+    uniq, ids = np.unique(pages, return_inverse=True)
+    stream = PageStream(ids.astype(np.int64), zones, int(uniq.size))
+    hits = run_policies(stream, capacity, hot_zones, [p for p in REGISTRY if p in policies])
+    return {p: h / n for p, h in hits.items()}
 
 
 class Sampler:

@@ -10,10 +10,11 @@ group-bys over 8-bit digits of the value, never holding a column in memory (exac
 Order-dependent passes take an iterator of frames in submission order (io/stream.Parts.ordered) and keep only
 bounded state between frames:
   chains_report_stream == chains.chains_report   (a chain is final once its last request leaves the window)
-  CacheStream          == cachesim's lru, zone_lru, static_best and the LRU sweep, from one pass: exact LRU stack
-                          distances (Mattson) over a Fenwick tree of the live pages' last uses, compacted as it
-                          fills, so memory grows with the distinct pages, not the trace. Belady needs every next
-                          use (a pass backwards over the whole trace): at scale it is estimated by analysis/shards.py.
+  CacheStream          == cachesim's lru, zone_lru, static_best and the LRU sweep, from one pass: the policies of
+                          cache_policies.py fed frame by frame, and the exact LRU stack distances (Mattson,
+                          cache_policies.StackDistances) whose memory grows with the distinct pages, not the trace.
+                          Belady needs every next use (a pass backwards over the whole trace): at scale it is
+                          estimated by analysis/shards.py.
   ClusterCellStream    == cluster.read_cells with folds="hash": reads per cell, time window and held-out fold,
                           from each read's rank in time order (cluster.cluster_from_cells then tunes DBSCAN and
                           applies the hot rule on those cells, as run_cluster does). scikit-learn's shuffled KFold
@@ -34,17 +35,25 @@ import numpy as np
 import polars as pl
 
 from ..errors import ZtbpError
-from .cachesim import page_requests, segmented_lru_pass
-from .chains import DEFAULT_WINDOW, _grow, _slot, chain_cdf_weighted, chain_summary_weighted, size_cdf_weighted
-from .frag import DIRECTIONS, NLB_BITS, frag_frame
-from .opcodes import KEYS, OP_ORDER, QUANTILES
+from .cache_policies import ONLINE, REGISTRY, StackDistances
+from .cachesim import page_requests
+from .chains import (
+    DEFAULT_WINDOW,
+    add_chain_key,
+    chain_cdf_weighted,
+    chain_slot,
+    chain_summary_weighted,
+    size_cdf_weighted,
+)
+from .frag import DIRECTIONS, NLB_BITS, frag_frame, zone_fragments
+from .opcodes import QUANTILES, opcode_count_exprs, opcode_keys, opcode_order
 from .params import CHAIN_OPS
 from .zones import zone_count_exprs, zone_frame
 
 ENGINE = "streaming"
-#: radix of the exact percentiles: a step's histogram has up to 2^DIGIT_BITS rows per (group, quantile) — at 16
-#: bits the last step of the per-zone latency percentiles of a 1 B-event run held millions of groups (12 GiB on the
-#: streaming engine); at 8 bits it is a few thousand rows, for two more passes over the data (a 32-bit value).
+#: radix of the exact percentiles: a step's histogram has up to 2^DIGIT_BITS rows per (group, quantile). At 16 bits
+#: the last step of the per-zone latency percentiles of a 1 B-event run holds millions of groups (12 GiB on the
+#: streaming engine); at 8 bits it holds a few thousand rows, for two more passes over the data (a 32-bit value).
 DIGIT_BITS = 8
 
 
@@ -136,29 +145,19 @@ def zone_table_lazy(events: pl.LazyFrame, nr_zones: int, lba_bytes: int) -> pl.D
 
 def opcode_table_lazy(events: pl.LazyFrame, lba_bytes: int) -> pl.DataFrame:
     """opcodes.opcode_table over a LazyFrame, on the streaming engine."""
-    ev = events.with_columns(pl.col("op").cast(pl.Utf8), pl.col("zone_action").cast(pl.Utf8).fill_null(""))
-    lat = pl.col("lat_ns").cast(pl.Int64)
-    agg = ev.group_by("op", "zone_action").agg(
-        pl.len().cast(pl.Int64).alias("count"),
-        (pl.col("status") != 0).sum().cast(pl.Int64).alias("errors"),
-        (pl.col("nlb").cast(pl.Int64) * lba_bytes).sum().alias("bytes"),
-        lat.mean().round(0).cast(pl.Int64).alias("mean_ns"),
-        lat.max().alias("max_ns"),
-    ).collect(engine=ENGINE)
+    ev = opcode_keys(events)
+    agg = ev.group_by("op", "zone_action").agg(*opcode_count_exprs(lba_bytes)).collect(engine=ENGINE)
     qs = exact_quantiles(ev, ["op", "zone_action"], "lat_ns", dict(QUANTILES))
     agg = agg.join(qs.with_columns(pl.col(k).cast(pl.Int64) for k, _ in QUANTILES), on=["op", "zone_action"])
-    order = {op: i for i, op in enumerate(OP_ORDER)}
-    rank = pl.col("op").replace_strict(order, default=len(order), return_dtype=pl.Int64)
-    return agg.with_columns(rank.alias("_rank")).sort("_rank", "zone_action").select(KEYS)
+    return opcode_order(agg)
 
 
 def cell_counts_lazy(events: pl.LazyFrame, meta: dict[str, Any], cells_per_zone: int) -> pl.DataFrame:
     """Reads per read cell (cell, reads), as the clustering aggregates them (cluster.read_cells)."""
-    zone_lba = meta["zone_size_lba"]
-    if cells_per_zone <= 0 or zone_lba % cells_per_zone:
-        raise ZtbpError(f"--cells-per-zone {cells_per_zone} must divide the zone size ({zone_lba} LBAs)")
-    n_cells = meta["nr_zones"] * cells_per_zone
-    cell = pl.min_horizontal(pl.col("slba") // (zone_lba // cells_per_zone), pl.lit(n_cells - 1)).cast(pl.Int64)
+    from .cluster import cell_geometry
+
+    cell_lba, n_cells = cell_geometry(meta, cells_per_zone)
+    cell = pl.min_horizontal(pl.col("slba") // cell_lba, pl.lit(n_cells - 1)).cast(pl.Int64)
     return (events.filter(pl.col("op").cast(pl.String) == "read").group_by(cell.alias("cell"))
             .agg(pl.len().cast(pl.Int64).alias("reads")).sort("cell").collect(engine=ENGINE))
 
@@ -170,7 +169,7 @@ class ClusterCellStream:
     def __init__(self, meta: dict[str, Any], params: Any, n_reads: int) -> None:
         from .cluster import cell_geometry
 
-        self.cell_lba, self.n_cells = cell_geometry(meta, params)
+        self.cell_lba, self.n_cells = cell_geometry(meta, params.cells_per_zone)
         self.seed, self.n_reads, self.seen = params.seed, n_reads, 0
         self.folds = np.zeros((5, self.n_cells), dtype=np.int64)
         self.windows = np.zeros((6, self.n_cells), dtype=np.int64)
@@ -196,7 +195,7 @@ class ClusterCellStream:
 
 # --- chains -----------------------------------------------------------------------------------------------------
 
-#: the chain key packs the nsid above the LBA's 52 bits (the LBA's low bits feed chains._slot's hash)
+#: the chain key packs the nsid above the LBA's 52 bits (the LBA's low bits feed the hash of chains' table)
 LBA_BITS = 52
 CHAIN_GROUPS = 1 << 11
 
@@ -206,10 +205,11 @@ def _chain_pass(key_start: np.ndarray, key_end: np.ndarray, nlb: np.ndarray, bas
                 keys: np.ndarray, heads: np.ndarray, used: np.ndarray, below: np.ndarray, acc_req: np.ndarray,
                 acc_lba: np.ndarray, live: np.ndarray, out_lba: np.ndarray, out_req: np.ndarray,
                 counters: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """chains._chain_ids over one frame, resumable: request i (global index base + k) continues the chain of the
-    most recent request j that ends at its start, not yet continued, with i - j <= window. The ring (window + 1
-    slots) holds each recent request's `below` link and, for the last request of an open chain, the chain's
-    requests and LBAs. A chain whose last request leaves the ring is final: written to out_lba / out_req."""
+    """chains._chain_ids over one frame, resumable, with chains' own table operations (chain_slot,
+    add_chain_key): request i (global index base + k) continues the chain of the most recent request j that ends
+    at its start, not yet continued, with i - j <= window. The ring (window + 1 slots) holds each recent
+    request's `below` link and, for the last request of an open chain, the chain's requests and LBAs. A chain
+    whose last request leaves the ring is final: written to out_lba / out_req."""
     ring = below.size
     n_out = 0
     for k in range(key_start.size):
@@ -220,7 +220,7 @@ def _chain_pass(key_start: np.ndarray, key_end: np.ndarray, nlb: np.ndarray, bas
             out_req[n_out] = acc_req[s]
             n_out += 1
             live[s] = False
-        h = _slot(keys, key_start[k])
+        h = chain_slot(keys, key_start[k])
         j = heads[h] if keys[h] != -1 else -1
         if j >= 0 and i - j > window:
             heads[h] = -1
@@ -236,12 +236,9 @@ def _chain_pass(key_start: np.ndarray, key_end: np.ndarray, nlb: np.ndarray, bas
             acc_lba[s] = nlb[k]
             counters[0] += 1
         live[s] = True
-        h = _slot(keys, key_end[k])
+        h = chain_slot(keys, key_end[k])  # request i's chain ends at key_end[k]: push i on that key's stack
         if keys[h] == -1:
-            if 2 * (used[0] + 1) > keys.size:
-                keys, heads = _grow(keys, heads)
-                h = _slot(keys, key_end[k])
-            keys[h] = key_end[k]
+            keys, heads, h = add_chain_key(keys, heads, used[0], key_end[k])
             used[0] += 1
         below[s] = heads[h]
         heads[h] = i
@@ -350,7 +347,7 @@ def frag_table_stream(zone_ranges: Iterable[Iterable[pl.DataFrame]], n_zones: in
     max(nr_zones, highest zone + 1), as frag_table takes it.
 
     Memory is bounded by the extents of one zone range, not by its events: each frame's ranges are merged into
-    extents (maximal runs of ranges in one zone, by their start, that touch or overlap — frag._zone_fragments' rule)
+    extents (maximal runs of ranges in one zone, by their start, that touch or overlap — frag.zone_fragments' rule)
     and merged again with the range's extents so far once `merge_at` have piled up; a fragment is an extent."""
     stats = {d: np.zeros((n_zones, 5), dtype=np.int64) for d in DIRECTIONS}
     appends = np.zeros(n_zones, dtype=np.int64)
@@ -373,7 +370,7 @@ def frag_table_stream(zone_ranges: Iterable[Iterable[pl.DataFrame]], n_zones: in
         for d in DIRECTIONS:
             if pending[d]:
                 start, end = _extents(*map(np.concatenate, zip(*pending[d], strict=True)), zone_size_lba)
-                stats[d] += _extent_stats(start, end, zone_size_lba, n_zones)
+                stats[d] += zone_fragments(start, end, start // zone_size_lba, n_zones)
     return frag_frame(stats, appends, n_zones, lba_bytes)
 
 
@@ -386,7 +383,7 @@ def _extents(start: np.ndarray, end: np.ndarray, zone_size_lba: int) -> tuple[np
 @numba.njit(cache=True)
 def _merge_sorted(start: np.ndarray, end: np.ndarray, zone_size_lba: int) -> tuple[np.ndarray, np.ndarray]:
     """Ranges sorted by start -> extents: a range joins the extent before it when both start in one zone and it
-    starts at or before that extent's end (frag._zone_fragments' rule)."""
+    starts at or before that extent's end (frag.zone_fragments' rule)."""
     out_s = np.empty(start.size, dtype=np.int64)
     out_e = np.empty(start.size, dtype=np.int64)
     k = -1
@@ -403,69 +400,7 @@ def _merge_sorted(start: np.ndarray, end: np.ndarray, zone_size_lba: int) -> tup
     return out_s[: k + 1], out_e[: k + 1]
 
 
-@numba.njit(cache=True)
-def _extent_stats(start: np.ndarray, end: np.ndarray, zone_size_lba: int, n_zones: int) -> np.ndarray:
-    """Per zone, from its extents (sorted): fragments, LBAs covered, gaps, gap LBAs summed, largest gap — what
-    frag._zone_fragments gives from the ranges themselves."""
-    out = np.zeros((n_zones, 5), dtype=np.int64)
-    for i in range(start.size):
-        z = start[i] // zone_size_lba
-        out[z, 0] += 1
-        out[z, 1] += end[i] - start[i]
-        if i > 0 and start[i - 1] // zone_size_lba == z:
-            gap = start[i] - end[i - 1]
-            out[z, 2] += 1
-            out[z, 3] += gap
-            if gap > out[z, 4]:
-                out[z, 4] = gap
-    return out
-
-
 # --- the cache model ---------------------------------------------------------------------------------------------
-
-@numba.njit(cache=True)
-def _fenwick_add(tree: np.ndarray, i: int, v: int) -> None:
-    k = i + 1
-    while k < tree.size:
-        tree[k] += v
-        k += k & (-k)
-
-
-@numba.njit(cache=True)
-def _fenwick_sum(tree: np.ndarray, i: int) -> int:
-    """Sum of positions 0..i-1."""
-    s = 0
-    k = i
-    while k > 0:
-        s += tree[k]
-        k -= k & (-k)
-    return s
-
-
-@numba.njit(cache=True)
-def _stack_pass(ids: np.ndarray, last: np.ndarray, tree: np.ndarray, clock: np.ndarray, hist: np.ndarray
-                ) -> int:
-    """LRU stack distances of `ids`, resumable: last[p] is the time slot of p's last use (-1 never), tree marks the
-    slots in use, clock[0] the next slot. Distances are counted into hist (grown by the caller when it reports
-    the index it needs); returns -1 when done, else the index reached when the tree or hist ran out (k << 1 | 0
-    for tree full, k << 1 | 1 for hist too small) so the caller can compact or grow and resume at k."""
-    for k in range(ids.size):
-        if clock[0] + 1 >= tree.size:
-            return k << 1
-        p = ids[k]
-        j = last[p]
-        t = clock[0]
-        if j >= 0:
-            d = _fenwick_sum(tree, t) - _fenwick_sum(tree, j + 1)
-            if d >= hist.size:
-                return (k << 1) | 1
-            hist[d] += 1
-            _fenwick_add(tree, j, -1)
-        _fenwick_add(tree, t, 1)
-        last[p] = t
-        clock[0] = t + 1
-    return -1
-
 
 class PageIds:
     """Page numbers as ids for the state arrays (indexed by page), with the highest seen; pages at or beyond
@@ -484,20 +419,13 @@ class PageIds:
         return pages.astype(np.int64)
 
 
-def _grown(a: np.ndarray, n: int, fill: Any) -> np.ndarray:
-    if n <= a.size:
-        return a
-    out = np.full(max(n, 2 * a.size), fill, dtype=a.dtype)
-    out[: a.size] = a
-    return out
-
-
 class CacheStream:
-    """One pass over the reads in submission order: LRU stack distances (every cache size), the zone-recognition
-    LRU at one size, and the page counts of static_best. Same figures as cachesim.simulate without Belady."""
+    """One pass over the reads in submission order: every online policy of analysis/cache_policies.py (lru,
+    zone_lru, static_best) at one size, fed frame by frame, and with `sweep` the LRU stack distances (every cache
+    size; LRU at this size is then read off them). Same figures as cachesim.simulate without Belady."""
 
     def __init__(self, meta: dict[str, Any], cache_mib: float, page_kib: int, hot_zones: list[int],
-                 tree_slots: int = 1 << 20) -> None:
+                 tree_slots: int = 1 << 20, sweep: bool = True) -> None:
         if page_kib <= 0:
             raise ZtbpError("--page-kib must be positive")
         if cache_mib <= 0:
@@ -512,39 +440,9 @@ class CacheStream:
         self.ids = PageIds()
         self.requests = 0
         self.read_commands = 0
-        self.last = np.full(1 << 16, -1, dtype=np.int64)
-        self.tree = np.zeros(tree_slots + 1, dtype=np.int64)  # compacted when full, doubled when half live
-        self.clock = np.zeros(1, dtype=np.int64)
-        self.hist = np.zeros(1 << 16, dtype=np.int64)
-        self.counts = np.zeros(1 << 16, dtype=np.int64)
-        self.nxt = np.arange(2, dtype=np.int64)
-        self.prv = np.arange(2, dtype=np.int64)
-        self.cached = np.zeros(2, dtype=np.bool_)
-        self.seg_len = np.zeros(2, dtype=np.int64)
-        self.zone_lru_hits = 0
-
-    def _size(self, n: int) -> None:
-        self.last = _grown(self.last, n, -1)
-        self.counts = _grown(self.counts, n, 0)
-        if n + 2 > self.nxt.size:
-            m = max(n + 2, 2 * self.nxt.size)
-            self.nxt = _grown(self.nxt, m, 0)
-            self.prv = _grown(self.prv, m, 0)
-            self.cached = _grown(self.cached, m, False)
-
-    def _compact(self) -> None:
-        """Renumber the live last-use slots 0..k-1 in time order and rebuild the tree (grow it when half full)."""
-        live = np.flatnonzero(self.last >= 0)
-        order = live[np.argsort(self.last[live], kind="stable")]
-        k = order.size
-        size = self.tree.size
-        if 2 * (k + 1) > size:
-            size = 2 * size
-        self.last[order] = np.arange(k, dtype=np.int64)
-        ones = np.zeros(size - 1, dtype=np.int64)
-        ones[:k] = 1
-        self.tree = _fenwick_build(ones)
-        self.clock[0] = k
+        self.stack = StackDistances(tree_slots) if sweep else None
+        # with the LRU curve at hand, LRU at this size is one point of it: no separate LRU run
+        self.runs = {name: REGISTRY[name].start(self.capacity) for name in ONLINE if not (sweep and name == "lru")}
 
     def feed(self, frame: pl.DataFrame) -> None:
         """frame: events in submission order (op, slba, nlb); only the reads count."""
@@ -555,57 +453,34 @@ class CacheStream:
         ids = self.ids(pages)
         if ids.size == 0:
             return
-        self._size(self.ids.n)
         self.requests += ids.size
-        self.counts += np.bincount(ids, minlength=self.counts.size)[: self.counts.size]
-        start = 0
-        while start < ids.size:
-            r = _stack_pass(ids[start:], self.last, self.tree, self.clock, self.hist)
-            if r < 0:
-                break
-            start += r >> 1
-            if r & 1:
-                self.hist = _grown(self.hist, 2 * self.hist.size, 0)
-            else:
-                self._compact()
         hot = np.isin(zones, self.hot)
-        self.zone_lru_hits += segmented_lru_pass(ids, hot, self.capacity, self.nxt, self.prv, self.cached,
-                                                  self.seg_len)
+        for run in self.runs.values():
+            run.feed(ids, hot)
+        if self.stack is not None:
+            self.stack.feed(ids)
 
-    def lru_hits(self, capacity: int) -> int:
-        return int(self.hist[: max(0, capacity)].sum())
-
-    def static_best_hits(self, capacity: int) -> int:
-        counts = self.counts[: self.ids.n]
-        cut = max(0, counts.size - capacity)
-        top = np.partition(counts, cut)[cut:] if cut else counts
-        return int((top[top > 0] - 1).sum())
+    def _hits(self, name: str) -> int:
+        if name in self.runs:
+            return self.runs[name].hits
+        assert self.stack is not None
+        return self.stack.hits(self.capacity)
 
     def result(self, sweep_mib: tuple[float, ...] = ()) -> dict[str, Any]:
-        """cachesim.simulate's dict (belady left out; see analysis/shards.py)."""
+        """cachesim.simulate's dict (belady left out; see analysis/shards.py); with sweep_mib (and `sweep`), the
+        LRU hit ratio at each of those sizes."""
         n = max(1, self.requests)
         out: dict[str, Any] = {"requests": self.requests, "read_commands": self.read_commands,
                                "cache_mib": self.cache_mib, "page_kib": self.page_kib,
                                "cache_pages": self.capacity, "hot_zones": self.hot_zones,
-                               "lru": self.lru_hits(self.capacity) / n, "zone_lru": self.zone_lru_hits / n,
-                               "static_best": self.static_best_hits(self.capacity) / n}
+                               **{name: self._hits(name) / n for name in ONLINE}}
         if sweep_mib:
+            if self.stack is None:
+                raise ValueError("a CacheStream made with sweep=False has no LRU curve")
             caps = [int(m * (1 << 20) // self.page_bytes) for m in sweep_mib]
-            out["lru_sweep"] = [{"cache_mib": m, "lru": self.lru_hits(c) / max(1, self.requests) if self.requests
+            out["lru_sweep"] = [{"cache_mib": m, "lru": self.stack.hits(c) / max(1, self.requests) if self.requests
                                  else 0.0} for m, c in zip(sweep_mib, caps, strict=True)]
         return out
-
-
-@numba.njit(cache=True)
-def _fenwick_build(ones: np.ndarray) -> np.ndarray:
-    tree = np.zeros(ones.size + 1, dtype=np.int64)
-    for i in range(ones.size):
-        k = i + 1
-        tree[k] += ones[i]
-        j = k + (k & (-k))
-        if j < tree.size:
-            tree[j] += tree[k]
-    return tree
 
 
 def cachesim_stream(frames: Iterable[pl.DataFrame], meta: dict[str, Any], cache_mib: float, page_kib: int,
@@ -614,7 +489,7 @@ def cachesim_stream(frames: Iterable[pl.DataFrame], meta: dict[str, Any], cache_
     bad = [z for z in hot_zones if z >= meta["nr_zones"]]
     if bad:
         raise ZtbpError(f"hot zones {bad} are beyond the device's {meta['nr_zones']} zones")
-    cs = CacheStream(meta, cache_mib, page_kib, hot_zones, tree_slots)
+    cs = CacheStream(meta, cache_mib, page_kib, hot_zones, tree_slots, sweep=bool(sweep_mib))
     for f in frames:
         cs.feed(f)
     return cs.result(sweep_mib)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..analysis.devparams import (
+from ..analysis.device_params import (
     FAR_INTERCEPT,
     FAR_T,
     INTERFERENCE_THRESHOLD,
@@ -106,7 +106,7 @@ def _profile(args: argparse.Namespace) -> int:
 
 def _conflicts(args: argparse.Namespace) -> int:
     from .. import stages
-    from ..analysis.interference import DispatchModel
+    from ..analysis.dispatch import DispatchModel
     from ..io.profile import read_z2c
     from ..io.run import load
     from ..present.device_study import conflicts_text
@@ -124,7 +124,7 @@ def _conflicts(args: argparse.Namespace) -> int:
 
 def _resets(args: argparse.Namespace) -> int:
     from .. import stages
-    from ..analysis.devparams import FarParams
+    from ..analysis.device_params import FarParams
     from ..io.run import load
     from ..present.device_study import resets_json, resets_text
 

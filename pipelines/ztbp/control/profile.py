@@ -1,5 +1,5 @@
 """The interference profile (`ztbp profile`): measure every zone alone and in pairs on a runner (acquire/profile.py),
-group the zones that interfere and judge the groups against the measured noise (analysis/interference.py), and write
+group the zones that interfere and judge the groups against the measured noise (analysis/conflict_groups.py), and write
 the profile's files (io/profile.py)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ..acquire.profile import Budget, Device, GuestRunner, HostRunner, Meter, started
-from ..analysis.devparams import ProfileParams
-from ..analysis.interference import UNCLASSIFIED, adjusted_rand, nvmevirt_layout, pair_matrix, profile_zones
+from ..analysis.conflict_groups import UNCLASSIFIED, adjusted_rand, nvmevirt_layout, pair_matrix, profile_zones
+from ..analysis.device_params import ProfileParams
 from ..errors import ProfileError
 from ..io.profile import PROFILE_FORMAT, write_profile
 from ..units import KIB, MIB

@@ -21,7 +21,7 @@ def zone_report(run: Run) -> dict[int, int] | None:
 
 def resets(run: Run, far: Any = None) -> dict[str, Any]:
     """Every zone reset of the run (analysis/resets.py) and the FAR what-if over its zone life cycles."""
-    from ..analysis.devparams import FarParams
+    from ..analysis.device_params import FarParams
     from ..analysis.resets import far_replay, reset_table
 
     report = zone_report(run)
@@ -33,8 +33,8 @@ def resets(run: Run, far: Any = None) -> dict[str, Any]:
 
 def conflicts(run: Run, groups: dict[int, int], bin_s: float = 1.0, model: Any = None) -> dict[str, Any]:
     """Collisions of in-flight commands within a conflict group over time, and the group-aware dispatch what-if
-    (analysis/interference.py) for a zone-to-group table."""
-    from ..analysis.interference import DispatchModel, collision_table, dispatch_whatif
+    (analysis/dispatch.py) for a zone-to-group table."""
+    from ..analysis.dispatch import DispatchModel, collision_table, dispatch_whatif
 
     per_bin, summary = collision_table(run.events, groups, bin_s)
     return {"run": run.run_id, "summary": summary, "per_bin": per_bin,
