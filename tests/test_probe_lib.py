@@ -228,3 +228,14 @@ def test_a_guest_script_run_here_reports_its_lines_and_status(tmp_path: Path) ->
     status, interrupted = run_here(script, {"ZTBP_OUT": "/o"}, tmp_path / "stop", lines.append)
     assert (status, interrupted) == (3, False)
     assert lines == ["ZTBP: stage out /o", f"stop {tmp_path / 'stop'}"]
+
+
+def test_settings_take_the_hosts_variable_else_the_default(tmp_path: Path) -> None:
+    """`settings NAME=DEFAULT`: $ZTBP_NAME when set and not empty, else the default (spaces, '=' and shell
+    characters kept as text); NAME:VAR=DEFAULT reads $ZTBP_VAR."""
+    script = ('settings KEYS=20000 READS=2000 FUNCTIONS="get=a::b write=c::d" STATUS_EXPR:STATUS="(int64)*(uint8 *)x" '
+              'EMPTY=; printf "%s|" "$KEYS" "$READS" "$FUNCTIONS" "$STATUS_EXPR" "$EMPTY"')
+    res = lib(tmp_path, script, {"ZTBP_KEYS": "5", "ZTBP_READS": "", "ZTBP_STATUS": "$(touch pwned) `id`"})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "5|2000|get=a::b write=c::d|$(touch pwned) `id`||"
+    assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()

@@ -26,16 +26,9 @@ set -uo pipefail
 
 # shellcheck source=vm/guest/probe-lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/probe-lib.sh"   # also OUT, DEV, STOP_FILE, SRC (the repository)
-FS="${ZTBP_FS:-btrfs}"
-APP="${ZTBP_APP:-rocksdb}"
-KEYS="${ZTBP_KEYS:-20000}"
-VALUE="${ZTBP_VALUE:-400}"
-READS="${ZTBP_READS:-2000}"
-CACHE="${ZTBP_CACHE:-65536}"
-DURATION="${ZTBP_DURATION:-0}"
-BUFFERED="${ZTBP_BUFFERED:-0}"
-FUNCTIONS="${ZTBP_FUNCTIONS:-get=rocksdb::DBImpl::GetImpl write=rocksdb::DBImpl::WriteImpl}"
-STATUS_EXPR="${ZTBP_STATUS:-(int64)*(uint8 *)retval}"
+settings FS=btrfs APP=rocksdb KEYS=20000 VALUE=400 READS=2000 CACHE=65536 DURATION=0 BUFFERED=0 \
+	FUNCTIONS="get=rocksdb::DBImpl::GetImpl write=rocksdb::DBImpl::WriteImpl" \
+	STATUS_EXPR:STATUS="(int64)*(uint8 *)retval"
 stack_namespaces            # ZNS, CONV, MNT
 DB="$MNT/db"
 NVME_PROBE="$SRC/probes/nvme_zone_stream.bt"

@@ -24,11 +24,7 @@ set -uo pipefail
 
 # shellcheck source=vm/guest/probe-lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/probe-lib.sh"   # also OUT, DEV, STOP_FILE, SRC (the repository)
-WORKLOAD="${ZTBP_WORKLOAD:-}"
-PREFILL="${ZTBP_PREFILL:-}"
-RESET="${ZTBP_RESET:-}"
-PROBE="${ZTBP_PROBE:-$SRC/probes/nvme_zone.bt}"
-EXPECTED="${ZTBP_EXPECTED:-1300000}"
+settings WORKLOAD= PREFILL= RESET= PROBE="$SRC/probes/nvme_zone.bt" EXPECTED=1300000
 PROGRESS_SECONDS=5
 MAP_ROW_BYTES=256   # kernel memory per row of nvme_zone.bt's map (measured: 405 MB for 2M)
 

@@ -26,14 +26,7 @@ set -uo pipefail
 
 # shellcheck source=vm/guest/probe-lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/probe-lib.sh"   # also OUT, DEV, STOP_FILE, SRC (the repository)
-FS="${ZTBP_FS:-raw}"
-ENGINE="${ZTBP_ENGINE:-psync}"
-JOBS="${ZTBP_JOBS:-1}"
-RUNTIME="${ZTBP_RUNTIME:-5}"
-SIZE="${ZTBP_SIZE:-256M}"
-PROBES="${ZTBP_PROBES:-nvme,layers}"
-BENCH="${ZTBP_BENCH:-0}"
-TRACE_PREP="${ZTBP_TRACE_PREP:-0}"
+settings FS=raw ENGINE=psync JOBS=1 RUNTIME=5 SIZE=256M PROBES=nvme,layers BENCH=0 TRACE_PREP=0
 if [ "$ENGINE" = "psync" ]; then IODEPTH="${ZTBP_IODEPTH:-1}"; else IODEPTH="${ZTBP_IODEPTH:-4}"; fi
 EXPECTED="${ZTBP_EXPECTED:-$((JOBS * IODEPTH))}"
 stack_namespaces            # ZNS, CONV, MNT

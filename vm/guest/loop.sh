@@ -29,10 +29,8 @@ set -uo pipefail
 # STOP_FILE, SRC) come from the same ZTBP_* variables
 # shellcheck source=vm/guest/capture.sh
 . "$(dirname "${BASH_SOURCE[0]}")/capture.sh"
-CTRL="${ZTBP_CTRL:-${DEV%n[0-9]*}}"
-PROBE="${ZTBP_PROBE:-$SRC/probes/nvme_zone_stream.bt}"
-CTL="${ZTBP_CTL:-$SRC/tools/ztbp-ctl/build/ztbp-ctl}"
-ROUNDS="${ZTBP_ROUNDS:-100}"
+settings CTRL="${DEV%n[0-9]*}" PROBE="$SRC/probes/nvme_zone_stream.bt" CTL="$SRC/tools/ztbp-ctl/build/ztbp-ctl" \
+	ROUNDS=100
 LOOP_DECISION_TIMEOUT=1800   # s to wait for the host's decision on a round
 LOOP_JOB_TIMEOUT=600         # s to wait for the next round's fio job
 LOOP="$OUT/.loop"

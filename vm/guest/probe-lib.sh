@@ -59,6 +59,17 @@ OUT="${ZTBP_OUT:-/ztbp/out}"                  # the folder shared with the host:
 DEV="${ZTBP_DEV:-/dev/nvme0n1}"               # the zoned namespace traced or measured
 STOP_FILE="${ZTBP_STOP_FILE:-/ztbp/ctl/stop}" # the host creates it to stop early (Ctrl-C)
 
+# settings NAME=DEFAULT ...: a script's own settings, each NAME from $ZTBP_NAME when that is set and not empty,
+# else DEFAULT (NAME:VAR=DEFAULT reads $ZTBP_VAR instead, for a NAME that differs from the host's variable)
+settings() {
+	local kv name var
+	for kv in "$@"; do
+		name="${kv%%=*}"
+		var="ZTBP_${name#*:}"
+		printf -v "${name%%:*}" '%s' "${!var:-${kv#*=}}"
+	done
+}
+
 say() { echo "ZTBP: $*"; }
 info() { echo "$1=$2" >> "$TMP/guest.env"; }
 die() { say "error $*"; STATUS="failed"; exit 1; }

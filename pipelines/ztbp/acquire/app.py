@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..contract import read_meta, write_meta
@@ -133,30 +134,26 @@ def parse_db_bench(text: str) -> dict[str, Any]:
     return out
 
 
+def _fields(path: Path, sep: str, n: int, header: bool) -> list[list[str]]:
+    """The lines of a small delimited file the guest wrote, split, that have exactly `n` fields ([] when the file is
+    missing); `header`: the first line is column names."""
+    if not path.is_file():
+        return []
+    lines = path.read_text().splitlines()[1 if header else 0:]
+    return [parts for parts in (line.split(sep) for line in lines) if len(parts) == n]
+
+
 def read_phases(run: RunPaths) -> list[dict[str, Any]]:
     """raw/phases.csv -> [{"phase", "start_ns", "end_ns", "status"}]."""
-    f = run.root / "raw" / "phases.csv"
-    if not f.is_file():
-        return []
-    rows = []
-    for line in f.read_text().splitlines()[1:]:
-        parts = line.split(",")
-        if len(parts) == 4 and parts[1].isdigit() and parts[2].isdigit():
-            rows.append({"phase": parts[0], "start_ns": int(parts[1]), "end_ns": int(parts[2]),
-                         "status": int(parts[3])})
-    return rows
+    return [{"phase": p[0], "start_ns": int(p[1]), "end_ns": int(p[2]), "status": int(p[3])}
+            for p in _fields(run.root / "raw" / "phases.csv", ",", 4, header=True)
+            if p[1].isdigit() and p[2].isdigit() and p[3].lstrip("-").isdigit()]
 
 
 def read_functions(run: RunPaths) -> list[dict[str, str]]:
-    f = run.root / "raw" / "functions.txt"
-    if not f.is_file():
-        return []
-    out = []
-    for line in f.read_text().splitlines():
-        parts = line.split("\t")
-        if len(parts) == 3:
-            out.append({"op": parts[0], "symbol": parts[1], "function": parts[2]})
-    return out
+    """raw/functions.txt -> [{"op", "symbol", "function"}]: the functions traced per application operation."""
+    return [{"op": p[0], "symbol": p[1], "function": p[2]}
+            for p in _fields(run.root / "raw" / "functions.txt", "\t", 3, header=False)]
 
 
 def app_meta(run: RunPaths) -> dict[str, Any]:

@@ -262,37 +262,23 @@ def guest_env(wl: Workload, pre: str | None, rounds: int) -> dict[str, str]:
     return env
 
 
-def run_loop(req: LoopRequest) -> dict[str, Any]:
-    """Run the loop; return loop.json's content (also written to the loop directory)."""
-    req.validate()
-    from ..writeback.ctl import ensure_ctl
+@dataclass(frozen=True)
+class Place:
+    """Where the loop runs: the namespace the guest script traces and its geometry, and how the host names the loop
+    directory to that script (the VM's /ztbp/out, or the folder itself on this machine)."""
 
-    ensure_ctl()
-    progress = Progress(0, req.verbose)
-    if req.backend == "host":
-        return _run_host(req, progress)
-    dev = vm_device(req.backend, req.geometry, req.nvmevirt_ko, error=LoopError)
-    wl = req.workload.build(device="/dev/nvme0n1", zone_bytes=dev.zone_bytes, nr_zones=dev.nr_zones)
-    root = new_loop_dir(req, wl.name if req.fio_file is None else "fio-file", True, progress.say)
-    st = _new_state(req, root, wl, dev.lba_bytes, dev.zone_bytes, dev.nr_zones, "/ztbp/out", progress)
-    progress.say(f"loop {wl.name}: up to {req.rounds} rounds of {wl.describe_line()}, backend {req.backend} "
-                 f"-> {root}")
-    loopfiles.start_loop(root, loop_doc(st, complete=False), job_text(st, 1))
-    with tempfile.TemporaryDirectory(prefix="ztbp-loop.") as tmp:
-        _, pre = write_jobs(wl, Path(tmp))
-        env = guest_env(wl, f"/ztbp/ctl/{pre.name}" if pre else None, req.rounds)
-        env["ZTBP_PROBE"] = f"/ztbp/src/{LOOP_PROBE}"
-        # the guest's kernel log is kept (.loop/dmesg-end.txt) whatever the script's end, for a crash's cause
-        cmd = ("bash /ztbp/src/vm/guest/loop.sh; rc=$?; cat /proc/cmdline > /ztbp/out/.loop/cmdline.txt; "
-               "dmesg > /ztbp/out/.loop/dmesg-end.txt; exit $rc")
-        result = run_in_guest(cmd, root, geometry=dev.geometry, timeout=req.timeout,
-                              files=[pre] if pre else [], env=env, extra_args=dev.extra_args, on_line=_handler(st))
-    return _finish(st, result.status, result.interrupted)
+    device: str
+    lba_bytes: int
+    zone_bytes: int
+    nr_zones: int
+    vm: Any = None  # acquire.vm.VmDevice in the VM, None on this machine
+
+    def prefix(self, root: Path) -> str:
+        return "/ztbp/out" if self.vm is not None else str(root)
 
 
-def _run_host(req: LoopRequest, progress: Progress) -> dict[str, Any]:
-    """The loop on a zoned drive of this machine: the same guest script, run here (root, bpftrace, fio)."""
-    dev = req.host_device
+def host_place(dev: str | None) -> Place:
+    """This machine's zoned namespace `dev`, checked: zoned, the tools there, root."""
     if not dev:
         raise LoopError("--host needs the zoned namespace, e.g. --host /dev/nvme0n1")
     sysfs = Path(os.environ.get("ZTBP_SYSFS", "/sys"))
@@ -306,21 +292,59 @@ def _run_host(req: LoopRequest, progress: Progress) -> dict[str, Any]:
     if os.geteuid() != 0:
         raise LoopError("loop --host needs root (bpftrace, raw device access, admin commands); run it with sudo")
     lba, zone_bytes, nr = host_geometry(dev, sysfs)
-    wl = req.workload.build(device=dev, zone_bytes=zone_bytes, nr_zones=nr)
-    root = new_loop_dir(req, wl.name if req.fio_file is None else "fio-file", False, progress.say).resolve()
-    st = _new_state(req, root, wl, lba, zone_bytes, nr, str(root), progress)
+    return Place(dev, lba, zone_bytes, nr)
+
+
+def run_loop(req: LoopRequest) -> dict[str, Any]:
+    """Run the loop; return loop.json's content (also written to the loop directory)."""
+    req.validate()
+    from ..writeback.ctl import ensure_ctl
+
+    ensure_ctl()
+    progress = Progress(0, req.verbose)
+    if req.backend == "host":
+        place = host_place(req.host_device)
+    else:
+        dev = vm_device(req.backend, req.geometry, req.nvmevirt_ko, error=LoopError)
+        place = Place("/dev/nvme0n1", dev.lba_bytes, dev.zone_bytes, dev.nr_zones, vm=dev)
+    wl = req.workload.build(device=place.device, zone_bytes=place.zone_bytes, nr_zones=place.nr_zones)
+    root = new_loop_dir(req, wl.name if req.fio_file is None else "fio-file", place.vm is not None, progress.say)
+    root = root if place.vm is not None else root.resolve()
+    st = _new_state(req, root, wl, place.lba_bytes, place.zone_bytes, place.nr_zones, place.prefix(root), progress)
+    progress.say(f"loop {wl.name}: up to {req.rounds} rounds of {wl.describe_line()}, backend {req.backend} "
+                 f"-> {root}")
     loopfiles.start_loop(root, loop_doc(st, complete=False), job_text(st, 1))
     with tempfile.TemporaryDirectory(prefix="ztbp-loop.") as tmp:
         _, pre = write_jobs(wl, Path(tmp))
-        env = guest_env(wl, str(pre) if pre else None, req.rounds)
-        env.update(ZTBP_OUT=str(root), ZTBP_PROBE=str(paths.ROOT / LOOP_PROBE))
-
-        def after_stop(line: str) -> None:  # no new round is taken on once the user stopped the loop
-            if not _READY.match(line):
-                progress(line)
-
-        status, interrupted = run_here(GUEST_SCRIPT, env, Path(tmp) / "stop", _handler(st), after_stop)
+        if place.vm is not None:
+            status, interrupted = _in_vm(st, place, pre)
+        else:
+            status, interrupted = _here(st, pre, Path(tmp) / "stop")
     return _finish(st, status, interrupted)
+
+
+def _in_vm(st: LoopState, place: Place, pre: Path | None) -> tuple[int, bool]:
+    """The guest script in one VM boot; (exit status, interrupted)."""
+    env = guest_env(st.workload, f"/ztbp/ctl/{pre.name}" if pre else None, st.req.rounds)
+    env["ZTBP_PROBE"] = f"/ztbp/src/{LOOP_PROBE}"
+    # the guest's kernel log is kept (.loop/dmesg-end.txt) whatever the script's end, for a crash's cause
+    cmd = ("bash /ztbp/src/vm/guest/loop.sh; rc=$?; cat /proc/cmdline > /ztbp/out/.loop/cmdline.txt; "
+           "dmesg > /ztbp/out/.loop/dmesg-end.txt; exit $rc")
+    result = run_in_guest(cmd, st.root, geometry=place.vm.geometry, timeout=st.req.timeout,
+                          files=[pre] if pre else [], env=env, extra_args=place.vm.extra_args, on_line=_handler(st))
+    return result.status, result.interrupted
+
+
+def _here(st: LoopState, pre: Path | None, stop_file: Path) -> tuple[int, bool]:
+    """The same guest script on this machine (root, bpftrace, fio); (exit status, interrupted)."""
+    env = guest_env(st.workload, str(pre) if pre else None, st.req.rounds)
+    env.update(ZTBP_OUT=str(st.root), ZTBP_PROBE=str(paths.ROOT / LOOP_PROBE))
+
+    def after_stop(line: str) -> None:  # no new round is taken on once the user stopped the loop
+        if not _READY.match(line):
+            st.progress(line)
+
+    return run_here(GUEST_SCRIPT, env, stop_file, _handler(st), after_stop)
 
 
 def _finish(st: LoopState, status: int, interrupted: bool) -> dict[str, Any]:
