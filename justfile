@@ -30,10 +30,34 @@ setup:
 deps:
     bash vm/install-deps.sh
 
-# run the whole test suite (unit, property, real VM capture; the 25 slowest listed at the end) — the README's test line runs this
+# run the whole test suite (unit, property, real VM capture; the 25 slowest listed at the end, then the wall time of each phase: setup, deps, images, lint, tests) — the README's test line runs this
 [group('test')]
-test: setup deps lint
-    {{PY}} -m pytest -q --durations=25 tests notebooks --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/nbval-sanitize.cfg
+test:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    log="$(mktemp)"
+    times=()
+    phase() {  # NAME COMMAND...: run it and keep its wall time, whether it passed or not
+        local name="$1" t0=$SECONDS rc=0
+        shift
+        "$@" || rc=$?
+        times+=("$(printf '%-8s %5d s%s' "$name" $((SECONDS - t0)) "$([ $rc -eq 0 ] || echo "  (exit $rc)")")")
+        return $rc
+    }
+    report() {  # the phases' wall times, then pytest's closing line again, so it stays the last line
+        local rc=$?
+        echo "test: wall time of each phase"
+        printf '  %s\n' "${times[@]}"
+        [ ! -s "$log" ] || tail -n 1 "$log"
+        rm -f "$log"
+        exit $rc
+    }
+    trap report EXIT
+    phase setup {{quote(just_executable())}} setup
+    phase deps {{quote(just_executable())}} deps
+    phase images bash -c 'bash vm/image.sh --suite bookworm >/dev/null && bash vm/image.sh --suite trixie >/dev/null'
+    phase lint {{quote(just_executable())}} lint
+    phase tests bash -c 'set -o pipefail; "$0" -m pytest -q --durations=25 tests notebooks --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/nbval-sanitize.cfg | tee "$1"' {{PY}} "$log"
 
 # run only the fast tests (no VM)
 [group('test')]
