@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,6 +37,8 @@ def atomic_writer(path: Path) -> Iterator[BinaryIO]:
     """A binary file that becomes `path` whole when the block ends: a new temporary file of a unique name beside
     it (never an existing one), renamed over it; removed when the block fails. The target is checked with
     check_target first."""
+    import tempfile  # here, not at the top: building the CLI's parser imports this module (start-up time)
+
     check_target(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -57,6 +57,8 @@ def atomic_path(path: Path) -> Iterator[Path]:
     """A temporary path of a unique name beside `path` (".NAME.<random>.tmp", not yet created) for a writer that
     needs a path (a Parquet file, a CSV written in pieces); renamed over `path` when the block ends normally,
     removed when it raises. The target is checked with check_target before and after."""
+    import secrets  # here, not at the top: building the CLI's parser imports this module (start-up time)
+
     check_target(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     try:
