@@ -92,3 +92,12 @@ def test_cli_batch(runs: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["batch", runs[-1], "--sequential"]) == 1  # the broken run fails the command
     assert "1 failed" in capsys.readouterr().out
     assert main(["batch", runs[0], "--analyses", "zones,nope"]) == 2
+
+
+def test_the_batch_command_offers_the_registry() -> None:
+    """`ztbp batch --analyses` names the in-memory stages of the registry, in its order (spelled out in the CLI so
+    that building the parser loads no stage)."""
+    from ztbp.cli.scale import BATCH_ANALYSES
+    from ztbp.stages import MEMORY
+
+    assert BATCH_ANALYSES == MEMORY == batch.ANALYSES

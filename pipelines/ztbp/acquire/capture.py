@@ -89,7 +89,7 @@ def start_run(name: str, out: str | None, meta: dict[str, Any] | None, *, vm: bo
 
 
 def guest_env_file(run: RunPaths) -> Path:
-    """Where the guest script leaves its KEY=VALUE report of a capture (read with io.files.read_env)."""
+    """Where the guest script leaves its KEY=VALUE report of a capture (read with files.read_env)."""
     return run.root / STAGING / "guest.env"
 
 

@@ -150,6 +150,7 @@ def _register_shards(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_shards)
 
 
+#: stages.MEMORY (spelled out: building the parser loads no stage; tests/test_batch.py checks they agree)
 BATCH_ANALYSES = ("zones", "opcodes", "chains", "frag", "cluster", "cachesim")
 
 
