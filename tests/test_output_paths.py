@@ -3,13 +3,14 @@ one line with a non-zero exit, and the link or node stays as it was."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from ztbp.cli import main
 from ztbp.errors import ZtbpError
-from ztbp.files import NEW_FILE_MODE, atomic_writer, check_target, write_atomic
+from ztbp.files import atomic_writer, check_target, write_atomic
 from ztbp.writeback.config import write_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +70,9 @@ def test_atomic_writer_does_not_reuse_a_planted_temporary_name(tmp_path: Path, v
     with atomic_writer(dest) as f:
         f.write(b"trace")
     assert dest.read_bytes() == b"trace" and victim.read_text() == "keep me\n"
-    assert dest.stat().st_mode & 0o777 == NEW_FILE_MODE  # as open() would make it, not mkstemp's 0600
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert dest.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() would make it, not mkstemp's 0600
 
 
 def test_regular_files_are_still_replaced(tmp_path: Path) -> None:

@@ -13,16 +13,6 @@ from typing import Any, BinaryIO
 from .errors import ZtbpError
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-#: Mode of a new output file, as open() would give it (mkstemp's temporary files are 0600).
-NEW_FILE_MODE = 0o666 & ~_umask()
-
-
 def check_target(path: Path) -> Path:
     """`path` as a target an output may replace: missing, or a regular file. A link (even to a regular file) or
     any other kind of file (a device, a folder, a pipe) is refused, so an output never replaces it or follows it
@@ -30,26 +20,6 @@ def check_target(path: Path) -> Path:
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise ZtbpError(f"{path} exists and is not a regular file; give another output path")
     return path
-
-
-@contextmanager
-def atomic_writer(path: Path) -> Iterator[BinaryIO]:
-    """A binary file that becomes `path` whole when the block ends: a new temporary file of a unique name beside
-    it (never an existing one), renamed over it; removed when the block fails. The target is checked with
-    check_target first."""
-    import tempfile  # here, not at the top: building the CLI's parser imports this module (start-up time)
-
-    check_target(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, NEW_FILE_MODE)
-        with os.fdopen(fd, "wb") as f:
-            yield f
-        check_target(path)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @contextmanager
@@ -68,6 +38,14 @@ def atomic_path(path: Path) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def atomic_writer(path: Path) -> Iterator[BinaryIO]:
+    """A binary file that becomes `path` whole when the block ends: atomic_path's temporary name, created new
+    (never an existing file, so nothing planted there is followed) with the mode open() gives."""
+    with atomic_path(path) as tmp, tmp.open("xb") as f:
+        yield f
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:
