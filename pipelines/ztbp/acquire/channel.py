@@ -131,14 +131,14 @@ class GuestSession:
     def _wait_ready(self) -> dict[str, str]:
         ready = Mailbox(self.out)
         t0 = time.monotonic()
-        while not ready.has(self.ready):
+
+        def check() -> None:
             self.alive()
             if self._lines == 0 and time.monotonic() - t0 > SILENT_BOOT_S:
                 raise SilentBoot(f"the guest printed nothing on its console in {SILENT_BOOT_S} s (a hung boot)")
-            if time.monotonic() - t0 > BOOT_TIMEOUT_S:
-                raise self.error(f"the guest did not {self.ready_what} within {BOOT_TIMEOUT_S} s; see "
-                                 f"{self.console}")
-            time.sleep(POLL_S)
+
+        if not ready.wait(self.ready, BOOT_TIMEOUT_S, check):
+            raise self.error(f"the guest did not {self.ready_what} within {BOOT_TIMEOUT_S} s; see {self.console}")
         return ready.read_env(self.ready)
 
     def close(self) -> GuestResult | None:
