@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..acquire.workload import PRESETS, user_job
+from ..acquire.workload import PRESETS
 from ..analysis.params import CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
 from .acquire import add_workload_options, workload_options
 from .common import add_backend_args, add_geometry_args, device_geometry
@@ -24,8 +24,7 @@ def _loop(args: argparse.Namespace) -> int:
                       host_device=args.host, fio_file=Path(args.fio_file) if args.fio_file else None,
                       cache_mib=args.cache_mib, page_kib=args.page_kib, out=args.out, timeout=args.timeout,
                       verbose=args.verbose)
-    if req.fio_file is not None and req.fio_file.is_file():  # refused before a VM boots or a device is touched
-        user_job(req.fio_file.read_text(errors="replace"), "/dev/null")
+    req.validate()  # a bad request (a --fio-file option not allowed too) is refused before the loop starts
     doc = run_loop(req)
     if args.json:
         json.dump(doc, sys.stdout, indent=2, default=str)

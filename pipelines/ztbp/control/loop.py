@@ -93,6 +93,8 @@ class LoopRequest:
             nvmevirt_module(self.nvmevirt_ko, LoopError)
         if self.fio_file is not None and not self.fio_file.is_file():
             raise LoopError(f"--fio-file {self.fio_file}: no such file")
+        if self.fio_file is not None:  # its options are checked before a VM boots or a device is touched
+            user_job(self.fio_file.read_text(errors="replace"), "/dev/null")
 
 
 # ---- the loop ---------------------------------------------------------------------------------------------
@@ -128,11 +130,12 @@ def analyse_round(st: LoopState, r: int, guest: loopfiles.RoundFiles) -> dict[st
     meta["loop"] = {"round": r, "loop_dir": "..", "zones_in_force": st.in_force}
     summ = finish_meta(run, meta, 0, False, st.started, {"qemu": qemu_version()} if st.req.backend != "host" else {})
     loaded = load(run.root)
-    cfg = stages.config(loaded, st.req.cache_mib, st.req.page_kib, min_gain=st.req.min_gain)
-    write_config(cfg, run.cache_config)
     # the model runs with the zones sent after the previous round, whether the device took them or not (QEMU)
     zones_model = st.pending["hot_zones"] if st.pending else []
     sim = stages.simulate(loaded, st.req.cache_mib, st.req.page_kib, zones_model, general=False)
+    # the config reuses that simulation when it sends the same zones again
+    cfg = stages.config(loaded, st.req.cache_mib, st.req.page_kib, min_gain=st.req.min_gain, predicted=sim)
+    write_config(cfg, run.cache_config)
     fio = loaded.meta.get("fio", {})
     entry: dict[str, Any] = {
         "round": r, "run": run.root.name, "complete": summ["complete"],
@@ -153,10 +156,8 @@ def analyse_round(st: LoopState, r: int, guest: loopfiles.RoundFiles) -> dict[st
     }
     prev = st.pending
     if prev is not None:
-        pz = prev["hot_zones"]
-        replay = sim if sorted(pz) == sorted(zones_model) else stages.simulate(
-            loaded, st.req.cache_mib, st.req.page_kib, pz, general=False)
-        entry["out_of_sample"] = {"from_round": prev["round"], "hot_zones": pz,
+        replay = sim  # the previous round's prediction, replayed: its zones are the zones of the model above
+        entry["out_of_sample"] = {"from_round": prev["round"], "hot_zones": prev["hot_zones"],
                                   "predicted_zone_lru": prev["held_out"]["zone_lru"],
                                   "predicted_lru": prev["held_out"]["lru"],
                                   "replayed_zone_lru": replay["zone_lru"], "replayed_lru": replay["lru"],
