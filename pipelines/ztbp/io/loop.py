@@ -134,9 +134,9 @@ def read_round(root: Path, r: int, applied_round: int | None) -> RoundFiles:
 def read_applied(root: Path, r: int) -> dict[str, Any] | None:
     """What the guest reported after applying the decision of round r (None: nothing was applied)."""
     env = loop_mailbox(root).read_env(f"applied-{r:02d}.env")
-    if not env or env_int(env.get("set_rc")) is None:
+    set_rc = env_int(env.get("set_rc"))
+    if set_rc is None:
         return None
-    set_rc = int(env["set_rc"])
     try:
         set_json = json.loads(env.get("set_json") or "{}")
     except json.JSONDecodeError:

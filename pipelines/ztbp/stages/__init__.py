@@ -74,11 +74,6 @@ MEMORY = tuple(n for n, s in STAGES.items() if s.memory is not None)
 STREAMED = tuple(n for n, s in STAGES.items() if s.streamed is not None)
 
 
-def plain(result: Any) -> Any:
-    """A result as plain data: a frame as its rows."""
-    return _plain(result)
-
-
 def analyse_timed(run: Any, which: Iterable[str], path: str = "memory") -> dict[str, Any]:
     """`analyse`, each result as plain data, with each analysis' wall time in seconds under "seconds"."""
     import time
