@@ -99,6 +99,34 @@ def _zones(report: str) -> list[dict[str, int]]:
     return rows
 
 
+#: a boot whose console stays empty this long has hung (seen under TCG); it is killed and booted once more
+SILENT_BOOT_S = 240
+BOOT_ATTEMPTS = 2
+
+
+def _boot(cmd: list[str], console: Path) -> tuple[int | None, str]:
+    """Run vmtest.sh; (its exit status, its stderr), or (None, stderr) when the guest's console stayed empty for
+    SILENT_BOOT_S seconds (vmtest.sh is then stopped; it kills QEMU on SIGTERM)."""
+    import tempfile
+    import time
+
+    console.unlink(missing_ok=True)
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        t0 = time.monotonic()
+        rc: int | None = None
+        while (rc := proc.poll()) is None:
+            silent = not (console.exists() and console.stat().st_size > 0)
+            if (silent and time.monotonic() - t0 > SILENT_BOOT_S) or time.monotonic() - t0 > 900:
+                proc.terminate()
+                proc.wait(timeout=60)
+                rc = None if silent else proc.returncode
+                break
+            time.sleep(1)
+        err.seek(0)
+        return rc, err.read()
+
+
 @pytest.fixture(scope="module")
 def guest(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Boot one guest, run the script, return the output folder."""
@@ -117,14 +145,16 @@ def guest(tmp_path_factory: pytest.TempPathFactory) -> Path:
     zone_lba = ZONE_MIB * 1024 * 1024 // LBA
     (out / "config-ok.json").write_text(json.dumps(_config(ZONES, zone_lba)))
     (out / "config-other-geometry.json").write_text(json.dumps(_config(2 * ZONES, zone_lba)))
-    proc = subprocess.run(
-        [str(VMTEST), "-o", str(out), "-q", "-t", "840", "--zones", str(ZONES), "--zone-size", f"{ZONE_MIB}M",
-         "--lba-size", str(LBA), "--", "bash /ztbp/out/guest.sh"],
-        capture_output=True, text=True, timeout=900, check=False,
-    )
+    cmd = [str(VMTEST), "-o", str(out), "-q", "-t", "840", "--zones", str(ZONES), "--zone-size", f"{ZONE_MIB}M",
+           "--lba-size", str(LBA), "--", "bash /ztbp/out/guest.sh"]
+    for attempt in range(1, BOOT_ATTEMPTS + 1):
+        rc, stderr = _boot(cmd, out / "console.log")
+        if rc is not None or attempt == BOOT_ATTEMPTS:
+            break
+        print(f"ztbp-ctl VM: the guest printed nothing in {SILENT_BOOT_S} s (a hung boot); booted again")
     console = (out / "console.log").read_text(errors="replace") if (out / "console.log").exists() else ""
     # The guest script's own marker, not only vmtest's exit status: each step's status is in a file.
-    assert (out / "finished").exists(), f"vmtest exit {proc.returncode}\n{proc.stderr[-2000:]}\n{console[-3000:]}"
+    assert (out / "finished").exists(), f"vmtest exit {rc}\n{stderr[-2000:]}\n{console[-3000:]}"
     return out
 
 
