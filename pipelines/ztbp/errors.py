@@ -28,3 +28,8 @@ class MissingRunError(ZtbpError):
 
 class ProfileError(ZtbpError):
     """The interference profiler cannot measure (device, VM or fio trouble) or read a profile."""
+
+
+class CompareError(ZtbpError, ValueError):
+    """Two arms or two runs cannot be compared (too few pairs or blocks, values that are missing, not finite or not
+    positive on a log scale). Also a ValueError: the statistics refuse their input."""

@@ -51,3 +51,14 @@ class ClusterParams:
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(self.__dict__, sort_keys=True).encode()).hexdigest()[:16]
+
+
+#: `ztbp compare`: each run's reads are split into this many equal time blocks (the within-run replicates).
+COMPARE_BLOCKS = 10
+#: ... and at most this many.
+COMPARE_MAX_BLOCKS = 1000
+#: `ztbp compare`: the run-to-run coefficient of variation assumed between two separate runs (one run each cannot
+#: measure it): runs of one workload without a tracer varied by a CV of 8-12 % in the QEMU VM (issue 25).
+RUN_NOISE_CV = 0.10
+#: Two-sided level of the comparisons' intervals: 0.05 gives 95 % intervals.
+COMPARE_ALPHA = 0.05

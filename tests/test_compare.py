@@ -1,0 +1,274 @@
+"""`ztbp compare` and the statistics behind it (analysis/compare.py) on known answers: a known shift is found with
+the right sign and an interval that covers it, no shift gives "no difference within noise" about as often as the
+level promises, ABBA order cancels a drift, and two rounds on a device that did not change (6,898 vs 5,414 IOPS)
+are no difference within the assumed run-to-run noise."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+
+from ztbp.analysis.compare import (
+    LEVEL_VERDICTS,
+    NO_DIFFERENCE,
+    VERDICTS,
+    ab_effects,
+    block_figures,
+    paired_effect,
+    run_effect,
+)
+from ztbp.errors import CompareError, ZtbpError
+
+CV = 0.08                                   # block-to-block noise of the synthetic blocks
+SIGMA = math.sqrt(math.log1p(CV * CV))      # its log-scale standard deviation
+SEEDS = 400
+
+
+def _pairs(seed: int, shift: float, pairs: int = 6) -> tuple[np.ndarray, np.ndarray]:
+    """Per-pair IOPS of arm A and arm B: a level that moves from pair to pair, B = A x (1 + shift), CV noise."""
+    rng = np.random.default_rng(seed)
+    level = 6_000 * rng.lognormal(0, 0.2, pairs)
+    return (level * rng.lognormal(0, SIGMA, pairs),
+            level * (1 + shift) * rng.lognormal(0, SIGMA, pairs))
+
+
+def _iops(a: Any, b: Any) -> dict[str, Any]:
+    return paired_effect(a, b, metric="read IOPS", unit="IOPS", better="higher")
+
+
+# ---- paired blocks ----------------------------------------------------------------------------------------------
+def test_a_known_shift_is_found_with_its_sign_and_covered() -> None:
+    got = _iops(*_pairs(1, 0.20))
+    assert got["verdict"] == "faster" and got["improved"] is True
+    assert got["ci"][0] > 0 and got["ci"][0] <= 20 <= got["ci"][1]
+    assert got["n_pairs"] == 6 and got["change_unit"] == "%" and got["p_value"] < 0.05
+    assert got["line"].startswith("read IOPS +") and got["line"].endswith("(95 % CI, 6 block pairs): faster")
+    # latency (lower is better) 20 % lower: faster too; 20 % higher: slower
+    a, b = _pairs(2, -0.20)
+    assert paired_effect(a, b, metric="p50", unit="us", better="lower")["verdict"] == "faster"
+    assert paired_effect(b, a, metric="p50", unit="us", better="lower")["verdict"] == "slower"
+
+
+def test_over_many_seeds_a_shift_is_covered_and_mostly_found() -> None:
+    results = [_iops(*_pairs(s, 0.20)) for s in range(SEEDS)]
+    covered = sum(r["ci"][0] <= 20 <= r["ci"][1] for r in results) / SEEDS
+    assert abs(covered - 0.95) <= 3 * math.sqrt(0.95 * 0.05 / SEEDS)
+    assert sum(r["verdict"] == "faster" for r in results) / SEEDS > 0.75   # power at +20 %, 8 % CV, 6 pairs
+    assert not any(r["verdict"] == "slower" for r in results)
+
+
+def test_no_shift_is_no_difference_and_false_positives_stay_near_alpha() -> None:
+    assert _iops(*_pairs(1, 0.0))["verdict"] == NO_DIFFERENCE
+    false_positives = sum(_iops(*_pairs(s, 0.0))["verdict"] != NO_DIFFERENCE for s in range(SEEDS))
+    band = 3 * math.sqrt(SEEDS * 0.05 * 0.95)
+    assert abs(false_positives - 0.05 * SEEDS) <= band, false_positives    # 20 +- 13 of 400
+
+
+def _abba(order: str, pairs: int = 6, effect: float = 0.20, drift: float = 0.05, seed: int = 3) -> tuple[list, list]:
+    """Blocks in time order with a steady drift of `drift` (log) per block; pairs in `order` ("ABBA": (on, off),
+    (off, on), ...; "ABAB": (on, off) every time). Returns (off values, on values) per pair."""
+    rng = np.random.default_rng(seed)
+    off, on, k = [], [], 0
+    for p in range(pairs):
+        arms = ("on", "off") if order == "ABAB" or p % 2 == 0 else ("off", "on")
+        for arm in arms:
+            v = 6_000 * math.exp(drift * k) * (1 + effect if arm == "on" else 1) * rng.lognormal(0, 0.01)
+            (on if arm == "on" else off).append(v)
+            k += 1
+    return off, on
+
+
+def test_abba_order_cancels_a_drift_that_biases_a_fixed_order() -> None:
+    abba = _iops(*_abba("ABBA"))
+    assert abba["ci"][0] <= 20 <= abba["ci"][1] and abs(abba["change"] - 20) < 1.5 and abba["verdict"] == "faster"
+    fixed = _iops(*_abba("ABAB"))                 # B always first: the drift of one block (-5 %) stays in
+    assert fixed["change"] < 18 and not fixed["ci"][0] <= 20 <= fixed["ci"][1]
+
+
+def test_hit_ratio_on_the_difference_scale_in_points() -> None:
+    got = paired_effect([30.1, 29.5, 31.0], [35.2, 34.1, 36.0], metric="model hit ratio", unit="%",
+                        better="higher", scale="difference", words=LEVEL_VERDICTS)
+    assert got["verdict"] == "higher" and got["change_unit"] == "pp" and abs(got["change"] - 4.9) < 0.01
+    assert got["mean_a"] == pytest.approx(30.2) and "B - A" in got["method"]
+    assert VERDICTS == ("faster", "slower", NO_DIFFERENCE) and LEVEL_VERDICTS[:2] == ("higher", "lower")
+
+
+@pytest.mark.parametrize("a,b", [([1.0], [2.0]), ([1.0, 2.0], [1.0]), ([1.0, 0.0], [1.0, 2.0]),
+                                 ([1.0, -2.0], [1.0, 2.0]), ([1.0, math.nan], [1.0, 2.0]),
+                                 ([1.0, math.inf], [1.0, 2.0]), ([1.0, None], [1.0, 2.0])])
+def test_paired_effect_refuses_what_it_cannot_measure(a: list, b: list) -> None:
+    with pytest.raises(CompareError) as e:
+        _iops(a, b)
+    assert isinstance(e.value, ValueError) and isinstance(e.value, ZtbpError)
+
+
+def test_paired_effect_refuses_bad_options() -> None:
+    for kw in ({"better": "up"}, {"better": "higher", "scale": "ratio"}, {"better": "higher", "alpha": 1.5}):
+        with pytest.raises(CompareError):
+            paired_effect([1, 2], [2, 3], metric="m", unit="", **kw)
+
+
+# ---- a loop's A/B blocks ----------------------------------------------------------------------------------------
+def _block(rnd: int, pair: int, arm: str, iops: float, listed_p50: float, other_p50: float,
+           hit: float | None) -> dict[str, Any]:
+    return {"round": rnd, "run": f"round-{rnd:02d}", "arm": arm, "pair": pair,
+            "fio": {"read_iops": iops, "p50_us": 1e6 * 36 / iops, "p99_us": 5e6 * 36 / iops, "runtime_ms": 5000},
+            "latency": {"all": {"reads": 1000, "p50_us": (listed_p50 * 4 + other_p50) / 5},
+                        "listed": {"reads": 800, "p50_us": listed_p50},
+                        "unlisted": {"reads": 200, "p50_us": other_p50}},
+            "model": {"hit_ratio": hit}}
+
+
+def _blocks(seed: int, gain: float, listed_gain: float, pairs: int = 6) -> list[dict[str, Any]]:
+    """ABBA blocks from round 2: IOPS x (1 + gain) and listed-zone latency x (1 - listed_gain) when on, CV noise."""
+    rng = np.random.default_rng(seed)
+    out, rnd = [], 2
+    for p in range(1, pairs + 1):
+        for arm in (("on", "off") if p % 2 else ("off", "on")):
+            on = arm == "on"
+            n = rng.lognormal(0, SIGMA, 3)
+            out.append(_block(rnd, p, arm, 6_000 * (1 + gain * on) * n[0], 2_000 * (1 - listed_gain * on) * n[1],
+                              2_000 * n[2], 0.27 + (0.06 * on) + rng.normal(0, 0.005)))
+            rnd += 1
+    return out
+
+
+def test_ab_effects_finds_the_configuration_s_effects() -> None:
+    got = ab_effects(_blocks(4, gain=0.25, listed_gain=0.5))
+    e = got["effects"]
+    assert got["pairs"] == 6 and got["dropped"] == [] and got["absent"] == {}
+    assert e["read_iops"]["verdict"] == "faster" and e["read_iops"]["ci"][0] <= 25 <= e["read_iops"]["ci"][1]
+    assert e["fio_p50"]["verdict"] == "faster" and e["fio_p50"]["change"] < 0
+    assert e["device_p50_listed"]["verdict"] == "faster"
+    assert e["device_p50_listed"]["ci"][0] <= -50 <= e["device_p50_listed"]["ci"][1]
+    assert e["device_p50_unlisted"]["verdict"] == NO_DIFFERENCE
+    assert e["hit_ratio"]["verdict"] == "higher" and e["hit_ratio"]["change_unit"] == "pp"
+    assert e["hit_ratio"]["ci"][0] <= 6 <= e["hit_ratio"]["ci"][1]
+    assert got["verdict"]["key"] == "read_iops" and got["verdict"]["verdict"] == "faster"
+    json.dumps(got, allow_nan=False)  # loop.json can hold it
+
+
+def test_ab_effects_on_a_device_that_did_not_change() -> None:
+    got = ab_effects(_blocks(5, gain=0.0, listed_gain=0.0))
+    assert {k: e["verdict"] for k, e in got["effects"].items() if k != "hit_ratio"} == {
+        k: NO_DIFFERENCE for k in ("read_iops", "fio_p50", "fio_p99", "device_p50", "device_p50_listed",
+                                   "device_p50_unlisted")}
+    assert got["verdict"]["line"].endswith(NO_DIFFERENCE)
+
+
+def test_ab_effects_leaves_out_missing_values_and_half_pairs() -> None:
+    blocks = _blocks(6, gain=0.2, listed_gain=0.3)
+    blocks[3]["fio"]["read_iops"] = None
+    for b in blocks:
+        b["model"]["hit_ratio"] = None
+    blocks.append(_block(14, 7, "on", 7000, 1000, 2000, None))     # an interrupted loop: pair 7 has one block
+    got = ab_effects(blocks)
+    assert got["pairs"] == 6 and len(got["dropped"]) == 1 and "pair 7" in got["dropped"][0]
+    assert "read_iops" not in got["effects"] and "fio.read_iops" in got["absent"]["read_iops"]["reason"]
+    assert "pair 2" in got["absent"]["read_iops"]["reason"]
+    assert "hit_ratio" in got["absent"] and "fio_p50" in got["effects"]
+    assert got["verdict"]["key"] == "device_p50"          # the headline falls back to the device's latency
+
+
+@pytest.mark.parametrize("bad", [[{"pair": 1, "arm": "maybe"}], [{"arm": "on"}], ["x"],
+                                 [{"pair": 1, "arm": "on"}, {"pair": 1, "arm": "on"}]])
+def test_ab_effects_refuses_malformed_blocks(bad: list) -> None:
+    with pytest.raises(CompareError):
+        ab_effects(bad)
+
+
+# ---- two runs ---------------------------------------------------------------------------------------------------
+LISTED = [1, 7, 11, 15, 19]
+
+
+def _events(seed: int, n: int = 20_000, rate: float = 6_000.0, lat_us: float = 2_000.0,
+            listed_factor: float = 1.0, level: float = 1.0) -> pl.DataFrame:
+    """Reads at `rate`/s over 32 zones (80 % on the listed ones), log-normal device latency of median `lat_us`,
+    times `listed_factor` in the listed zones; `level`: a run-level factor on the rate and latency."""
+    rng = np.random.default_rng(seed)
+    ts = 1e9 + np.cumsum(rng.exponential(1e9 / (rate * level), n))
+    hot = rng.random(n) < 0.8
+    zone = np.where(hot, rng.choice(LISTED, n), rng.choice([z for z in range(32) if z not in LISTED], n))
+    lat = lat_us / level * 1000 * rng.lognormal(0, 0.5, n) * np.where(hot, listed_factor, 1.0)
+    return pl.DataFrame({"op": ["read"] * n, "zone": zone, "ts_ns": ts.astype(np.uint64),
+                         "lat_ns": lat.astype(np.uint64)})
+
+
+def test_run_effect_finds_a_shift_in_one_zone_class() -> None:
+    got = run_effect(_events(1), _events(2, listed_factor=0.6), None, None, listed=LISTED)
+    e = got["effects"]
+    assert e["device_p50_listed"]["verdict"] == "faster"
+    assert e["device_p50_listed"]["ci"][0] <= -40 <= e["device_p50_listed"]["ci"][1]
+    assert e["device_p50_unlisted"]["verdict"] == NO_DIFFERENCE
+    assert e["read_rate"]["verdict"] == NO_DIFFERENCE
+    d = got["distributions"]
+    assert d["a"]["listed"]["p50_us"] == pytest.approx(2000, rel=0.05)
+    assert d["b"]["listed"]["p50_us"] == pytest.approx(1200, rel=0.05)
+    assert d["b"]["unlisted"]["p50_us"] == pytest.approx(2000, rel=0.1) and d["a"]["all"]["reads"] == 20_000
+    assert set(d["a"]["all"]) == {"reads", "p50_us", "p90_us", "p99_us", "mean_us"}
+    assert "fio" in got["absent"]["read_iops"]["reason"] and got["verdict"]["key"] == "read_rate"
+    json.dumps(got, allow_nan=False)
+
+
+def test_run_effect_without_a_shift_is_no_difference() -> None:
+    got = run_effect(_events(3), _events(4), None, None, listed=LISTED)
+    assert {e["verdict"] for e in got["effects"].values()} == {NO_DIFFERENCE}
+
+
+def test_two_rounds_of_an_unchanged_device_are_no_difference_within_noise() -> None:
+    """Issue 25: QEMU refused the configuration, so nothing changed; fio said 6,898 -> 5,414 IOPS (-21.5 %)."""
+    fio_a = {"read_iops": 6898.0, "read_clat_p50_us": 36 / 6898 * 1e6, "read_clat_p99_us": 5 * 36 / 6898 * 1e6}
+    fio_b = {"read_iops": 5414.0, "p50_us": 36 / 5414 * 1e6, "p99_us": 5 * 36 / 5414 * 1e6}  # a round's keys
+    a, b = _events(5, rate=6898, lat_us=36 / 6898 * 1e6), _events(6, rate=5414, lat_us=36 / 5414 * 1e6)
+    got = run_effect(a, b, fio_a, fio_b, listed=LISTED, noise_cv=0.10)
+    iops = got["effects"]["read_iops"]
+    assert round(iops["change"], 1) == -21.5 and iops["verdict"] == NO_DIFFERENCE and iops["ci"][1] > 0
+    assert {e["verdict"] for e in got["effects"].values()} == {NO_DIFFERENCE}
+    assert "CV of 10 %" in got["method"] and "assumed" in iops["line"] and got["noise_cv"] == 0.10
+    # without the run-to-run noise the trace's blocks alone would call it slower
+    bare = run_effect(a, b, fio_a, fio_b, listed=LISTED, noise_cv=0.0)
+    assert bare["effects"]["read_rate"]["verdict"] == "slower" and "read_iops" in bare["absent"]
+
+
+def test_run_effect_false_positives_under_run_to_run_noise() -> None:
+    """Runs that differ only by a run-level factor of CV 10 %: "no difference" in about 95 % of the pairs."""
+    sigma = math.sqrt(math.log1p(0.01))
+    rng = np.random.default_rng(7)
+    wrong = 0
+    for s in range(100):
+        la, lb = rng.lognormal(0, sigma, 2)
+        got = run_effect(_events(1000 + s, n=3000, level=la), _events(2000 + s, n=3000, level=lb), None, None,
+                         listed=LISTED)
+        wrong += got["effects"]["read_rate"]["verdict"] != NO_DIFFERENCE
+    assert wrong <= 12, wrong      # 5 expected (the Welch part only widens the interval)
+
+
+def test_block_figures_cut_time_into_equal_blocks() -> None:
+    ev = pl.DataFrame({"op": ["read"] * 40, "zone": [1] * 20 + [2] * 20, "ts_ns": list(range(0, 4_000, 100)),
+                       "lat_ns": [1000] * 20 + [3000] * 20})
+    got = block_figures(ev, [1], blocks=2)
+    assert got["listed"]["p50"] == [1.0] and got["unlisted"]["p50"] == [3.0]
+    assert got["all"]["p50"] == [1.0, 3.0] and got["all"]["rate"] == pytest.approx([20 / 1950e-9, 20 / 1950e-9])
+
+
+@pytest.mark.parametrize("kw", [{"blocks": 1}, {"blocks": 1001}, {"blocks": 2.5}, {"noise_cv": -0.1},
+                                {"noise_cv": math.nan}, {"noise_cv": 2.0}, {"listed": [-1]}])
+def test_run_effect_refuses_bad_options(kw: dict) -> None:
+    with pytest.raises(CompareError):
+        run_effect(_events(1, n=500), _events(2, n=500), None, None, **{"listed": LISTED, **kw})
+
+
+def test_run_effect_refuses_a_run_without_reads() -> None:
+    empty = _events(1, n=500).filter(pl.col("op") == "write")
+    with pytest.raises(CompareError, match="run B"):
+        run_effect(_events(1, n=500), empty, None, None, listed=LISTED)
+
+
+def test_no_listed_zones_leave_the_listed_class_out() -> None:
+    got = run_effect(_events(1, n=2000), _events(2, n=2000), None, None, listed=[])
+    assert "device_p50_listed" in got["absent"] and "device_p50_unlisted" in got["effects"]
