@@ -23,6 +23,7 @@ from ztbp.analysis.compare import (
     run_effect,
 )
 from ztbp.errors import CompareError, ZtbpError
+from ztbp.present.compare import compare_text, effects_figure
 
 CV = 0.08                                   # block-to-block noise of the synthetic blocks
 SIGMA = math.sqrt(math.log1p(CV * CV))      # its log-scale standard deviation
@@ -272,3 +273,18 @@ def test_run_effect_refuses_a_run_without_reads() -> None:
 def test_no_listed_zones_leave_the_listed_class_out() -> None:
     got = run_effect(_events(1, n=2000), _events(2, n=2000), None, None, listed=[])
     assert "device_p50_listed" in got["absent"] and "device_p50_unlisted" in got["effects"]
+
+
+# ---- what a person sees -----------------------------------------------------------------------------------------
+def test_text_and_figure_say_the_verdict_and_draw_intervals() -> None:
+    res = ab_effects(_blocks(4, gain=0.25, listed_gain=0.5))
+    text = compare_text(res)
+    assert "95 % CI" in text and text.splitlines()[-2].startswith("verdict: read IOPS (fio) +")
+    assert text.splitlines()[-1].startswith("differences beyond the noise: read IOPS (fio) faster")
+    fig = effects_figure(res)
+    assert all(t.type == "scatter" for t in fig.data)                 # points with intervals, no bare bars
+    assert sum(len(t.x) for t in fig.data) == len(res["effects"])
+    assert all(t.error_x.array is not None for t in fig.data)
+    assert any(s.x0 == 0 for s in fig.layout.shapes)                  # the zero line
+    assert "model hit ratio (pp)" in [y for t in fig.data for y in t.y]
+    assert effects_figure({"effects": {}}).layout.annotations[0].text == "nothing could be compared"
