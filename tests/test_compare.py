@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 import pytest
 
+from conftest import make_run
 from ztbp.analysis.compare import (
     LEVEL_VERDICTS,
     NO_DIFFERENCE,
@@ -22,6 +24,8 @@ from ztbp.analysis.compare import (
     paired_effect,
     run_effect,
 )
+from ztbp.cli import main
+from ztbp.contract import LOOP_FORMAT
 from ztbp.errors import CompareError, ZtbpError
 from ztbp.present.compare import compare_text, effects_figure
 
@@ -288,3 +292,84 @@ def test_text_and_figure_say_the_verdict_and_draw_intervals() -> None:
     assert any(s.x0 == 0 for s in fig.layout.shapes)                  # the zero line
     assert "model hit ratio (pp)" in [y for t in fig.data for y in t.y]
     assert effects_figure({"effects": {}}).layout.annotations[0].text == "nothing could be compared"
+
+
+# ---- the command line -------------------------------------------------------------------------------------------
+def _cli_run(root: Path, seed: int, listed_factor: float, fio_iops: float) -> Path:
+    """A small run on disk: reads of known latency (x listed_factor in the listed zones) and fio totals."""
+    ev = _events(seed, n=3000, listed_factor=listed_factor)
+    reqs = [("read", z * 8192, 1, lat) for z, lat in zip(ev["zone"].to_list(), ev["lat_ns"].to_list(), strict=True)]
+    return make_run(root, reqs, fio={"read_iops": fio_iops, "read_clat_p50_us": 36e6 / fio_iops,
+                                     "read_clat_p99_us": 180e6 / fio_iops, "runtime_ms": 3000},
+                    workload={"name": "test", "hot_zones": LISTED})
+
+
+def test_cli_compares_two_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = _cli_run(tmp_path / "a", 1, 1.0, 6898), _cli_run(tmp_path / "b", 2, 0.5, 5414)
+    assert main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "listed zones: 1, 7, 11, 15, 19 (the workload's hot zones" in out
+    row = next(line for line in out.splitlines() if line.startswith("device read p50, listed zones"))
+    assert row.endswith("faster")
+    row = next(line for line in out.splitlines() if line.startswith("read IOPS (fio)"))
+    assert "-21.5 %" in row and row.endswith(NO_DIFFERENCE)
+    assert out.rstrip().splitlines()[-2].startswith("verdict: read IOPS (fio) -21.5 %")
+    assert main(["compare", str(a), str(b), "--json", "--listed", "2,3", "--blocks", "5", "--noise-cv", "0.12"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["listed"] == [2, 3] and doc["listed_from"] == "--listed" and doc["blocks"] == 5
+    assert doc["noise_cv"] == 0.12 and doc["effects"]["read_iops"]["verdict"] == NO_DIFFERENCE
+    assert doc["a_run"].endswith("a") and doc["distributions"]["b"]["listed"]["reads"] > 0
+
+
+def test_cli_on_synthetic_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for name, seed in (("a", "1"), ("b", "2")):
+        assert main(["synth", str(tmp_path / name), "--reads", "20000", "--seed", seed]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {e["verdict"] for e in doc["effects"].values()} == {NO_DIFFERENCE}
+    assert "no fio totals" in doc["absent"]["read_iops"]["reason"]
+
+
+@pytest.mark.parametrize("args,msg", [(["--blocks", "1"], "--blocks"), (["--blocks", "x"], "--blocks"),
+                                      (["--noise-cv", "inf"], "--noise-cv"), (["--noise-cv", "-1"], "--noise-cv"),
+                                      (["--listed", "a,b"], "--listed")])
+def test_cli_bounds_its_options(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list, msg: str) -> None:
+    a = _cli_run(tmp_path / "a", 1, 1.0, 6898)
+    assert main(["compare", str(a), str(a), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("ztbp compare: error: ") and msg in err
+
+
+def _loop_dir(root: Path, ab: dict[str, Any] | None) -> Path:
+    root.mkdir()
+    doc: dict[str, Any] = {"format": LOOP_FORMAT, "backend": "nvmevirt",
+                           "rounds": [{"round": 1, "run": "round-01"}], "stopped": "rounds done"}
+    if ab is not None:
+        doc["ab"] = ab
+    (root / "loop.json").write_text(json.dumps(doc))
+    return root
+
+
+def test_cli_on_a_loop_s_ab_blocks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocks = _blocks(4, gain=0.25, listed_gain=0.5)
+    loop = _loop_dir(tmp_path / "loop", {"blocks": blocks, "listed": LISTED, "effects": {"stale": True}})
+    assert main(["compare", str(loop)]) == 0
+    out = capsys.readouterr().out
+    assert "6 complete pair(s) of blocks" in out and "verdict: read IOPS (fio) +" in out
+    assert main(["compare", str(loop), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["effects"]["read_iops"]["verdict"] == "faster" and doc["listed"] == LISTED  # recomputed
+    assert doc["effects"] == ab_effects(blocks)["effects"]
+    assert main(["compare", str(loop), "--blocks", "4"]) == 2
+    assert "options of two runs" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_loop_without_ab_blocks_and_a_lone_run(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    loop = _loop_dir(tmp_path / "loop", None)
+    assert main(["compare", str(loop)]) == 2
+    assert "no A/B blocks" in capsys.readouterr().err
+    run = _cli_run(tmp_path / "a", 1, 1.0, 6898)
+    assert main(["compare", str(run)]) == 2
+    assert "not a loop directory" in capsys.readouterr().err

@@ -26,7 +26,7 @@ def emit(obj: Any, as_json: bool, text: str | None = None) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import acquire, analyse, app, apply, device_study, export, loop, report, scale
+    from . import acquire, analyse, app, apply, compare, device_study, export, loop, report, scale
 
     parser = argparse.ArgumentParser(
         prog="ztbp", description="ZTBP workbench: analyse NVMe traces of zoned SSDs (see probes/FORMAT.md).")
@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     acquire.register(sub)
     app.register(sub)
     apply.register(sub)
+    compare.register(sub)
     device_study.register(sub)
     loop.register(sub)
     report.register(sub)

@@ -1,0 +1,113 @@
+"""`ztbp compare`: is B faster, slower, or no different from A within the noise? Two runs (a loop's round-NN
+folders are runs), or one loop directory whose A/B blocks are compared pair by pair."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from ..analysis.params import COMPARE_BLOCKS, COMPARE_MAX_BLOCKS, RUN_NOISE_CV
+from ..errors import ZtbpError
+
+#: the options of two runs only (a loop's A/B blocks carry their own listed zones and pairs)
+RUN_ONLY = ("listed", "blocks", "noise_cv")
+
+
+def _number(text: str, flag: str, kind: type, low: float, high: float) -> Any:
+    """A bounded, finite option value; a one-line ZtbpError otherwise."""
+    try:
+        v = kind(text)
+    except ValueError:
+        raise ZtbpError(f"{flag} {text!r}: expected a{'' if kind is float else ' whole'} number from {low:g} to "
+                        f"{high:g}") from None
+    if not math.isfinite(v) or not low <= v <= high:
+        raise ZtbpError(f"{flag} {text!r}: must be from {low:g} to {high:g}")
+    return v
+
+
+def _listed(args: argparse.Namespace, runs: tuple[Any, Any]) -> tuple[list[int], str]:
+    """The listed zones and where they come from: --listed, else the zones in force during B (a loop round), else
+    during A, else the workload's hot zones (meta.json)."""
+    from ..units import parse_zone_list
+
+    if args.listed is not None:
+        return sorted(set(parse_zone_list(args.listed, "--listed"))), "--listed"
+    for side, run in zip("BA", runs[::-1], strict=True):
+        zones = (run.meta.get("loop") or {}).get("zones_in_force")
+        if zones:
+            return sorted(zones), f"the zones in force during {side}"
+    for side, run in zip("BA", runs[::-1], strict=True):
+        zones = (run.meta.get("workload") or {}).get("hot_zones")
+        if zones:
+            return sorted(zones), f"the workload's hot zones in {side}'s meta.json: no zones were in force"
+    return [], "none given, none in force, no hot zones in meta.json"
+
+
+def _two_runs(args: argparse.Namespace) -> dict[str, Any]:
+    from ..analysis.compare import run_effect
+    from ..io.run import load
+
+    blocks = COMPARE_BLOCKS if args.blocks is None else _number(args.blocks, "--blocks", int, 2, COMPARE_MAX_BLOCKS)
+    noise_cv = RUN_NOISE_CV if args.noise_cv is None else _number(args.noise_cv, "--noise-cv", float, 0.0, 1.0)
+    runs = (load(args.a), load(args.b))
+    listed, source = _listed(args, runs)
+    res = run_effect(runs[0].events, runs[1].events, runs[0].meta.get("fio"), runs[1].meta.get("fio"),
+                     listed=listed, blocks=blocks, noise_cv=noise_cv)
+    return {**res, "listed_from": source, "a_run": str(runs[0].paths.root), "b_run": str(runs[1].paths.root)}
+
+
+def _loop_blocks(path: str) -> dict[str, Any]:
+    from ..analysis.compare import ab_effects
+    from ..io.loop import is_loop_dir, read_loop
+
+    if not is_loop_dir(path):
+        raise ZtbpError(f"{path} is not a loop directory: give two runs (ztbp compare A B), or one loop directory "
+                        "whose loop.json has A/B blocks")
+    doc = read_loop(path)
+    ab = doc.get("ab")
+    if not isinstance(ab, dict) or not isinstance(ab.get("blocks"), list) or not ab["blocks"]:
+        raise ZtbpError(f"{doc['dir']} has no A/B blocks (loop.json has no 'ab' section): compare two of its rounds "
+                        f"instead, e.g. ztbp compare {path}/round-01 {path}/round-02")
+    return {**ab_effects(ab["blocks"]), "loop": doc["dir"], "listed": ab.get("listed")}
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from ..present.compare import compare_text
+    from . import emit
+
+    if args.b is None:
+        given = [f"--{k.replace('_', '-')}" for k in RUN_ONLY if getattr(args, k) is not None]
+        if given:
+            raise ZtbpError(f"{', '.join(given)}: options of two runs; a loop's A/B blocks carry their own listed "
+                            "zones and pairs")
+        res = _loop_blocks(args.a)
+        names = (f"{res['loop']}: blocks with the configuration off", "the same loop: blocks with it on")
+    else:
+        res = _two_runs(args)
+        names = (res["a_run"], res["b_run"])
+    emit(res, args.json, None if args.json else compare_text(res, *names))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compare", help="is B faster, slower or no different from A within the noise? (two runs, "
+                                       "or a loop's A/B blocks)",
+                       description="Effect sizes with 95 % intervals and a verdict in words (faster, slower, no "
+                                   "difference within noise). Two runs A B (a loop's round-NN folders are runs): "
+                                   "fio's totals and, from the traces cut into time blocks, the read rate and the "
+                                   "device latency of the listed zones and of the others, with the run-to-run noise "
+                                   "one run each cannot measure assumed (--noise-cv). One loop directory: its A/B "
+                                   "blocks (the configuration switched off and on in ABBA order), pair by pair.")
+    p.add_argument("a", metavar="A", help="run directory (or run id); alone: a loop directory with A/B blocks")
+    p.add_argument("b", metavar="B", nargs="?", default=None, help="run directory (or run id) compared against A")
+    p.add_argument("--listed", metavar="ZONES", default=None,
+                   help="zones of the listed class, e.g. 1,7,11 (default: the zones in force during B or A, else "
+                        "the workload's hot zones)")
+    p.add_argument("--blocks", default=None, metavar="N",
+                   help=f"time blocks per run, 2 to {COMPARE_MAX_BLOCKS} (default: {COMPARE_BLOCKS})")
+    p.add_argument("--noise-cv", default=None, metavar="X",
+                   help="run-to-run coefficient of variation assumed between two runs, 0 to 1 (default: "
+                        f"{RUN_NOISE_CV:g}, measured for untraced runs)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=_compare)
