@@ -22,6 +22,7 @@ PACKAGES=(
 	gcc                  # ztbp-ctl's default compiler and its ASan/UBSan test build
 	libc6-dev            # libc headers for ztbp-ctl
 	kmod                 # modinfo: ../shared/nvmevirt/build.sh checks the vermagic of the NVMeVirt module it builds
+	fio                  # tests/test_workload.py runs the workloads' job files on a null engine (seeds)
 	chromium             # headless browser test of the HTML reports (tests/test_report_browser.py)
 	chromium-driver      # chromedriver, driven by selenium in that test
 )
