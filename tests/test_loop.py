@@ -10,9 +10,19 @@ import polars as pl
 import pytest
 
 from ztbp.acquire.workload import WorkloadOptions, user_job
-from ztbp.analysis.loop import dmesg_figures, latency_split, measured_gain, status_delta
-from ztbp.control.loop import STOP_INVALID, STOP_NOTHING, LoopRequest, LoopState, decide
+from ztbp.analysis.loop import dmesg_figures, latency_split, measured_gain, status_delta, warm_hit_ratio
+from ztbp.control.loop import (
+    STOP_INVALID,
+    STOP_NOTHING,
+    AbPlan,
+    LoopRequest,
+    LoopState,
+    ab_next,
+    abba,
+    decide,
+)
 from ztbp.errors import ZtbpError
+from ztbp.io.loop import read_applied
 
 
 def test_user_job_points_every_filename_at_the_device() -> None:
@@ -113,3 +123,71 @@ def test_request_checks() -> None:
         LoopRequest(workload=WorkloadOptions(), rounds=0).validate()
     with pytest.raises(ZtbpError, match="nvmevirt-ko"):
         LoopRequest(workload=WorkloadOptions(), backend="nvmevirt").validate()
+
+
+# ---- the A/B mode (`ztbp loop --ab PAIRS`) --------------------------------------------------------------------
+def test_abba_pairs_alternate_their_order() -> None:
+    assert abba(3) == [("on", 1), ("off", 1), ("off", 2), ("on", 2), ("on", 3), ("off", 3)]
+    for n in range(2, 9):  # every pair has one block of each arm, and the arms balance over every two pairs
+        arms = abba(n)
+        assert len(arms) == 2 * n
+        assert all({a for a, p in arms if p == k} == {"on", "off"} for k in range(1, n + 1))
+        assert sum(i for i, (a, _) in enumerate(arms) if a == "on") - sum(
+            i for i, (a, _) in enumerate(arms) if a == "off") == (0 if n % 2 == 0 else -1)
+
+
+def test_ab_next_switches_only_when_the_arm_changes() -> None:
+    ab = AbPlan(config="/ztbp/out/round-01/derived/cache-config.json", listed=[1, 7], arms=abba(2), reads=1000)
+    # blocks: on off off on; after round 1 the loop applies (block 1 on)
+    assert ab_next(ab, 1) == ("clear", "")
+    assert ab_next(ab, 2)[0] == "skip" and "keeps the configuration off" in ab_next(ab, 2)[1]
+    assert ab_next(ab, 3) == ("apply", ab.config)
+    assert ab_next(ab, 4) == ("stop", "A/B done: 2 pairs of blocks")
+
+
+def test_ab_request_bounds() -> None:
+    for pairs, reads, what in ((1, 20_000, "--ab 1"), (51, 20_000, "--ab 51"), (2, 10, "--ab-reads 10")):
+        with pytest.raises(ZtbpError, match=what):
+            LoopRequest(workload=WorkloadOptions(), ab_pairs=pairs, ab_reads=reads).validate()
+    LoopRequest(workload=WorkloadOptions(), ab_pairs=5, ab_reads=5000).validate()
+    assert _state().total_rounds == 3
+    st = _state()
+    st.req = LoopRequest(workload=WorkloadOptions(), ab_pairs=5)
+    assert st.total_rounds == 11
+
+
+def test_decide_ignores_the_round_count_in_the_ab_mode() -> None:
+    st = _state(rounds=1)
+    assert decide(st, _entry(1, True, 0.2))[0] == "stop"
+    st.req = LoopRequest(workload=WorkloadOptions(), rounds=1, ab_pairs=2)
+    assert decide(st, _entry(1, True, 0.2))[0] == "apply"
+
+
+def test_read_applied_tells_a_stop_from_a_set(tmp_path: Path) -> None:
+    box = tmp_path / ".loop"
+    box.mkdir()
+    (box / "applied-02.env").write_text('stop_rc=0\nstop_json={"result": 0}\nstatus=4242\n')
+    (box / "applied-03.env").write_text('set_rc=30\nset_json={"message": "refused"}\ninfo_rc=30\nstatus=\n')
+    assert read_applied(tmp_path, 2) == {"action": "clear", "stop_exit_code": 0, "stop_ok": True,
+                                         "status_after_stop": 4242}
+    got = read_applied(tmp_path, 3)
+    assert got is not None and got["action"] == "apply" and not got["set_ok"] and got["set_message"] == "refused"
+    assert read_applied(tmp_path, 4) is None
+
+
+def _reads(pages: list[int], zone_pages: int = 8) -> pl.DataFrame:
+    """Read events of 4 KiB pages (512-byte LBAs, zones of `zone_pages` pages)."""
+    return pl.DataFrame({"op": ["read"] * len(pages), "slba": [p * 8 for p in pages], "nlb": [8] * len(pages),
+                         "zone": [p // zone_pages for p in pages]})
+
+
+def test_warm_hit_ratio_carries_the_cache_over() -> None:
+    meta = {"lba_bytes": 512, "zone_size_lba": 64}
+    cache_mib = 4 * 4096 / (1 << 20)  # four pages
+    block = _reads([0, 1, 2, 3])
+    cold, hist = warm_hit_ratio(None, block, meta, cache_mib, 4, [])
+    assert cold == 0.0 and hist.height == 4
+    warm, hist = warm_hit_ratio(hist, block, meta, cache_mib, 4, [])
+    assert warm == 1.0 and hist.height == 8  # the same four pages again: every one is still cached
+    other, _ = warm_hit_ratio(hist, _reads([40, 41, 42, 43]), meta, cache_mib, 4, [])
+    assert other == 0.0

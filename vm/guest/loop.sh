@@ -15,8 +15,10 @@
 #   guest round-NN/raw/, round-NN/.capture/guest.env, .loop/device-NN.env, .loop/dmesg-NN.txt,
 #         .loop/setup-nvme.csv (the probe's rows of the set-up: zone reset, prefill, priming read)
 #   guest .loop/ready-NN               round NN is captured (written last)
-#   host  .loop/decision-NN            one line: "apply CONFIG" | "skip REASON" | "stop REASON" (renamed into place)
-#   guest .loop/applied-NN.env         what ztbp-ctl set / info / status answered and the zones the device logged
+#   host  .loop/decision-NN            one line: "apply CONFIG" | "clear" (ztbp-ctl stop: the A/B mode's off arm) |
+#                                      "skip REASON" | "stop REASON" (renamed into place)
+#   guest .loop/applied-NN.env         what ztbp-ctl set (or stop) / info / status answered and the zones the device
+#                                      logged
 # Every wait is bounded (LOOP_DECISION_TIMEOUT, LOOP_JOB_TIMEOUT); the stop file ends the loop after the round in
 # progress. Progress: "ZTBP: loop ..." lines on the console.
 #
@@ -168,6 +170,15 @@ apply_decision() { # ROUND: wait for the host's decision and carry it out; 1 = s
 			echo "dmesg_zones=$(dmesg | tail -n +"$((d0 + 1))" | sed -n 's/.*ZONE CLUSTER \[[0-9]*\]=\([0-9]*\).*/\1/p' | paste -sd, -)"
 		} | mailbox_answer "$env"
 		say "loop round $r applied: ztbp-ctl set exit $rc, info exit $irc"
+		;;
+	clear) # the A/B mode's "off" arm: STOP (96) ends the device's zone check; its cache keeps what it holds
+		read -r rc json <<< "$(ctl_json stop "$DEV")"
+		{
+			echo "stop_rc=$rc"
+			echo "stop_json=$json"
+			echo "status=$(device_status)"
+		} | mailbox_answer "$env"
+		say "loop round $r cleared: ztbp-ctl stop exit $rc"
 		;;
 	skip) echo "skipped=$arg" | mailbox_answer "$env"; say "loop round $r: nothing applied ($arg)" ;;
 	*) say "loop stop after round $r: $arg"; return 1 ;;

@@ -79,3 +79,24 @@ def device_figures(status_before: int | None, status_after: int | None, kernel_l
     wraps = (dmesg["counters"] or {}).get("prints", 0)
     return {"status_before": status_before, "status_after": status_after,
             "status_reads": status_delta(status_before, status_after, wraps), "kernel_log_counters": dmesg["counters"]}
+
+
+def warm_hit_ratio(history: Any, events: Any, meta: dict[str, Any], cache_mib: float, page_kib: int,
+                   zones: list[int]) -> tuple[float, Any]:
+    """The model's hit ratio on the reads of `events` (an A/B block) with the cache warmed by `history` (the reads
+    before it, under the same policy: zone-LRU with `zones`, plain LRU when empty), as the device's cache carries
+    over from block to block. Returns it and the new history: the last WARM_READS reads, enough to fill any cache
+    the loop models several times over."""
+    import polars as pl
+
+    from .cachesim import Trace
+
+    reads = events.filter(pl.col("op") == "read")
+    both = reads if history is None else pl.concat([history, reads], how="vertical_relaxed")
+    n_before = 0 if history is None else history.height
+    res = Trace(both, meta, page_kib).held_out(cache_mib, zones, n_before)
+    return round(res["zone_lru" if zones else "lru"], 4), both.tail(WARM_READS)
+
+
+#: reads kept to warm the model's cache before an A/B block
+WARM_READS = 200_000

@@ -58,7 +58,14 @@ COMPARE_BLOCKS = 10
 #: ... and at most this many.
 COMPARE_MAX_BLOCKS = 1000
 #: `ztbp compare`: the run-to-run coefficient of variation assumed between two separate runs (one run each cannot
-#: measure it): runs of one workload without a tracer varied by a CV of 8-12 % in the QEMU VM (issue 25).
+#: measure it): runs of one workload without a tracer varied by a CV of 8-12 % in the QEMU VM.
 RUN_NOISE_CV = 0.10
 #: Two-sided level of the comparisons' intervals: 0.05 gives 95 % intervals.
 COMPARE_ALPHA = 0.05
+
+# ---- the loop's A/B mode (`ztbp loop --ab PAIRS`) --------------------------------------------------------------
+#: pairs of blocks: at least 2 for an interval; 50 pairs of the default block are hours under emulation
+AB_PAIRS = (2, 50)
+#: reads per block: enough for a block's IOPS and latency percentiles, few enough for several blocks per arm
+AB_READS = 20_000
+AB_READ_RANGE = (1_000, 10_000_000)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..acquire.workload import PRESETS
-from ..analysis.params import CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
+from ..analysis.params import AB_PAIRS, AB_READS, CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
 from .acquire import add_workload_options, workload_options
 from .common import add_backend_args, add_geometry_args, device_geometry
 
@@ -23,7 +23,7 @@ def _loop(args: argparse.Namespace) -> int:
                       geometry=device_geometry(args),
                       host_device=args.host, fio_file=Path(args.fio_file) if args.fio_file else None,
                       cache_mib=args.cache_mib, page_kib=args.page_kib, out=args.out, timeout=args.timeout,
-                      verbose=args.verbose)
+                      verbose=args.verbose, ab_pairs=args.ab, ab_reads=args.ab_reads)
     req.validate()  # a bad request (a --fio-file option not allowed too) is refused before the loop starts
     doc = run_loop(req)
     if args.json:
@@ -48,6 +48,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-gain", type=float, default=RECOMMEND_GAIN,
                    help="stop when the model's hit ratio with the zones in force rises by less (default: "
                         "%(default)s); also the config's recommendation threshold")
+    p.add_argument("--ab", type=int, default=0, metavar="PAIRS",
+                   help="A/B mode: after round 1, switch its configuration on (SET) and off (STOP) in PAIRS pairs of "
+                        f"blocks in ABBA order ({AB_PAIRS[0]}-{AB_PAIRS[1]}), and report each effect with its 95 %% "
+                        "interval and a verdict (default: 0, the plain loop)")
+    p.add_argument("--ab-reads", type=int, default=AB_READS, metavar="N",
+                   help="reads per A/B block (default: %(default)s)")
     p.add_argument("--fio-file", default=None, metavar="FILE",
                    help="run this fio job each round instead of the preset (filename= set to the traced namespace; "
                         "the preset still chooses the zones reset and prefilled)")

@@ -24,9 +24,11 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import polars as pl
 
 from .. import paths, stages
 from ..acquire.capture import (
@@ -42,8 +44,8 @@ from ..acquire.capture import (
 from ..acquire.channel import run_here
 from ..acquire.vm import NVMEVIRT_NOTES, Geometry, nvmevirt_module, qemu_version, run_in_guest, vm_device
 from ..acquire.workload import PRESETS, Workload, WorkloadOptions, user_job
-from ..analysis.loop import device_figures, latency_split, measured_gain
-from ..analysis.params import CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
+from ..analysis.loop import device_figures, latency_split, measured_gain, warm_hit_ratio
+from ..analysis.params import AB_PAIRS, AB_READ_RANGE, AB_READS, CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
 from ..contract import LOOP_FORMAT, utc_now
 from ..errors import ZtbpError
 from ..files import env_int, write_json
@@ -81,10 +83,18 @@ class LoopRequest:
     out: str | None = None
     timeout: int = 7200
     verbose: bool = False
+    ab_pairs: int = 0  # > 0: the A/B mode (round 1, then this many pairs of on/off blocks)
+    ab_reads: int = AB_READS
 
     def validate(self) -> None:
         if self.rounds < 1:
             raise LoopError(f"--rounds {self.rounds}: give at least 1")
+        if self.ab_pairs and not AB_PAIRS[0] <= self.ab_pairs <= AB_PAIRS[1]:
+            raise LoopError(f"--ab {self.ab_pairs}: give {AB_PAIRS[0]} to {AB_PAIRS[1]} pairs of blocks (an interval "
+                            "needs at least 2), or 0 for no A/B blocks")
+        if not AB_READ_RANGE[0] <= self.ab_reads <= AB_READ_RANGE[1]:
+            raise LoopError(f"--ab-reads {self.ab_reads}: give {AB_READ_RANGE[0]:,} to {AB_READ_RANGE[1]:,} reads "
+                            "per block")
         if not 0 <= self.min_gain <= 1:
             raise LoopError(f"--min-gain {self.min_gain}: give a hit-ratio gain in [0, 1], e.g. 0.01")
         if self.workload.name not in PRESETS:
@@ -95,6 +105,50 @@ class LoopRequest:
             raise LoopError(f"--fio-file {self.fio_file}: no such file")
         if self.fio_file is not None:  # its options are checked before a VM boots or a device is touched
             user_job(self.fio_file.read_text(errors="replace"), "/dev/null")
+
+
+# ---- the A/B mode ------------------------------------------------------------------------------------------
+@dataclass
+class AbPlan:
+    """The A/B mode: round 1's configuration switched on (SET) and off (STOP) in blocks of `reads` reads, pairs
+    of blocks in ABBA order (on/off, off/on, ...) so that a drift over the session cancels out of the pairs."""
+
+    config: str  # the configuration file as the guest sees it
+    listed: list[int]  # its zones: the "listed" zone class of every block, on and off
+    arms: list[tuple[str, int]]  # (arm, pair) of blocks 1, 2, ...
+    reads: int
+    blocks: list[dict[str, Any]] = field(default_factory=list)
+    history: Any = None  # the reads before the next block, to warm the model's cache (analysis.loop.warm_hit_ratio)
+
+
+def abba(pairs: int) -> list[tuple[str, int]]:
+    """(arm, pair) of each block: pair 1 on then off, pair 2 off then on, and so on."""
+    return [(arm, p) for p in range(1, pairs + 1) for arm in (("on", "off") if p % 2 else ("off", "on"))]
+
+
+def ab_doc(ab: AbPlan, pairs: int) -> dict[str, Any]:
+    """loop.json's "ab" section: the plan, each block's figures and the effects with their intervals."""
+    from ..analysis.compare import ab_effects
+
+    done = [b for b in ab.blocks if sum(o["pair"] == b["pair"] for o in ab.blocks) == 2]
+    try:
+        effects = ab_effects(done) if len({b["pair"] for b in done}) >= 2 else None
+    except ZtbpError as e:
+        effects = {"error": str(e)}
+    return {"pairs": pairs, "reads_per_block": ab.reads, "listed": ab.listed, "config": ab.config,
+            "order": [a for a, _ in ab.arms], "device_acted": any(b["device_holds"] for b in ab.blocks),
+            "blocks": ab.blocks, "effects": effects}
+
+
+def ab_next(ab: AbPlan, block: int) -> tuple[str, str]:
+    """The decision after block `block`: switch the configuration on ("apply") or off ("clear"), keep it ("skip")
+    or stop after the last block."""
+    if block >= len(ab.arms):
+        return "stop", f"A/B done: {len(ab.arms) // 2} pairs of blocks"
+    arm, nxt = ab.arms[block - 1][0], ab.arms[block][0]
+    if nxt == arm:
+        return "skip", f"A/B block {block + 1} keeps the configuration {arm}"
+    return ("apply", ab.config) if nxt == "on" else ("clear", "")
 
 
 # ---- the loop ---------------------------------------------------------------------------------------------
@@ -112,30 +166,36 @@ class LoopState:
     stopped: str | None = None
     started: float = 0.0
 
+    ab: AbPlan | None = None  # the A/B blocks, once round 1 recommended a configuration
+
     def rnd_dir(self, r: int) -> Path:
         return self.root / f"round-{r:02d}"
+
+    @property
+    def total_rounds(self) -> int:
+        return 1 + 2 * self.req.ab_pairs if self.req.ab_pairs else self.req.rounds
 
 
 def job_text(st: LoopState, r: int) -> str:
     if st.req.fio_file is not None:
         return user_job(st.req.fio_file.read_text(), st.workload.device)
     wl = replace(st.workload, seed=st.workload.seed + r - 1)
+    if st.ab is not None and r > 1:
+        wl = replace(wl, reads=st.ab.reads)
     return wl.fio_job()
 
 
-def analyse_round(st: LoopState, r: int, guest: loopfiles.RoundFiles) -> dict[str, Any]:
-    """Finish round r's run directory, analyse it with what the guest reported and return its loop.json entry."""
+def _measure(st: LoopState, r: int, guest: loopfiles.RoundFiles, zones_model: list[int], listed: list[int],
+             loop_meta: dict[str, Any]) -> tuple[dict[str, Any], Any, dict[str, Any], RunPaths]:
+    """Finish round r's run directory and measure it: the trace check, fio, the device latency of the `listed`
+    zones against the others, the device's counters, the cache model with `zones_model` (plain LRU when empty),
+    from a cold cache. Returns (its loop.json entry so far, the loaded run, the simulation, its paths)."""
     run = RunPaths(st.rnd_dir(r))
     meta = copy.deepcopy(st.meta_base)
-    meta["loop"] = {"round": r, "loop_dir": "..", "zones_in_force": st.in_force}
+    meta["loop"] = {"round": r, "loop_dir": "..", "zones_in_force": st.in_force, **loop_meta}
     summ = finish_meta(run, meta, 0, False, st.started, {"qemu": qemu_version()} if st.req.backend != "host" else {})
     loaded = load(run.root)
-    # the model runs with the zones sent after the previous round, whether the device took them or not (QEMU)
-    zones_model = st.pending["hot_zones"] if st.pending else []
     sim = stages.simulate(loaded, st.req.cache_mib, st.req.page_kib, zones_model, general=False)
-    # the config reuses that simulation when it sends the same zones again
-    cfg = stages.config(loaded, st.req.cache_mib, st.req.page_kib, min_gain=st.req.min_gain, predicted=sim)
-    write_config(cfg, run.cache_config)
     fio = loaded.meta.get("fio", {})
     entry: dict[str, Any] = {
         "round": r, "run": run.root.name, "complete": summ["complete"],
@@ -144,16 +204,27 @@ def analyse_round(st: LoopState, r: int, guest: loopfiles.RoundFiles) -> dict[st
         "lost": summ["lost"],
         "fio": {"read_iops": fio.get("read_iops"), "p50_us": fio.get("read_clat_p50_us"),
                 "p99_us": fio.get("read_clat_p99_us"), "runtime_ms": fio.get("runtime_ms")},
-        "latency": latency_split(loaded.events, st.in_force),
+        "latency": latency_split(loaded.events, listed),
         "device": device_figures(env_int(guest.device.get("status_before")), env_int(guest.device.get("status_after")),
                                  guest.kernel_log),
         "model": {"lru": sim["lru"], "zone_lru": sim["zone_lru"] if zones_model else None,
                   "sent_zones": zones_model,
                   "sent_hit_ratio": sim["zone_lru"] if zones_model else sim["lru"]},
-        "config": {"file": str(run.cache_config.relative_to(st.root)), "hot_zones": cfg["hot_zones"],
-                   "hot_zones_found": cfg["hot_zones_found"], "recommend": cfg["recommend"],
-                   "recommend_reason": cfg["recommend_reason"], "held_out": cfg["held_out"]},
     }
+    return entry, loaded, sim, run
+
+
+def analyse_round(st: LoopState, r: int, guest: loopfiles.RoundFiles) -> dict[str, Any]:
+    """Finish round r's run directory, analyse it with what the guest reported and return its loop.json entry."""
+    # the model runs with the zones sent after the previous round, whether the device took them or not (QEMU)
+    zones_model = st.pending["hot_zones"] if st.pending else []
+    entry, loaded, sim, run = _measure(st, r, guest, zones_model, st.in_force, {})
+    # the config reuses that simulation when it sends the same zones again
+    cfg = stages.config(loaded, st.req.cache_mib, st.req.page_kib, min_gain=st.req.min_gain, predicted=sim)
+    write_config(cfg, run.cache_config)
+    entry["config"] = {"file": str(run.cache_config.relative_to(st.root)), "hot_zones": cfg["hot_zones"],
+                       "hot_zones_found": cfg["hot_zones_found"], "recommend": cfg["recommend"],
+                       "recommend_reason": cfg["recommend_reason"], "held_out": cfg["held_out"]}
     prev = st.pending
     if prev is not None:
         replay = sim  # the previous round's prediction, replayed: its zones are the zones of the model above
@@ -180,7 +251,7 @@ def decide(st: LoopState, entry: dict[str, Any]) -> tuple[str, str]:
     if r > 1 and entry["measured_gain"] is not None and entry["measured_gain"] < st.req.min_gain:
         return "stop", (f"measured gain {entry['measured_gain']:+.4f} (model hit ratio with the zones sent, "
                         f"round {r - 1} -> {r}) below --min-gain {st.req.min_gain:+.2f}")
-    if r >= st.req.rounds:
+    if r >= st.req.rounds and not st.req.ab_pairs:
         return "stop", f"{st.req.rounds} rounds done"
     return "apply", f"{st.guest_prefix}/{cfg['file']}"
 
@@ -188,15 +259,21 @@ def decide(st: LoopState, entry: dict[str, Any]) -> tuple[str, str]:
 def loop_doc(st: LoopState, complete: bool) -> dict[str, Any]:
     return {"format": LOOP_FORMAT, "backend": st.req.backend, "workload": st.workload.meta()
             if st.req.fio_file is None else {"name": "fio-file", "file": str(st.req.fio_file)},
-            "rounds_asked": st.req.rounds, "min_gain": st.req.min_gain, "cache_mib": st.req.cache_mib,
+            "rounds_asked": st.total_rounds, "min_gain": st.req.min_gain, "cache_mib": st.req.cache_mib,
             "page_kib": st.req.page_kib, "emulator": NVMEVIRT_NOTES if st.req.backend == "nvmevirt" else None,
-            "rounds": st.rounds, "stopped": st.stopped, "complete": complete, "updated": utc_now()}
+            "rounds": st.rounds, "stopped": st.stopped, "complete": complete, "updated": utc_now(),
+            **({"ab": ab_doc(st.ab, st.req.ab_pairs)} if st.ab is not None else {})}
 
 
 def on_round(st: LoopState, r: int, guest: loopfiles.RoundFiles) -> None:
     """The host's turn after round r: analyse, record, decide, hand the decision to the guest."""
     entry = analyse_round(st, r, guest)
     action, arg = decide(st, entry)
+    if st.req.ab_pairs and action == "apply":  # the A/B blocks start: block 1 runs with the configuration on
+        st.ab = AbPlan(config=arg, listed=entry["config"]["hot_zones"], arms=abba(st.req.ab_pairs),
+                       reads=st.req.ab_reads)
+    elif st.req.ab_pairs:
+        arg += "; no A/B blocks (nothing to switch on)"
     entry["decision"] = {"action": action, "detail": arg}
     st.rounds.append(entry)
     if action == "apply":
@@ -208,6 +285,40 @@ def on_round(st: LoopState, r: int, guest: loopfiles.RoundFiles) -> None:
     st.progress.say(round_line(entry))
     st.progress.say(f"round {r}: sending zones {entry['config']['hot_zones']} to the device" if action == "apply"
                     else f"loop stops: {arg}")
+
+
+def on_block(st: LoopState, r: int, guest: loopfiles.RoundFiles) -> None:
+    """The host's turn after an A/B block (round r > 1): measure it with the configuration's zones as the listed
+    class in both arms, record it, and switch the configuration for the next block."""
+    assert st.ab is not None
+    ab, block = st.ab, r - 1
+    arm, pair = ab.arms[block - 1]
+    res = guest.applied_before  # what the guest did before this block: SET, STOP or nothing
+    if res is not None:
+        st.in_force = ab.listed if res.get("set_ok") else [] if res.get("action") == "clear" else st.in_force
+    zones = ab.listed if arm == "on" else []
+    entry, loaded, _, _ = _measure(st, r, guest, zones, ab.listed, {"ab": {"arm": arm, "pair": pair}})
+    if ab.history is None:  # the first block is warmed by round 1's reads
+        ab.history = load(st.rnd_dir(1)).events.filter(pl.col("op") == "read")
+    warm, ab.history = warm_hit_ratio(ab.history, loaded.events, loaded.meta, st.req.cache_mib, st.req.page_kib,
+                                      zones)
+    entry["model"]["warm_hit_ratio"] = warm  # the device's cache carries over from block to block: so does this one
+    entry["ab"] = {"block": block, "arm": arm, "pair": pair, "device_holds": bool(st.in_force)}
+    entry["applied_before"] = res
+    action, arg = ab_next(ab, block)
+    entry["decision"] = {"action": action, "detail": arg}
+    st.rounds.append(entry)
+    ab.blocks.append({"round": r, "run": entry["run"], "block": block, "arm": arm, "pair": pair,
+                      "device_holds": bool(st.in_force), "trace_complete": entry["lost"] == 0
+                      and entry["read_rows"] == entry["fio_reads"], "fio": entry["fio"], "latency": entry["latency"],
+                      "model": {"hit_ratio": warm}})
+    if action == "stop":
+        st.stopped = arg
+    loopfiles.write_round(st.root, r, entry, loop_doc(st, complete=False), f"{action} {arg}".rstrip(),
+                          job_text(st, r + 1) if action != "stop" else None)
+    st.progress.say(f"A/B block {block} ({arm}, pair {pair}): " + round_line(entry))
+    nxt = {"apply": "configuration on (SET)", "clear": "configuration off (STOP)"}.get(action, arg)
+    st.progress.say(f"loop stops: {arg}" if action == "stop" else f"block {block + 1}: {nxt}")
 
 
 def after_apply(st: LoopState, res: dict[str, Any] | None) -> None:
@@ -242,6 +353,9 @@ def _handler(st: LoopState) -> Any:
             st.progress(line)
             return
         r = int(m.group(1))
+        if st.ab is not None:  # an A/B block: the decision before it is the previous round's
+            on_block(st, r, loopfiles.read_round(st.root, r, r - 1))
+            return
         guest = loopfiles.read_round(st.root, r, st.pending["round"] if st.pending else None)
         after_apply(st, guest.applied_before)
         on_round(st, r, guest)
@@ -312,8 +426,9 @@ def run_loop(req: LoopRequest) -> dict[str, Any]:
     root = new_loop_dir(req, wl.name if req.fio_file is None else "fio-file", place.vm is not None, progress.say)
     root = root if place.vm is not None else root.resolve()
     st = _new_state(req, root, wl, place.lba_bytes, place.zone_bytes, place.nr_zones, place.prefix(root), progress)
-    progress.say(f"loop {wl.name}: up to {req.rounds} rounds of {wl.describe_line()}, backend {req.backend} "
-                 f"-> {root}")
+    plan = (f"round 1 of {wl.describe_line()}, then {req.ab_pairs} pairs of A/B blocks of {req.ab_reads:,} reads "
+            "(the configuration on and off)" if req.ab_pairs else f"up to {req.rounds} rounds of {wl.describe_line()}")
+    progress.say(f"loop {wl.name}: {plan}, backend {req.backend} -> {root}")
     loopfiles.start_loop(root, loop_doc(st, complete=False), job_text(st, 1))
     with tempfile.TemporaryDirectory(prefix="ztbp-loop.") as tmp:
         _, pre = write_jobs(wl, Path(tmp))
@@ -326,7 +441,7 @@ def run_loop(req: LoopRequest) -> dict[str, Any]:
 
 def _in_vm(st: LoopState, place: Place, pre: Path | None) -> tuple[int, bool]:
     """The guest script in one VM boot; (exit status, interrupted)."""
-    env = guest_env(st.workload, f"/ztbp/ctl/{pre.name}" if pre else None, st.req.rounds)
+    env = guest_env(st.workload, f"/ztbp/ctl/{pre.name}" if pre else None, st.total_rounds)
     env["ZTBP_PROBE"] = f"/ztbp/src/{LOOP_PROBE}"
     # the guest's kernel log is kept (.loop/dmesg-end.txt) whatever the script's end, for a crash's cause
     cmd = ("bash /ztbp/src/vm/guest/loop.sh; rc=$?; cat /proc/cmdline > /ztbp/out/.loop/cmdline.txt; "
@@ -338,7 +453,7 @@ def _in_vm(st: LoopState, place: Place, pre: Path | None) -> tuple[int, bool]:
 
 def _here(st: LoopState, pre: Path | None, stop_file: Path) -> tuple[int, bool]:
     """The same guest script on this machine (root, bpftrace, fio); (exit status, interrupted)."""
-    env = guest_env(st.workload, str(pre) if pre else None, st.req.rounds)
+    env = guest_env(st.workload, str(pre) if pre else None, st.total_rounds)
     env.update(ZTBP_OUT=str(st.root), ZTBP_PROBE=str(paths.ROOT / LOOP_PROBE))
 
     def after_stop(line: str) -> None:  # no new round is taken on once the user stopped the loop
@@ -349,7 +464,8 @@ def _here(st: LoopState, pre: Path | None, stop_file: Path) -> tuple[int, bool]:
 
 
 def _finish(st: LoopState, status: int, interrupted: bool) -> dict[str, Any]:
-    after_apply(st, loopfiles.read_applied(st.root, st.pending["round"]) if st.pending else None)
+    if st.ab is None:
+        after_apply(st, loopfiles.read_applied(st.root, st.pending["round"]) if st.pending else None)
     session = loopfiles.read_session(st.root)
     doc = loop_doc(st, complete=bool(status == 0 and not interrupted and st.stopped))
     doc["guest_status"] = status

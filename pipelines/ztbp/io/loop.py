@@ -134,6 +134,10 @@ def read_round(root: Path, r: int, applied_round: int | None) -> RoundFiles:
 def read_applied(root: Path, r: int) -> dict[str, Any] | None:
     """What the guest reported after applying the decision of round r (None: nothing was applied)."""
     env = loop_mailbox(root).read_env(f"applied-{r:02d}.env")
+    stop_rc = env_int(env.get("stop_rc"))
+    if stop_rc is not None:  # a "clear" decision (the A/B mode's off arm)
+        return {"action": "clear", "stop_exit_code": stop_rc, "stop_ok": stop_rc == 0,
+                "status_after_stop": env_int(env.get("status"))}
     set_rc = env_int(env.get("set_rc"))
     if set_rc is None:
         return None
@@ -142,7 +146,7 @@ def read_applied(root: Path, r: int) -> dict[str, Any] | None:
     except json.JSONDecodeError:
         set_json = {}
     dmesg_zones = [int(z) for z in env.get("dmesg_zones", "").split(",") if z.strip().isdigit()]
-    return {"set_exit_code": set_rc, "set_ok": set_rc == 0,
+    return {"action": "apply", "set_exit_code": set_rc, "set_ok": set_rc == 0,
             "set_message": set_json.get("message") if isinstance(set_json, dict) else None,
             "info_exit_code": env_int(env.get("info_rc")), "status_after_set": env_int(env.get("status")),
             "zones_reported": sorted(set(dmesg_zones)) if dmesg_zones else [],

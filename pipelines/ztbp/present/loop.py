@@ -72,12 +72,17 @@ def loop_text(doc: dict[str, Any]) -> str:
     for e in doc["rounds"]:
         ok = e["read_rows"] == e["fio_reads"] and e["lost"] == 0
         cfg = e.get("config") or {}
+        ab = e.get("ab")
         line = (f"round {e['round']}: zones in force [{_zones(e.get('zones_in_force'))}]; "
                 f"{e['read_rows']} read rows for {e['fio_reads']} fio reads, lost {e['lost']}"
-                f"{'' if ok else ' (INCOMPLETE TRACE)'}; config [{_zones(cfg.get('hot_zones'))}] "
-                f"{'recommended' if cfg.get('recommend') else 'not recommended'}")
+                f"{'' if ok else ' (INCOMPLETE TRACE)'}; "
+                + (f"A/B block {ab['block']}, configuration {ab['arm']} (pair {ab['pair']})" if ab else
+                   f"config [{_zones(cfg.get('hot_zones'))}] "
+                   f"{'recommended' if cfg.get('recommend') else 'not recommended'}"))
         applied = e.get("applied_before")
-        if applied:
+        if applied and applied.get("action") == "clear":
+            line += f"; before it: stop exit {applied.get('stop_exit_code')}"
+        elif applied:
             line += (f"; before it: set exit {applied.get('set_exit_code')}, device reports "
                      f"[{_zones(applied.get('zones_reported'))}]")
         lines.append(line)
@@ -150,14 +155,24 @@ def round_line(entry: dict[str, Any]) -> str:
              f"{lat['unlisted']['p50_us']} us"]
     if dev["status_reads"] is not None:
         parts.append(f"STATUS +{dev['status_reads']:,} reads")
-    parts.append(f"model hit ratio {entry['model']['sent_hit_ratio']:.4f} with zones {entry['model']['sent_zones']} "
+    model = entry["model"]
+    parts.append(f"model hit ratio {model.get('warm_hit_ratio', model['sent_hit_ratio']):.4f} with zones "
+                 f"{model['sent_zones']} "
                  f"(device holds {entry['zones_in_force']})")
     if "out_of_sample" in entry:
         o = entry["out_of_sample"]
         parts.append(f"predicted {o['predicted_zone_lru']:.4f} vs replayed {o['replayed_zone_lru']:.4f}")
-    cfg = entry["config"]
-    parts.append(f"config {cfg['hot_zones']} {'recommended' if cfg['recommend'] else 'NOT recommended'}")
+    cfg = entry.get("config")
+    if cfg:  # an A/B block makes no config of its own
+        parts.append(f"config {cfg['hot_zones']} {'recommended' if cfg['recommend'] else 'NOT recommended'}")
     return "; ".join(parts)
+
+
+def applied_text(app: dict[str, Any]) -> str:
+    """What the guest did before a round: ztbp-ctl set (and what the device holds) or stop (the A/B off arm)."""
+    if app.get("action") == "clear":
+        return f"ztbp-ctl stop exit {app['stop_exit_code']}"
+    return f"ztbp-ctl set exit {app['set_exit_code']}, device holds {app['zones_reported']}"
 
 
 def summary_text(doc: dict[str, Any]) -> str:
@@ -166,8 +181,7 @@ def summary_text(doc: dict[str, Any]) -> str:
         lines.append("  " + round_line(e))
         app = e.get("applied_before")
         if app:
-            lines.append(f"    before it: ztbp-ctl set exit {app['set_exit_code']}, device holds "
-                         f"{app['zones_reported']}")
+            lines.append(f"    before it: {applied_text(app)}")
     if doc.get("emulator"):
         lines.append("  NVMeVirt: " + doc["emulator"]["listed_zone_latency"])
     lines.append(f"  stopped: {doc['stopped'] or 'not (interrupted or failed)'}")
