@@ -323,6 +323,34 @@ def _fio_value(fio: Mapping[str, Any] | None, keys: tuple[str, ...], side: str, 
     return v
 
 
+def _fio_effects(a_fio: Mapping[str, Any] | None, b_fio: Mapping[str, Any] | None, noise_cv: float, alpha: float
+                 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(effects, absent) of fio's totals of two runs: one number per run, so the interval is the assumed noise."""
+    effects: dict[str, Any] = {}
+    absent: dict[str, Any] = {}
+    for m, keys in FIO_METRICS:
+        try:
+            a, b = _fio_value(a_fio, keys, "A", m), _fio_value(b_fio, keys, "B", m)
+            effects[m.key] = _two_runs(m, [a], [b], noise_cv, alpha, f"one value per run, run-to-run CV "
+                                                                      f"{_cv(noise_cv)} assumed")
+        except CompareError as e:
+            absent[m.key] = {"metric": m.label, "reason": str(e)}
+    return effects, absent
+
+
+def fio_effect(a_fio: Mapping[str, Any] | None, b_fio: Mapping[str, Any] | None, *, noise_cv: float = RUN_NOISE_CV,
+               alpha: float = COMPARE_ALPHA) -> dict[str, Any]:
+    """run_effect's fio part alone, for two runs whose traces are not at hand (e.g. two rounds of a loop.json):
+    IOPS, p50 and p99, each with the interval of the assumed run-to-run noise."""
+    _check_run_options([], COMPARE_BLOCKS, noise_cv)
+    _check("higher", "log", alpha)
+    effects, absent = _fio_effects(a_fio, b_fio, noise_cv, alpha)
+    return {"design": "two runs, fio totals", "noise_cv": noise_cv, "alpha": alpha,
+            "method": f"one number per run: the interval is the run-to-run noise assumed as a CV of {_cv(noise_cv)} "
+                      "per run (one run each cannot measure it)",
+            "effects": effects, "absent": absent, "verdict": _headline(effects, absent, ("read_iops",))}
+
+
 def _check_run_options(listed: Sequence[int], blocks: int, noise_cv: float) -> None:
     if not isinstance(blocks, int) or isinstance(blocks, bool) or not 2 <= blocks <= COMPARE_MAX_BLOCKS:
         raise CompareError(f"blocks must be a whole number from 2 to {COMPARE_MAX_BLOCKS}, got {blocks!r}")
@@ -341,15 +369,7 @@ def run_effect(a_events: Any, b_events: Any, a_fio: Mapping[str, Any] | None, b_
     run-to-run CV assumed (one run each cannot measure it). Also each side's per-request latency distributions."""
     _check_run_options(listed, blocks, noise_cv)
     _check("higher", "log", alpha)
-    effects: dict[str, Any] = {}
-    absent: dict[str, Any] = {}
-    for m, keys in FIO_METRICS:
-        try:
-            a, b = _fio_value(a_fio, keys, "A", m), _fio_value(b_fio, keys, "B", m)
-            effects[m.key] = _two_runs(m, [a], [b], noise_cv, alpha, f"one value per run, run-to-run CV "
-                                                                      f"{_cv(noise_cv)} assumed")
-        except CompareError as e:
-            absent[m.key] = {"metric": m.label, "reason": str(e)}
+    effects, absent = _fio_effects(a_fio, b_fio, noise_cv, alpha)
     figs = {}
     for side, events in (("A", a_events), ("B", b_events)):
         try:

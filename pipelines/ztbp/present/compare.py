@@ -86,9 +86,11 @@ def compare_text(result: Mapping[str, Any], a: str = "A", b: str = "B") -> str:
     """A comparison in a few lines: what A and B are, how it was computed, the table, what was not compared, the
     per-request latency of each side (two runs) and a closing verdict line."""
     lines = [f"A: {a}", f"B: {b}", f"method: {result.get('method', '')}"]
-    if result.get("design") == "two runs":
-        zones = ", ".join(map(str, result.get("listed") or [])) or "none"
-        lines.append(f"listed zones: {zones}" + (f" ({result['listed_from']})" if result.get("listed_from") else ""))
+    if str(result.get("design", "")).startswith("two runs"):
+        if "listed" in result:  # not for fio's totals alone
+            zones = ", ".join(map(str, result.get("listed") or [])) or "none"
+            lines.append(f"listed zones: {zones}" + (f" ({result['listed_from']})" if result.get("listed_from")
+                                                     else ""))
     else:
         lines.append(f"{result.get('pairs', 0)} complete pair(s) of blocks")
     lines += [f"  {d}" for d in result.get("dropped") or []]

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
+from ..analysis.params import RUN_NOISE_CV
 from .figures import _layout
 
 
@@ -126,7 +127,11 @@ def rounds_figure(frame: pl.DataFrame) -> go.Figure:
                              name="device's own counters", line={"dash": "dash"}), row=1, col=1)
     fig.add_trace(go.Scatter(x=x, y=frame["predicted"].to_list(), mode="markers", name="predicted (previous round)",
                              marker={"symbol": "x", "size": 10}), row=1, col=1)
-    fig.add_trace(go.Bar(x=x, y=frame["iops"].to_list(), name="IOPS"), row=1, col=2)
+    # the 95 % band of the run-to-run noise (its CV assumed, as one round each cannot measure it): two rounds whose
+    # bands overlap differ by no more than that noise (speed_figure has the intervals)
+    band = [None if v is None else 1.96 * RUN_NOISE_CV * v for v in frame["iops"].to_list()]
+    fig.add_trace(go.Bar(x=x, y=frame["iops"].to_list(), name=f"IOPS (±95 % noise band, CV {RUN_NOISE_CV:.0%})",
+                         error_y={"type": "data", "array": band}), row=1, col=2)
     for col, dash in (("p50_us", None), ("p99_us", "dash")):
         fig.add_trace(go.Scatter(x=x, y=frame[col].to_list(), mode="lines+markers", name=col.replace("_us", ""),
                                  line={"dash": dash}), row=1, col=3)
@@ -186,3 +191,51 @@ def summary_text(doc: dict[str, Any]) -> str:
         lines.append("  NVMeVirt: " + doc["emulator"]["listed_zone_latency"])
     lines.append(f"  stopped: {doc['stopped'] or 'not (interrupted or failed)'}")
     return "\n".join(lines)
+
+
+# ---- does it make reads faster? ------------------------------------------------------------------------------
+def speed(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The loop's speed comparison: its A/B blocks' effects (configuration off = A, on = B) when it ran them, else
+    its last round against round 1 on fio's totals with the assumed run-to-run noise; None with one round only."""
+    from ..analysis.compare import ab_effects, fio_effect
+    from ..errors import ZtbpError
+
+    ab = doc.get("ab")
+    rs = doc["rounds"]
+    try:
+        if ab and ab.get("blocks"):
+            return ab_effects(ab["blocks"])
+        return fio_effect(rs[0].get("fio"), rs[-1].get("fio")) if len(rs) > 1 else None
+    except ZtbpError as e:
+        return {"error": str(e)}
+
+
+def speed_text(doc: dict[str, Any]) -> str:
+    """Whether the configuration made reads faster, in words with each effect's interval (present/compare.py)."""
+    from .compare import compare_text
+
+    res = speed(doc)
+    if res is None:
+        return ("one round only: no speed comparison; `ztbp loop --ab 5` measures the configuration on and off in "
+                "alternating blocks, with intervals")
+    if "error" in res:
+        return f"no speed comparison: {res['error']}"
+    ab = doc.get("ab")
+    if ab:
+        a, b = "blocks with the configuration off (STOP)", f"blocks with zones {_zones(ab.get('listed'))} on (SET)"
+        note = ("" if ab.get("device_acted") else "\nthe device never held the configuration (it refused SET): both "
+                "arms ran the same device, so 'no difference' is the expected answer")
+    else:
+        last = doc["rounds"][-1]
+        a, b = "round 1", f"round {last['round']} (zones in force: {_zones(last.get('zones_in_force'))})"
+        note = ("\ntwo separate rounds: the interval is the noise assumed between runs; `ztbp loop --ab 5` measures "
+                "it on the device, in alternating blocks")
+    return compare_text(res, a, b) + note
+
+
+def speed_figure(doc: dict[str, Any]) -> go.Figure:
+    """The effects of speed_text as points with their intervals around zero (never a bare falling bar)."""
+    from .compare import effects_figure
+
+    res = speed(doc)
+    return effects_figure(res if res and "error" not in res else {})
