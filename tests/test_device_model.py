@@ -4,6 +4,8 @@ replayed request by request, firmware times by class, per-request predictions an
 from __future__ import annotations
 
 import functools
+import json
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -11,6 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ztbp.acquire.capture import device_meta
+from ztbp.acquire.vm import NVMEVIRT_NOTES, Geometry, nvmevirt_build, nvmevirt_notes, vm_device
 from ztbp.analysis.cache_policies import SegmentedLRU, lru_hits
 from ztbp.analysis.device_model import (
     EMULATOR_MODELS,
@@ -25,6 +29,7 @@ from ztbp.analysis.device_model import (
 )
 from ztbp.analysis.device_replay import ZONE_LBAS, DeviceCache, decompose, predict_service, service_summary
 from ztbp.errors import ZtbpError
+from ztbp.paths import PROBES
 
 
 def device_hits(keys: list[int], priority: list[int], capacity: int) -> list[bool]:
@@ -191,3 +196,36 @@ def test_with_the_check_off_listing_changes_nothing(reqs, listed, cap) -> None:
     d = decompose(a, on)
     assert d["cache_hits_us"] + d["listed_shortcut_us"] + d["rest_us"] == pytest.approx(d["change_us"], abs=0.01)
     assert decompose(b, a)["listed_shortcut_us"] == 0 and d["rest_us"] == 0
+
+
+# ---- the record in meta.json (acquire/vm.py nvmevirt_notes, probes/FORMAT.md) ------------------------------------
+
+def test_the_module_folder_names_the_build(tmp_path: Path) -> None:
+    ko = tmp_path / "6.1.0-50-amd64-prototype-slow20" / "nvmev.ko"
+    assert nvmevirt_build(ko) == ("prototype", 20)
+    assert nvmevirt_build(tmp_path / "6.1.0-50-amd64-zn540" / "nvmev.ko") == ("zn540", 1)
+    assert nvmevirt_build(tmp_path / "mine" / "nvmev.ko") is None and nvmevirt_build(None) is None
+    notes = nvmevirt_notes(ko)
+    assert set(NVMEVIRT_NOTES) < set(notes)
+    model = notes["read_service_model"]
+    assert (model["profile"], model["slow"], model["constants"]["fw_hit_us"]) == ("prototype", 20, 643_000)
+    unknown = nvmevirt_notes(tmp_path / "mine" / "nvmev.ko")["read_service_model"]
+    assert unknown["profile"] is None and set(unknown["profiles"]) == {"zn540", "prototype"}
+    json.dumps(notes)  # it goes into meta.json as is
+
+
+def test_format_md_names_every_key_of_the_emulator_section() -> None:
+    row = next(line for line in (PROBES / "FORMAT.md").read_text().splitlines() if line.startswith("| `emulator` |"))
+    keys = set(NVMEVIRT_NOTES) | set(read_service_record("zn540", 1)) | {"build_from", "profiles"}
+    keys |= set(read_service_record("zn540", 1)["constants"]) | set(read_service_record("zn540", 1)["read_4k_us"])
+    assert sorted(k for k in keys if f"`{k}`" not in row) == []
+
+
+def test_a_capture_on_nvmevirt_records_the_model_of_the_module_it_boots(tmp_path: Path) -> None:
+    ko = tmp_path / "6.1.0-50-amd64-zn540-slow2" / "nvmev.ko"
+    ko.parent.mkdir()
+    ko.write_bytes(b"")
+    dev = vm_device("nvmevirt", Geometry(), ko)
+    meta = device_meta(dev, {"name": "test"}, {})
+    assert meta["emulator"]["read_service_model"]["read_4k_us"]["miss_listed"] == 43.904  # 14 + 10 + 17.344 + 2.56
+    assert "emulator" not in device_meta(vm_device("qemu", Geometry()), {"name": "test"}, {})
