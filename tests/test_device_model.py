@@ -27,7 +27,15 @@ from ztbp.analysis.device_model import (
     service_ns,
     wrap_int32,
 )
-from ztbp.analysis.device_replay import ZONE_LBAS, DeviceCache, decompose, predict_service, service_summary
+from ztbp.analysis.device_replay import (
+    ZONE_LBAS,
+    DeviceCache,
+    chunk_table,
+    decompose,
+    device_times,
+    predict_service,
+    service_summary,
+)
 from ztbp.errors import ZtbpError
 from ztbp.paths import PROBES
 
@@ -229,3 +237,37 @@ def test_a_capture_on_nvmevirt_records_the_model_of_the_module_it_boots(tmp_path
     meta = device_meta(dev, {"name": "test"}, {})
     assert meta["emulator"]["read_service_model"]["read_4k_us"]["miss_listed"] == 43.904  # 14 + 10 + 17.344 + 2.56
     assert "emulator" not in device_meta(vm_device("qemu", Geometry()), {"name": "test"}, {})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3 * 65_536 - 600), st.integers(1, 512)), min_size=1, max_size=40),
+       st.sampled_from(["zn540", "prototype"]), st.sampled_from([1, 2, 4, 20]), st.integers(-2_000, 2_000_000))
+def test_the_array_path_equals_the_closed_form(reqs, name, slow, fw_us) -> None:
+    p = profile(name, slow)
+    slba, nlb = np.array([r[0] for r in reqs]), np.array([r[1] for r in reqs])
+    chunks = chunk_table(p, slba, nlb, ZONE_LBAS)
+    assert [chunks.die[chunks.read == i].tolist() for i in range(len(reqs))] == [
+        [d for d, _ in read_chunks(p, s, n, ZONE_LBAS)] for s, n in reqs]
+    fw = np.full(len(reqs), fw_us * 1000)
+    total, _ = device_times(p, chunks, np.arange(len(reqs)) * 10**9, fw, nlb * 512)
+    assert total.tolist() == [service_ns(p, fw_us * 1000, read_chunks(p, s, n, ZONE_LBAS), n * 512).total
+                              for s, n in reqs]
+
+
+def test_a_miss_holds_its_die_for_the_reads_dispatched_after_it() -> None:
+    # zn540: a 4 KiB miss at t=0 (1,000 µs of firmware time) and, 10 µs later, a hit on the same die (130 µs): the
+    # hit's NAND read waits until the miss's has ended (1,013.672 µs) — unless the miss was a listed one (7 µs)
+    ev = reads_frame([0, 8]).with_columns(pl.Series("ts_ns", [0, 10_000]))
+    cache = DeviceCache()
+    cache.replay(np.array([8]), np.array([True]))  # the second LBA is cached already
+    off = predict_service(ev, [0], False, cache=cache, queueing=True)
+    assert off["hit"].to_list() == [False, True]
+    assert off["service_us"].to_list() == [1014.952, 144.952]
+    assert off["queued_us"].to_list() == [1014.952, pytest.approx(1013.672 + 5 + 8.672 + 1.28 - 10)]
+    cache = DeviceCache()
+    cache.replay(np.array([8]), np.array([True]))
+    on = predict_service(ev, [0], True, cache=cache, queueing=True)
+    assert on["queued_us"].to_list() == [21.952, 144.952]
+    d = decompose(off, on, queued=True)
+    assert d["change_us"] == pytest.approx((21.952 + 144.952 - 1014.952 - 1018.624) / 2, abs=1e-3)
+    assert d["cache_hits_us"] == 0 and d["times"] == "with the dies' queue"  # the same hits in both arms

@@ -129,11 +129,15 @@ def firmware_us(profile_name: str, slow: int, listed: bool, hit: bool, cluster_o
     return firmware_ns(profile(profile_name, slow), listed, hit, cluster_on, small) / 1000
 
 
+def unit_ns(mbs: int, extra_per_4k_ns: int = 0) -> int:
+    """ns per 128-byte unit of a channel_model of `mbs` MB/s: BANDWIDTH_TO_TX_TIME (+ the firmware's per-unit share
+    of extra_per_4k_ns, as ssd_init_ch adds it)."""
+    return UNIT_XFER_BYTES * 1_000_000_000 // (mbs << 20) + extra_per_4k_ns * UNIT_XFER_BYTES // 4096
+
+
 def transfer_ns(mbs: int, nbytes: int, extra_per_4k_ns: int = 0) -> int:
-    """An uncontended transfer of nbytes through a channel_model of `mbs` MB/s: whole 128-byte units at
-    BANDWIDTH_TO_TX_TIME each (+ the firmware's per-unit share of extra_per_4k_ns, as ssd_init_ch adds it)."""
-    per_unit = UNIT_XFER_BYTES * 1_000_000_000 // (mbs << 20) + extra_per_4k_ns * UNIT_XFER_BYTES // 4096
-    return -(-nbytes // UNIT_XFER_BYTES) * per_unit
+    """An uncontended transfer of nbytes: whole 128-byte units of unit_ns each."""
+    return -(-nbytes // UNIT_XFER_BYTES) * unit_ns(mbs, extra_per_4k_ns)
 
 
 def credits_per_slot(mbs: int) -> int:
@@ -141,21 +145,26 @@ def credits_per_slot(mbs: int) -> int:
     return (mbs << 20) * SLOT_NS // 1_000_000_000 // UNIT_XFER_BYTES
 
 
-def read_chunks(p: Profile, offset_lba: int, nlb: int, zone_lbas: int) -> list[tuple[int, int]]:
-    """(die, bytes) of each NAND read of a command starting `offset_lba` (512-byte LBAs) into its zone: its 4 KiB
-    pages cut at flash-page boundaries, as zns_read's loop does. Dies are numbered from the zone's first die (the
-    die of a zone's pages restarts in the next zone)."""
+def read_chunks(p: Profile, slba: int, nlb: int, zone_lbas: int) -> list[tuple[int, int]]:
+    """(die, bytes) of each NAND read of a command of nlb 512-byte LBAs from slba: its 4 KiB pages cut at
+    flash-page boundaries, as zns_read's loop does; a zone's pages start on die (zone × DIES_PER_ZONE) mod the
+    dies, and each one-shot page of the zone goes to the next of its DIES_PER_ZONE dies (`__lpn_to_ppa`)."""
     per_oneshot = p.oneshot_page // PAGE_BYTES
     per_flash = p.flash_page // PAGE_BYTES
     zone_pages = zone_lbas * SECTOR_BYTES // PAGE_BYTES
-    lpn, last = offset_lba * SECTOR_BYTES // PAGE_BYTES, (offset_lba + nlb - 1) * SECTOR_BYTES // PAGE_BYTES
+    lpn, last = slba * SECTOR_BYTES // PAGE_BYTES, (slba + nlb - 1) * SECTOR_BYTES // PAGE_BYTES
     out = []
     while lpn <= last:
         zone, off = divmod(lpn, zone_pages)
         pages = min(last - lpn + 1, per_flash - off % per_oneshot % per_flash)
-        out.append((zone * p.dies_per_zone + (off // per_oneshot) % p.dies_per_zone, pages * PAGE_BYTES))
+        out.append((die_of(p, zone, off // per_oneshot), pages * PAGE_BYTES))
         lpn += pages
     return out
+
+
+def die_of(p: Profile, zone: Any, oneshot: Any) -> Any:
+    """The die (channel = die mod NAND_CHANNELS) of a zone's one-shot page (ints or arrays)."""
+    return (zone * p.dies_per_zone) % (p.channels * p.luns_per_channel) + oneshot % p.dies_per_zone
 
 
 @dataclass(frozen=True)

@@ -4,17 +4,23 @@ the fork's listed-zone shortcut explains (analysis/device_model.py has the close
 
 The cache is replayed exactly (analysis/cache_policies.SegmentedLRU, `sticky`: checked against the fork's own list
 code compiled outside the kernel): keys are the reads' start LBAs in submission order (the dispatcher takes
-commands as they are submitted and asks the cache before it times them), priority 1 = segment kept longer. A
-prediction leaves queueing out — the die an earlier read holds (the NAND model serves a die's reads one at a time
-in dispatch order, and a read holds its die from its own firmware time's end), channel and PCIe contention, and
-the emulator's own dispatch time (its threads under TCG) — so a measured latency is the prediction plus those.
+commands as they are submitted and asks the cache before it times them), priority 1 = segment kept longer.
+
+`service_us` leaves queueing out. `queueing=True` adds the one queue the NAND model itself makes (`queued_us`):
+a die serves its NAND reads one at a time in dispatch order, each from the end of its read's firmware time, so a
+read waits behind an earlier read on its die even when its own firmware time ends first — a miss's 1,000 µs
+holds its die for every read dispatched to it meanwhile. There the reads are dispatched at the trace's
+submission times. Neither counts channel or PCIe contention or the emulator's own dispatch time (its threads
+under TCG): a measured latency is the prediction plus those.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
 import polars as pl
 
@@ -22,13 +28,16 @@ from ..errors import ZtbpError
 from .cache_policies import SegmentedLRU
 from .device_model import (
     CACHE_ENTRIES,
+    CHANNEL_WINDOW_NS,
+    PAGE_BYTES,
     SECTOR_BYTES,
     SMALL_BYTES,
+    UNIT_XFER_BYTES,
     Profile,
+    die_of,
     firmware_ns,
     profile,
-    read_chunks,
-    service_ns,
+    unit_ns,
 )
 
 #: NVMeVirt's zones as the project builds it: 32 MiB of 512-byte LBAs
@@ -76,26 +85,79 @@ def reads_in_dispatch_order(events: pl.DataFrame, zone_lbas: int) -> pl.DataFram
             .with_columns((pl.col("slba") // zone_lbas).alias("zone")))
 
 
-def _service_table(p: Profile, keys: pl.DataFrame, zone_lbas: int) -> pl.DataFrame:
-    """Device time parts of each distinct (placement, size, firmware time)."""
-    rows = []
-    for off, nlb, fw in keys.iter_rows():
-        s = service_ns(p, fw, read_chunks(p, off, nlb, zone_lbas), nlb * SECTOR_BYTES)
-        rows.append((off, nlb, fw, s.nand, s.pcie, s.total))
-    return pl.DataFrame(rows, schema={"off": pl.Int64, "nlb": pl.Int64, "fw_ns": pl.Int64, "nand_ns": pl.Int64,
-                                      "pcie_ns": pl.Int64, "total_ns": pl.Int64}, orient="row")
+@dataclass(frozen=True)
+class Chunks:
+    """Every NAND read of a run's reads (device_model.read_chunks over arrays): the read it belongs to (in order),
+    its die, its NAND time and its channel transfer time (ns)."""
+
+    read: np.ndarray
+    die: np.ndarray
+    nand_ns: np.ndarray
+    xfer_ns: np.ndarray
 
 
-def _timed(p: Profile, df: pl.DataFrame, fw_col: str, zone_lbas: int) -> pl.DataFrame:
-    """Each read's device time (ns) with the firmware time in fw_col: computed once per distinct placement within
-    its die pattern (its offset in the one-shot page, or its whole offset when it crosses into the next zone)."""
-    oneshot = p.oneshot_page // SECTOR_BYTES
-    off_in_zone = pl.col("slba") % zone_lbas
-    crosses = off_in_zone + pl.col("nlb") > zone_lbas
-    base = df.select(pl.when(crosses).then(off_in_zone).otherwise(off_in_zone % oneshot).alias("off"),
-                     pl.col("nlb").cast(pl.Int64), pl.col(fw_col).alias("fw_ns"))
-    table = _service_table(p, base.unique(), zone_lbas)
-    return base.join(table, on=["off", "nlb", "fw_ns"], how="left", maintain_order="left")
+def chunk_table(p: Profile, slba: np.ndarray, nlb: np.ndarray, zone_lbas: int) -> Chunks:
+    """The NAND reads of each read: its 4 KiB pages cut at flash-page boundaries (whole flash pages of the device,
+    when a zone is a whole number of them), each on the die of its one-shot page."""
+    if (zone_lbas * SECTOR_BYTES) % p.flash_page:
+        raise ZtbpError(f"a zone of {zone_lbas} LBAs is not a whole number of {p.name}'s flash pages")
+    per_flash, per_oneshot = p.flash_page // PAGE_BYTES, p.oneshot_page // PAGE_BYTES
+    zone_pages = zone_lbas * SECTOR_BYTES // PAGE_BYTES
+    first = slba.astype(np.int64) * SECTOR_BYTES // PAGE_BYTES
+    last = (slba.astype(np.int64) + nlb - 1) * SECTOR_BYTES // PAGE_BYTES
+    f0 = first // per_flash
+    n = last // per_flash - f0 + 1
+    read = np.repeat(np.arange(slba.size, dtype=np.int64), n)
+    flash = np.repeat(f0, n) + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
+    lo = np.maximum(flash * per_flash, first[read])
+    nbytes = (np.minimum(flash * per_flash + per_flash - 1, last[read]) - lo + 1) * PAGE_BYTES
+    zone, off = np.divmod(lo, zone_pages)
+    return Chunks(read, die_of(p, zone, off // per_oneshot).astype(np.int64),
+                  np.where(nbytes == PAGE_BYTES, p.nand_4kb_read_ns, p.nand_read_ns).astype(np.int64),
+                  -(-nbytes // UNIT_XFER_BYTES) * unit_ns(p.channel_mbs, p.fw_ch_xfer_ns))
+
+
+@numba.njit(cache=True)
+def _device_times(start: np.ndarray, fw: np.ndarray, read: np.ndarray, die: np.ndarray, nand: np.ndarray,
+                  xfer: np.ndarray, pcie: np.ndarray, n_dies: int, window: int, queue: bool
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Each read's device time (ns from its start) and its NAND-and-channel part, by ssd_advance_nand's rule: a
+    NAND read starts when its die is free and its read's firmware time has passed, and the die is busy until its
+    channel transfer ends; transfers are charged only from 0 to `window` ns after the read's start. queue=False:
+    every read finds its dies free (its own NAND reads on one die still follow each other)."""
+    never = np.int64(-(1 << 62))
+    free = np.full(n_dies, never, dtype=np.int64)
+    total = np.zeros(start.size, dtype=np.int64)
+    part = np.zeros(start.size, dtype=np.int64)
+    j = 0
+    for i in range(start.size):
+        t = start[i] + fw[i]
+        k = j
+        while k < read.size and read[k] == i:
+            if not queue:
+                free[die[k]] = never
+            k += 1
+        end = t
+        while j < k:
+            e = max(free[die[j]], t) + nand[j]
+            if 0 <= e - start[i] < window:
+                e += xfer[j]
+            free[die[j]] = e
+            end = max(end, e)
+            j += 1
+        part[i] = end - t
+        if 0 <= end - start[i] < window:
+            end += pcie[i]
+        total[i] = max(0, end - start[i])
+    return total, part
+
+
+def device_times(p: Profile, chunks: Chunks, start: np.ndarray, fw: np.ndarray, nbytes: np.ndarray,
+                 queue: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(device time, NAND-and-channel part) in ns of reads dispatched at `start` with firmware times `fw`."""
+    pcie = -(-nbytes.astype(np.int64) // UNIT_XFER_BYTES) * unit_ns(p.pcie_mbs)
+    return _device_times(start.astype(np.int64), fw.astype(np.int64), chunks.read, chunks.die, chunks.nand_ns,
+                         chunks.xfer_ns, pcie, p.channels * p.luns_per_channel, CHANNEL_WINDOW_NS, queue)
 
 
 def _firmware(p: Profile, listed: np.ndarray, small: np.ndarray, *, hit: bool, cluster_on: bool) -> np.ndarray:
@@ -107,42 +169,43 @@ def _firmware(p: Profile, listed: np.ndarray, small: np.ndarray, *, hit: bool, c
 
 def predict_service(events: pl.DataFrame, listed: Sequence[int], cluster_on: bool, profile_name: str = "zn540",
                     slow: int = 1, cache_entries: int = CACHE_ENTRIES, *, zone_lbas: int = ZONE_LBAS,
-                    cache: DeviceCache | None = None) -> pl.DataFrame:
+                    cache: DeviceCache | None = None, queueing: bool = False) -> pl.DataFrame:
     """Each read of `events` with its predicted device time on NVMeVirt (`profile_name` built with --slow `slow`),
     the cluster check on (after SET of `listed`) or off, the cache replayed from `cache` (default: empty, of
     `cache_entries`). Columns: ts_ns, slba, nlb, zone, lat_us (measured, when the trace has it), listed (zone in
-    `listed`, whatever the check), class, hit, small, fw_us, nand_us (NAND reads and channel, slowest die),
-    pcie_us, service_us (no queueing), and for the decomposition hit_us / miss_real_us (what this read would cost
-    as a hit / as a miss on a drive whose listed-zone misses cost like any miss) and real_us (its actual hit or
-    miss at those prices)."""
+    `listed`, whatever the check), class, hit, small (≤ 4 KiB), fw_us, nand_us (NAND reads and channel, slowest
+    die), service_us (with PCIe; no queueing), and for the decomposition hit_us / miss_real_us (this read as a hit
+    / as a miss on a drive whose listed-zone misses cost like any miss) and real_us (its actual hit or miss at
+    those prices). queueing=True adds queued_us, queued_real_us, queued_miss_real_us: the same three with the
+    dies' queue (see the module's docstring)."""
     p = profile(profile_name, slow)
     if zone_lbas <= 0:
         raise ZtbpError(f"zone size {zone_lbas} LBAs: give a positive zone size")
     reads = reads_in_dispatch_order(events, zone_lbas)
+    slba, nlb = reads["slba"].to_numpy().astype(np.int64), reads["nlb"].to_numpy().astype(np.int64)
     is_listed = reads["zone"].is_in(list(listed)).to_numpy()
     cache = cache if cache is not None else DeviceCache(cache_entries)
-    hit = cache.replay(reads["slba"].to_numpy(), is_listed if cluster_on else np.ones(reads.height, dtype=np.bool_))
-    small = (reads["nlb"].to_numpy().astype(np.int64) * SECTOR_BYTES) <= SMALL_BYTES
-    fw = {name: _firmware(p, is_listed, small, hit=h, cluster_on=on)
-          for name, h, on in (("fw_hit", True, cluster_on), ("fw_miss", False, cluster_on),
-                              ("fw_miss_real", False, False))}
-    df = reads.with_columns(pl.Series("listed", is_listed, pl.Boolean), pl.Series("hit", hit, pl.Boolean),
-                            pl.Series("small", small, pl.Boolean),
-                            *[pl.Series(k, v, pl.Int64) for k, v in fw.items()])
-    df = df.with_columns(pl.when(pl.col("hit")).then(pl.col("fw_hit")).otherwise(pl.col("fw_miss")).alias("fw"))
-    actual = _timed(p, df, "fw", zone_lbas)
-    as_hit = _timed(p, df, "fw_hit", zone_lbas)["total_ns"]
-    as_miss_real = _timed(p, df, "fw_miss_real", zone_lbas)["total_ns"]
+    hit = cache.replay(slba, is_listed if cluster_on else np.ones(reads.height, dtype=np.bool_))
+    small = nlb * SECTOR_BYTES <= SMALL_BYTES
+    fw_hit = _firmware(p, is_listed, small, hit=True, cluster_on=cluster_on)
+    fw_miss_real = _firmware(p, is_listed, small, hit=False, cluster_on=False)
+    prices = {"": np.where(hit, fw_hit, _firmware(p, is_listed, small, hit=False, cluster_on=cluster_on)),
+              "real_": np.where(hit, fw_hit, fw_miss_real), "miss_real_": fw_miss_real}
+    chunks = chunk_table(p, slba, nlb, zone_lbas)
+    start, nbytes = reads["ts_ns"].to_numpy(), nlb * SECTOR_BYTES
+    service, nand = device_times(p, chunks, start, prices[""], nbytes)
     us = 1 / 1000
-    out = df.select(
-        "ts_ns", "slba", "nlb", "zone",
-        *([(pl.col("lat_ns") * us).alias("lat_us")] if "lat_ns" in df.columns else []),
-        "listed", pl.when(pl.col("listed")).then(pl.lit(CLASSES[0])).otherwise(pl.lit(CLASSES[1])).alias("class"),
-        "hit", "small", (pl.col("fw") * us).alias("fw_us"))
+    cols = {"listed": is_listed, "hit": hit, "small": small, "fw_us": prices[""] * us, "nand_us": nand * us,
+            "service_us": service * us, "hit_us": device_times(p, chunks, start, fw_hit, nbytes)[0] * us,
+            "miss_real_us": device_times(p, chunks, start, fw_miss_real, nbytes)[0] * us}
+    if queueing:
+        cols |= {f"queued_{k}us": device_times(p, chunks, start, fw, nbytes, queue=True)[0] * us
+                 for k, fw in prices.items()}
+    out = reads.select("ts_ns", "slba", "nlb", "zone",
+                       *([(pl.col("lat_ns") * us).alias("lat_us")] if "lat_ns" in reads.columns else []))
+    out = out.with_columns(pl.Series(k, v) for k, v in cols.items())
     return out.with_columns(
-        (actual["nand_ns"] * us).alias("nand_us"), (actual["pcie_ns"] * us).alias("pcie_us"),
-        (actual["total_ns"] * us).alias("service_us"), (as_hit * us).alias("hit_us"),
-        (as_miss_real * us).alias("miss_real_us")).with_columns(
+        pl.when(pl.col("listed")).then(pl.lit(CLASSES[0])).otherwise(pl.lit(CLASSES[1])).alias("class"),
         pl.when(pl.col("hit")).then(pl.col("hit_us")).otherwise(pl.col("miss_real_us")).alias("real_us"))
 
 
@@ -153,6 +216,9 @@ def _summary(df: pl.DataFrame) -> dict[str, Any]:
                            "hit_ratio": round(float(df["hit"].mean()), 4),
                            "mean_us": round(float(df["service_us"].mean()), 3),
                            "p50_us": round(float(df["service_us"].quantile(0.5, "nearest")), 3)}
+    if "queued_us" in df.columns:
+        out["queued_mean_us"] = round(float(df["queued_us"].mean()), 3)
+        out["queued_p50_us"] = round(float(df["queued_us"].quantile(0.5, "nearest")), 3)
     if "lat_us" in df.columns:
         out["measured_mean_us"] = round(float(df["lat_us"].mean()), 3)
         out["measured_p50_us"] = round(float(df["lat_us"].quantile(0.5, "nearest")), 3)
@@ -160,21 +226,26 @@ def _summary(df: pl.DataFrame) -> dict[str, Any]:
 
 
 def service_summary(pred: pl.DataFrame) -> dict[str, Any]:
-    """Reads, hits, hit ratio, predicted mean and p50 (and the measured ones, when the trace has latencies) of
-    all reads and of each class (listed, other)."""
+    """Reads, hits, hit ratio, predicted mean and p50 (with the dies' queue too when predicted so, and the measured
+    ones when the trace has latencies) of all reads and of each class (listed, other)."""
     return {"all": _summary(pred), **{c: _summary(pred.filter(pl.col("class") == c)) for c in CLASSES}}
 
 
-def _parts(df: pl.DataFrame) -> dict[str, float]:
-    """Means of the three prices: actual, on a drive without the shortcut, and that drive if every read missed."""
+#: the columns of the three prices: actual, on a drive without the shortcut, that drive if every read missed
+PRICES = {False: ("service_us", "real_us", "miss_real_us"), True: ("queued_us", "queued_real_us",
+                                                                   "queued_miss_real_us")}
+
+
+def _parts(df: pl.DataFrame, queued: bool) -> dict[str, float]:
+    """Means of the three prices (PRICES) and the hit ratio."""
     if df.height == 0:
         return {"service": 0.0, "real": 0.0, "miss_real": 0.0, "hit_ratio": 0.0}
-    return {"service": float(df["service_us"].mean()), "real": float(df["real_us"].mean()),
-            "miss_real": float(df["miss_real_us"].mean()), "hit_ratio": float(df["hit"].mean())}
+    means = [float(df[c].mean()) for c in PRICES[queued]]
+    return {"service": means[0], "real": means[1], "miss_real": means[2], "hit_ratio": float(df["hit"].mean())}
 
 
-def _split(before: pl.DataFrame, after: pl.DataFrame) -> dict[str, Any]:
-    b, a = _parts(before), _parts(after)
+def _split(before: pl.DataFrame, after: pl.DataFrame, queued: bool) -> dict[str, Any]:
+    b, a = _parts(before, queued), _parts(after, queued)
     change = a["service"] - b["service"]
     cache = (a["real"] - a["miss_real"]) - (b["real"] - b["miss_real"])
     shortcut = (a["service"] - a["real"]) - (b["service"] - b["real"])
@@ -189,7 +260,7 @@ def _split(before: pl.DataFrame, after: pl.DataFrame) -> dict[str, Any]:
             "real_drive_keeps_share": round(kept / change, 4) if change < 0 else None}
 
 
-def decompose(before: pl.DataFrame, after: pl.DataFrame) -> dict[str, Any]:
+def decompose(before: pl.DataFrame, after: pl.DataFrame, queued: bool = False) -> dict[str, Any]:
     """Split the change of the predicted mean service time from `before` (e.g. the check off) to `after` (the
     check on, listed zones) — predict_service frames — into three parts that add up to it exactly:
 
@@ -200,10 +271,12 @@ def decompose(before: pl.DataFrame, after: pl.DataFrame) -> dict[str, Any]:
     - rest_us: what changes even if every read missed (sizes, placement: a different trace).
 
     real_drive_keeps_us = cache_hits_us + rest_us is what a drive without the shortcut would keep of the change;
-    real_drive_keeps_share its share of a gain (None when the mean did not fall). The same split per class."""
-    out = _split(before, after)
-    out["by_class"] = {c: _split(before.filter(pl.col("class") == c), after.filter(pl.col("class") == c))
+    real_drive_keeps_share its share of a gain (None when the mean did not fall). The same split per class.
+    queued=True splits the times with the dies' queue (frames predicted with queueing=True) instead."""
+    out = _split(before, after, queued)
+    out["by_class"] = {c: _split(before.filter(pl.col("class") == c), after.filter(pl.col("class") == c), queued)
                        for c in CLASSES}
+    out["times"] = "with the dies' queue" if queued else "no queueing"
     out["statement"] = statement(out)
     return out
 
@@ -211,7 +284,7 @@ def decompose(before: pl.DataFrame, after: pl.DataFrame) -> dict[str, Any]:
 def statement(split: dict[str, Any]) -> str:
     """One sentence for a report, beside the measurement."""
     s = split
-    text = (f"predicted mean device time {s['mean_before_us']:,.1f} -> {s['mean_after_us']:,.1f} us "
+    text = (f"predicted mean device time ({s['times']}) {s['mean_before_us']:,.1f} -> {s['mean_after_us']:,.1f} us "
             f"({s['change_us']:+,.1f} us): cache hits {s['cache_hits_us']:+,.1f} us (hit ratio "
             f"{s['hit_ratio_before']:.4f} -> {s['hit_ratio_after']:.4f}), the emulator's listed-zone shortcut "
             f"{s['listed_shortcut_us']:+,.1f} us, the rest {s['rest_us']:+,.1f} us")
