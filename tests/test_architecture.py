@@ -117,8 +117,9 @@ def package_imports(path: Path) -> set[str]:
     return out
 
 
-#: modules of a room that a row may name on their own (parameters and defaults, importable without numpy)
-PARAM_MODULES = ("analysis.params", "analysis.device_params")
+#: modules of a room that a row may name on their own (parameters, defaults and closed-form models, importable
+#: without numpy: building the CLI's parser loads acquire/vm.py)
+PARAM_MODULES = ("analysis.params", "analysis.device_params", "analysis.device_model")
 
 
 def breaches(path: Path, table: dict[str, set[str] | None]) -> list[str]:

@@ -29,7 +29,7 @@ from ..io.fio import fio_totals
 from ..paths import RunPaths
 from ..units import MIB, parse_size
 from .channel import run_here
-from .vm import NVMEVIRT_NOTES, Geometry, GuestResult, VmDevice, ensure_image, qemu_version, run_in_guest, vm_device
+from .vm import Geometry, GuestResult, VmDevice, ensure_image, nvmevirt_notes, qemu_version, run_in_guest, vm_device
 from .workload import PRESETS, Workload, WorkloadOptions
 
 GUEST_SCRIPT = paths.VM / "guest" / "capture.sh"
@@ -55,22 +55,25 @@ def new_run_dir(name: str, out: str | None, error: type[ZtbpError] = CaptureErro
 
 
 def capture_meta(*, device: str, lba: int, zone_bytes: int, nr_zones: int, workload: dict[str, Any], backend: str,
-                 probes: dict[str, str], zone_cap_bytes: int | None = None) -> dict[str, Any]:
+                 probes: dict[str, str], zone_cap_bytes: int | None = None, module: Path | None = None
+                 ) -> dict[str, Any]:
     """meta.json of a capture before it runs: the geometry asked for (the guest's report replaces it), the probes
-    (name -> script) and, on NVMeVirt, what the emulator does not model."""
+    (name -> script) and, on NVMeVirt, what the emulator does not model and its read service model (of `module`,
+    the nvmev.ko booted)."""
     meta = new_meta(device=device, lba_bytes=lba, zone_size_lba=zone_bytes // lba,
                     zone_cap_lba=(zone_cap_bytes or zone_bytes) // lba, nr_zones=nr_zones, synthetic=False,
                     workload=workload, backend=backend,
                     probes={name: probe_meta(name, script) for name, script in probes.items()})
     if backend == "nvmevirt":
-        meta["emulator"] = NVMEVIRT_NOTES  # what NVMeVirt does not model (probes/FORMAT.md)
+        meta["emulator"] = nvmevirt_notes(module)  # what NVMeVirt does not model (probes/FORMAT.md)
     return meta
 
 
 def device_meta(dev: VmDevice, workload: dict[str, Any], probes: dict[str, str]) -> dict[str, Any]:
     """capture_meta of a VM capture on `dev` (the guest's namespace nvme0n1)."""
     return capture_meta(device="nvme0n1", lba=dev.lba_bytes, zone_bytes=dev.zone_bytes, nr_zones=dev.nr_zones,
-                        workload=workload, backend=dev.backend, probes=probes, zone_cap_bytes=dev.zone_cap_bytes)
+                        workload=workload, backend=dev.backend, probes=probes, zone_cap_bytes=dev.zone_cap_bytes,
+                        module=dev.module)
 
 
 def start_run(name: str, out: str | None, meta: dict[str, Any] | None, *, vm: bool,

@@ -7,6 +7,7 @@ repository /ztbp/src. See vm/vmtest.sh --help for every option.
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import subprocess
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import paths
+from ..analysis.device_model import PROFILES, read_service_record
 from ..errors import ZtbpError
 from ..units import MIB
 
@@ -76,9 +78,11 @@ class Geometry:
 
 #: What NVMeVirt (the ZTBP fork) does not model or models in its own way; kept in meta.json and loop.json.
 NVMEVIRT_NOTES = {
-    "listed_zone_latency": "its latency model favours the listed (SET) zones even on a cache miss: 7 us firmware "
-                           "read latency against 1,000 us for other zones, so latency and IOPS gains are not all "
-                           "cache hits",
+    "listed_zone_latency": "its latency model favours the listed (SET) zones even on a cache miss: on zn540 a miss "
+                           "there costs 7 us of firmware time against 1,000 us (130,000 us above 4 KiB) in other "
+                           "zones, and a hit 130 us anywhere, so a listed zone is served faster when it misses than "
+                           "when it hits and latency and IOPS gains are not all cache hits (read_service_model has "
+                           "the numbers of the module built)",
     "zone_reset": "a zone reset is a memory clear with no modelled erase time (NAND_ERASE_LATENCY 0)",
     "hit_counters": "the module prints its hit/read counters to the kernel log only when its read counter reaches "
                     "1,000,000 (then starts again); the counter starts at -1 and its first read only resets it, so "
@@ -89,6 +93,33 @@ NVMEVIRT_NOTES = {
                 "ztbp-ctl passes page-aligned buffers",
     "info": "INFO completes without data: the zones it holds are read from its kernel log (ZONE CLUSTER [i]=z)",
 }
+
+#: build.sh's default module folder: <kernel release>-<profile>[-slow<N>]
+_BUILD_DIR = re.compile(r"-(?P<profile>" + "|".join(PROFILES) + r")(?:-slow(?P<slow>[1-9][0-9]*))?$")
+
+
+def nvmevirt_build(ko: Path | None) -> tuple[str, int] | None:
+    """(profile, --slow factor) of a module built by build.sh into its default folder, read from the folder's name;
+    None when the name does not say (a module built elsewhere)."""
+    m = _BUILD_DIR.search(ko.resolve().parent.name) if ko is not None else None
+    return (m["profile"], int(m["slow"] or 1)) if m else None
+
+
+def nvmevirt_notes(ko: Path | None) -> dict[str, object]:
+    """NVMEVIRT_NOTES with `read_service_model`: the read service times of the module `ko` as built (its profile and
+    --slow factor from its folder's name), or, when the name does not say, of each profile at --slow 1."""
+    folder = ko.resolve().parent.name if ko is not None else "none given"
+    build = nvmevirt_build(ko)
+    model: dict[str, object]
+    if build is not None:
+        model = {**read_service_record(*build), "build_from": f"module folder {folder}"}
+    else:
+        model = {"profile": None, "slow": None,
+                 "build_from": f"unknown: the module's folder ({folder}) is not build.sh's "
+                               "<release>-<profile>[-slowN]; below, each profile at --slow 1 (--slow N multiplies "
+                               "the times by N until a product overflows 32 bits)",
+                 "profiles": {name: read_service_record(name, 1) for name in PROFILES}}
+    return {**NVMEVIRT_NOTES, "read_service_model": model}
 
 
 @dataclass(frozen=True)
@@ -171,6 +202,7 @@ class VmDevice:
     lba_bytes: int
     zone_bytes: int
     zone_cap_bytes: int | None = None
+    module: Path | None = None  # NVMeVirt's nvmev.ko
 
 
 def vm_device(backend: str, geometry: Geometry, ko: Path | None = None, storage_bytes: int = 1 << 30,
@@ -181,7 +213,8 @@ def vm_device(backend: str, geometry: Geometry, ko: Path | None = None, storage_
         if backend == "nvmevirt":
             module = nvmevirt_module(ko, error)
             plan = NvmevirtPlan(storage_mib=storage_bytes // MIB, zone_mib=geometry.zone_bytes // MIB)
-            return VmDevice(backend, None, plan.vmtest_args(module), plan.zones, 512, geometry.zone_bytes)
+            return VmDevice(backend, None, plan.vmtest_args(module), plan.zones, 512, geometry.zone_bytes,
+                            module=module)
         geometry.validate()
     except VmError as e:
         raise error(str(e)) from None

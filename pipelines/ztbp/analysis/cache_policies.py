@@ -13,6 +13,8 @@ paths need:
 The in-memory path (cachesim.Trace), the streamed path (streaming.CacheStream) and the sampled path (shards.py)
 all run these objects, so each policy is one piece of code. `StackDistances` is LRU at every cache size at once
 (Mattson's stack distances over a Fenwick tree), for the LRU curve of both the in-memory and the streamed path.
+`SegmentedLRU.feed_hits` gives each request's hit, and `sticky` keeps a page in the segment it entered with, as
+NVMeVirt's cache keeps an entry's priority: analysis/device_replay.py replays that device with it.
 """
 
 from __future__ import annotations
@@ -90,22 +92,32 @@ class PolicyRun(Protocol):
 
 @numba.njit(cache=True)
 def segmented_lru_pass(ids: np.ndarray, hot: np.ndarray, capacity: int, nxt: np.ndarray, prv: np.ndarray,
-                       cached: np.ndarray, seg_len: np.ndarray) -> int:
+                       cached: np.ndarray, seg_len: np.ndarray, seg: np.ndarray, sticky: bool,
+                       hit_out: np.ndarray) -> int:
     """Algorithm 4 on array-linked lists, resumable: segment 1 (hot) before l_head, segment 0 (normal) after it.
     Page p is node p + 2; nodes 0 and 1 head the normal and the hot segment; the state arrays carry over between
-    calls (SegmentedLRU). Returns the hits of this call.
+    calls (SegmentedLRU). Returns the hits of this call, and marks them in hit_out when it is not empty.
 
     With every page normal this is plain LRU. When the cache is full, the list's tail — the tail of the normal
-    segment, or of the hot segment when no normal page is cached — is evicted before the new page enters.
+    segment, or of the hot segment when no normal page is cached — is evicted before the new page enters. A hit
+    moves the page to the head of the segment of this request (`sticky`: of the segment it entered with, seg[p]).
     """
     hits = 0
+    record = hit_out.size > 0
     for i in range(ids.size):
         p = ids[i] + 2
         s = 1 if hot[i] else 0
         if cached[p]:
             hits += 1
+            if record:
+                hit_out[i] = True
             nxt[prv[p]] = nxt[p]  # unlink ...
             prv[nxt[p]] = prv[p]
+            if sticky:
+                s = seg[p]
+            elif seg[p] != s:
+                seg_len[seg[p]] -= 1
+                seg_len[s] += 1
         else:
             if seg_len[0] + seg_len[1] >= capacity:
                 v = 0 if seg_len[0] > 0 else 1
@@ -116,6 +128,7 @@ def segmented_lru_pass(ids: np.ndarray, hot: np.ndarray, capacity: int, nxt: np.
                 seg_len[v] -= 1
             cached[p] = True
             seg_len[s] += 1
+        seg[p] = s
         nxt[p] = nxt[s]  # ... and insert at the head of its segment
         prv[p] = s
         prv[nxt[s]] = p
@@ -125,26 +138,38 @@ def segmented_lru_pass(ids: np.ndarray, hot: np.ndarray, capacity: int, nxt: np.
 
 class SegmentedLRU:
     """An Algorithm-4 cache of `capacity` pages (zone_aware=False: every page normal, plain LRU), its state grown
-    to the highest page fed."""
+    to the highest page fed. `sticky`: a page keeps the segment it entered with when it is hit again (as
+    NVMeVirt's cache keeps an entry's priority), instead of taking the segment of the request that hits it."""
 
-    def __init__(self, capacity: int, zone_aware: bool = True) -> None:
-        self.capacity, self.zone_aware = capacity, zone_aware
+    def __init__(self, capacity: int, zone_aware: bool = True, sticky: bool = False) -> None:
+        self.capacity, self.zone_aware, self.sticky = capacity, zone_aware, sticky
         self.nxt = np.arange(2, dtype=np.int64)
         self.prv = np.arange(2, dtype=np.int64)
         self.cached = np.zeros(2, dtype=np.bool_)
+        self.seg = np.zeros(2, dtype=np.int8)
         self.seg_len = np.zeros(2, dtype=np.int64)
         self.hits = 0
 
     def feed(self, ids: np.ndarray, hot: np.ndarray | None = None) -> int:
+        return self._pass(ids, hot, np.zeros(0, dtype=np.bool_))
+
+    def feed_hits(self, ids: np.ndarray, hot: np.ndarray | None = None) -> np.ndarray:
+        """Whether each request hit (the plug-in's per-request view; `feed` only counts)."""
+        out = np.zeros(ids.size, dtype=np.bool_)
+        self._pass(ids, hot, out)
+        return out
+
+    def _pass(self, ids: np.ndarray, hot: np.ndarray | None, hit_out: np.ndarray) -> int:
         if ids.size == 0 or self.capacity <= 0:
             return 0
         n = int(ids.max()) + 3
         if n > self.nxt.size:
             self.nxt, self.prv = grown(self.nxt, n), grown(self.prv, n)
-            self.cached = grown(self.cached, n, False)
+            self.cached, self.seg = grown(self.cached, n, False), grown(self.seg, n, 0)
         if hot is None or not self.zone_aware:
             hot = np.zeros(ids.size, dtype=np.bool_)
-        h = int(segmented_lru_pass(ids, hot, self.capacity, self.nxt, self.prv, self.cached, self.seg_len))
+        h = int(segmented_lru_pass(ids, hot, self.capacity, self.nxt, self.prv, self.cached, self.seg_len,
+                                   self.seg, self.sticky, hit_out))
         self.hits += h
         return h
 

@@ -42,7 +42,7 @@ from ..acquire.capture import (
     write_jobs,
 )
 from ..acquire.channel import run_here
-from ..acquire.vm import NVMEVIRT_NOTES, Geometry, nvmevirt_module, qemu_version, run_in_guest, vm_device
+from ..acquire.vm import Geometry, nvmevirt_module, qemu_version, run_in_guest, vm_device
 from ..acquire.workload import PRESETS, Workload, WorkloadOptions, user_job
 from ..analysis.loop import device_figures, latency_split, measured_gain, warm_hit_ratio
 from ..analysis.params import AB_PAIRS, AB_READ_RANGE, AB_READS, CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
@@ -260,7 +260,7 @@ def loop_doc(st: LoopState, complete: bool) -> dict[str, Any]:
     return {"format": LOOP_FORMAT, "backend": st.req.backend, "workload": st.workload.meta()
             if st.req.fio_file is None else {"name": "fio-file", "file": str(st.req.fio_file)},
             "rounds_asked": st.total_rounds, "min_gain": st.req.min_gain, "cache_mib": st.req.cache_mib,
-            "page_kib": st.req.page_kib, "emulator": NVMEVIRT_NOTES if st.req.backend == "nvmevirt" else None,
+            "page_kib": st.req.page_kib, "emulator": st.meta_base.get("emulator"),
             "rounds": st.rounds, "stopped": st.stopped, "complete": complete, "updated": utc_now(),
             **({"ab": ab_doc(st.ab, st.req.ab_pairs)} if st.ab is not None else {})}
 
@@ -341,7 +341,8 @@ def after_apply(st: LoopState, res: dict[str, Any] | None) -> None:
 def _new_state(req: LoopRequest, root: Path, wl: Workload, lba: int, zone_bytes: int, nr: int,
                prefix: str, progress: Progress) -> LoopState:
     meta = capture_meta(device=Path(wl.device).name, lba=lba, zone_bytes=zone_bytes, nr_zones=nr,
-                        workload=wl.meta(), backend=req.backend, probes={"nvme": LOOP_PROBE})
+                        workload=wl.meta(), backend=req.backend, probes={"nvme": LOOP_PROBE},
+                        module=req.nvmevirt_ko)
     return LoopState(req=req, root=root, workload=wl, meta_base=meta, progress=progress, rounds=[],
                      guest_prefix=prefix, in_force=[], started=time.monotonic())
 
