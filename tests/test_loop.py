@@ -18,6 +18,7 @@ from ztbp.control.loop import (
     LoopRequest,
     LoopState,
     ab_next,
+    ab_service,
     abba,
     decide,
 )
@@ -191,3 +192,45 @@ def test_warm_hit_ratio_carries_the_cache_over() -> None:
     assert warm == 1.0 and hist.height == 8  # the same four pages again: every one is still cached
     other, _ = warm_hit_ratio(hist, _reads([40, 41, 42, 43]), meta, cache_mib, 4, [])
     assert other == 0.0
+
+
+def _ab_state(tmp: Path, holds: bool) -> LoopState:
+    """An A/B session of synthetic runs: round 1 and two blocks (on, off) of paper80 reads, on an NVMeVirt zn540
+    module built with --slow 10 (as its folder's name says)."""
+    import json
+
+    from ztbp.acquire.vm import nvmevirt_notes
+    from ztbp.cli import main as cli
+
+    for r, seed in ((1, 1), (2, 2), (3, 3)):
+        assert cli(["synth", str(tmp / f"round-{r:02d}"), "--reads", "3000", "--seed", str(seed)]) == 0
+    meta = json.loads((tmp / "round-01" / "meta.json").read_text())
+    meta["emulator"] = nvmevirt_notes(tmp / "6.1.0-56-amd64-zn540-slow10" / "nvmev.ko")
+    st = _state()
+    st.req = LoopRequest(workload=WorkloadOptions(), ab_pairs=2)
+    st.root, st.meta_base = tmp, meta
+    st.ab = AbPlan(config="c.json", listed=[1, 7, 11, 15, 19], arms=abba(2), reads=3000, blocks=[
+        {"run": "round-02", "arm": "on", "pair": 1, "device_holds": holds},
+        {"run": "round-03", "arm": "off", "pair": 1, "device_holds": False}])
+    return st
+
+
+@pytest.mark.parametrize("holds", [True, False])
+def test_ab_service_splits_the_predicted_change(tmp_path: Path, holds: bool) -> None:
+    """The emulator's model over the blocks: with the configuration held, the listed zones' misses take the
+    shortcut; when the device never held it (SET refused), the shortcut is zero and so is most of the change."""
+    res = ab_service(_ab_state(tmp_path, holds))
+    assert res is not None and (res["profile"], res["slow"], res["cache_entries"]) == ("zn540", 10, 16_384)
+    d = res["decomposition"]
+    assert d["change_us"] == pytest.approx(d["cache_hits_us"] + d["listed_shortcut_us"] + d["rest_us"], abs=1e-6)
+    assert res["off"]["all"]["reads"] == res["on"]["all"]["reads"] == 3000
+    if holds:  # zn540 at --slow 10: a listed miss costs 70 us of firmware instead of 10,000 us
+        assert d["listed_shortcut_us"] < -1000 and res["on"]["listed"]["mean_us"] < res["off"]["listed"]["mean_us"]
+    else:
+        assert d["listed_shortcut_us"] == 0
+
+
+def test_ab_service_needs_a_known_module(tmp_path: Path) -> None:
+    st = _ab_state(tmp_path, True)
+    st.meta_base["emulator"] = None  # QEMU
+    assert ab_service(st) is None

@@ -44,6 +44,7 @@ from ..acquire.capture import (
 from ..acquire.channel import run_here
 from ..acquire.vm import Geometry, nvmevirt_module, qemu_version, run_in_guest, vm_device
 from ..acquire.workload import PRESETS, Workload, WorkloadOptions, user_job
+from ..analysis.device_model import CACHE_ENTRIES
 from ..analysis.loop import device_figures, latency_split, measured_gain, warm_hit_ratio
 from ..analysis.params import AB_PAIRS, AB_READ_RANGE, AB_READS, CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
 from ..contract import LOOP_FORMAT, utc_now
@@ -119,6 +120,7 @@ class AbPlan:
     reads: int
     blocks: list[dict[str, Any]] = field(default_factory=list)
     history: Any = None  # the reads before the next block, to warm the model's cache (analysis.loop.warm_hit_ratio)
+    service: dict[str, Any] | None = None  # the emulator's read service model over the blocks (ab_service)
 
 
 def abba(pairs: int) -> list[tuple[str, int]]:
@@ -137,7 +139,7 @@ def ab_doc(ab: AbPlan, pairs: int) -> dict[str, Any]:
         effects = {"error": str(e)}
     return {"pairs": pairs, "reads_per_block": ab.reads, "listed": ab.listed, "config": ab.config,
             "order": [a for a, _ in ab.arms], "device_acted": any(b["device_holds"] for b in ab.blocks),
-            "blocks": ab.blocks, "effects": effects}
+            "blocks": ab.blocks, "effects": effects, "service_model": ab.service}
 
 
 def ab_next(ab: AbPlan, block: int) -> tuple[str, str]:
@@ -314,11 +316,41 @@ def on_block(st: LoopState, r: int, guest: loopfiles.RoundFiles) -> None:
                       "model": {"hit_ratio": warm}})
     if action == "stop":
         st.stopped = arg
+        ab.service = ab_service(st)
     loopfiles.write_round(st.root, r, entry, loop_doc(st, complete=False), f"{action} {arg}".rstrip(),
                           job_text(st, r + 1) if action != "stop" else None)
     st.progress.say(f"A/B block {block} ({arm}, pair {pair}): " + round_line(entry))
     nxt = {"apply": "configuration on (SET)", "clear": "configuration off (STOP)"}.get(action, arg)
     st.progress.say(f"loop stops: {arg}" if action == "stop" else f"block {block + 1}: {nxt}")
+
+
+def ab_service(st: LoopState) -> dict[str, Any] | None:
+    """NVMeVirt's read service model (analysis/device_replay.py) over the A/B session: round 1 and then every block
+    replayed in order on one cache (the module stays loaded, and SET and STOP leave its cache as it is), each block
+    with the zone check of its arm as the device held it; the predicted time per arm beside the measured one, and
+    the predicted change split into cache hits, the emulator's listed-zone shortcut and the rest. None off NVMeVirt
+    or when the module's build (profile, --slow) is unknown."""
+    model = (st.meta_base.get("emulator") or {}).get("read_service_model") or {}
+    if st.ab is None or not model.get("profile"):
+        return None
+    from ..analysis.device_replay import DeviceCache, decompose, predict_service, service_summary
+
+    cache = DeviceCache(model.get("cache_entries") or CACHE_ENTRIES)
+    zone_lbas = st.meta_base["zone_size_lba"]
+
+    def replay(run: Path, listed: list[int], on: bool) -> pl.DataFrame:
+        return predict_service(load(run).events, listed, on, model["profile"], model["slow"] or 1, cache=cache,
+                               zone_lbas=zone_lbas)
+
+    replay(st.rnd_dir(1), [], False)  # round 1 fills the cache, the check off
+    arms: dict[str, list[pl.DataFrame]] = {"off": [], "on": []}
+    for b in st.ab.blocks:
+        arms[b["arm"]].append(replay(st.root / b["run"], st.ab.listed, b["arm"] == "on" and b["device_holds"]))
+    if not (arms["off"] and arms["on"]):
+        return None
+    off, on = pl.concat(arms["off"]), pl.concat(arms["on"])
+    return {"profile": model["profile"], "slow": model["slow"], "cache_entries": cache.lru.capacity,
+            "off": service_summary(off), "on": service_summary(on), "decomposition": decompose(off, on)}
 
 
 def after_apply(st: LoopState, res: dict[str, Any] | None) -> None:

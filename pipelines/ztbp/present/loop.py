@@ -230,7 +230,25 @@ def speed_text(doc: dict[str, Any]) -> str:
         a, b = "round 1", f"round {last['round']} (zones in force: {_zones(last.get('zones_in_force'))})"
         note = ("\ntwo separate rounds: the interval is the noise assumed between runs; `ztbp loop --ab 5` measures "
                 "it on the device, in alternating blocks")
-    return compare_text(res, a, b) + note
+    return compare_text(res, a, b) + note + service_text(ab)
+
+
+def service_text(ab: dict[str, Any] | None) -> str:
+    """What NVMeVirt's own read model predicts for the A/B arms beside what was measured, and how much of the
+    predicted change is cache hits, how much the emulator's shortcut for listed zones (analysis/device_replay.py)."""
+    m = (ab or {}).get("service_model")
+    if not m:
+        return ""
+    lines = ["", f"the emulator's read model ({m['profile']}, --slow {m['slow']}; device time from dispatch, no "
+                 "queueing) against the device latency measured by the probe, mean per read:"]
+    for arm in ("off", "on"):
+        for cls in ("listed", "other"):
+            s = m[arm][cls]
+            lines.append(f"  configuration {arm:3s} {cls:6s} zones: {s['reads']:,} reads, model hit ratio "
+                         f"{_f(s['hit_ratio'], '.4f')}, predicted {_f(s['mean_us'], ',.0f')} us, measured "
+                         f"{_f(s.get('measured_mean_us'), ',.0f')} us")
+    lines.append("  " + m["decomposition"]["statement"])
+    return "\n".join(lines)
 
 
 def speed_figure(doc: dict[str, Any]) -> go.Figure:
