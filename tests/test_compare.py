@@ -20,6 +20,7 @@ from ztbp.analysis.compare import (
     NO_DIFFERENCE,
     VERDICTS,
     ab_effects,
+    ab_repeats,
     block_figures,
     paired_effect,
     run_effect,
@@ -373,3 +374,30 @@ def test_cli_refuses_a_loop_without_ab_blocks_and_a_lone_run(tmp_path: Path,
     run = _cli_run(tmp_path / "a", 1, 1.0, 6898)
     assert main(["compare", str(run)]) == 2
     assert "not a loop directory" in capsys.readouterr().err
+
+
+def test_repeats_of_a_negative_control_mostly_say_no_difference() -> None:
+    """Ten repeats of five pairs with no effect: each metric's verdicts add up to ten, and over many such sessions
+    about alpha of the repeats find an effect by chance (here: the read IOPS, the headline metric)."""
+    got = ab_repeats(_blocks(7, gain=0.0, listed_gain=0.0, pairs=50), 10)
+    assert (got["groups"], got["pairs_per_group"], got["left_out_pairs"]) == (10, 5, 0)
+    for tally in got["verdicts"].values():
+        assert sum(v for k, v in tally.items() if k != "metric") == 10
+    wrong = sum(sum(r["effects"]["read_iops"]["verdict"] != NO_DIFFERENCE for r in ab_repeats(
+        _blocks(seed, gain=0.0, listed_gain=0.0, pairs=50), 10)["results"]) for seed in range(40))
+    assert 4 <= wrong <= 40  # 400 repeats at alpha 0.05: 20 expected, a binomial band of about +-13
+    found = ab_repeats(_blocks(8, gain=0.3, listed_gain=0.5, pairs=50), 10)["verdicts"]["read_iops"]
+    assert found.get("faster", 0) >= 8
+
+
+def test_repeats_need_two_pairs_each(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(CompareError, match="cannot make 4 repeats"):
+        ab_repeats(_blocks(9, gain=0.0, listed_gain=0.0, pairs=7), 4)
+    loop = _loop_dir(tmp_path / "loop", {"blocks": _blocks(4, 0.0, 0.0, pairs=10), "listed": LISTED})
+    assert main(["compare", str(loop), "--repeats", "5"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("5 repeats of 2 pairs of blocks each") and "read IOPS (fio):" in out
+    assert main(["compare", str(loop), "--repeats", "6"]) == 2 and "cannot make 6 repeats" in capsys.readouterr().err
+    run = _cli_run(tmp_path / "a", 1, 1.0, 6898)
+    assert main(["compare", str(run), str(run), "--repeats", "2"]) == 2
+    assert "--repeats: an option of a loop" in capsys.readouterr().err

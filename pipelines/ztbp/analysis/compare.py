@@ -212,6 +212,29 @@ def ab_effects(blocks: list[dict[str, Any]], *, alpha: float = COMPARE_ALPHA) ->
             "effects": effects, "absent": absent, "verdict": _headline(effects, absent, ("read_iops", "device_p50"))}
 
 
+def ab_repeats(blocks: list[dict[str, Any]], groups: int, *, alpha: float = COMPARE_ALPHA) -> dict[str, Any]:
+    """The A/B blocks' complete pairs cut into `groups` consecutive groups of equal size (the last pairs left over
+    are left out), each compared on its own with ab_effects: repeats of one experiment, e.g. a negative control
+    whose verdicts should say "no difference" in all but about `alpha` of them. Per metric, how often each verdict
+    came out."""
+    pairs, _ = _pairs(blocks)
+    if groups < 2 or len(pairs) // groups < 2:
+        raise CompareError(f"{len(pairs)} complete pairs cannot make {groups} repeats of at least 2 pairs: give 2 "
+                           f"to {max(2, len(pairs) // 2)} repeats")
+    size = len(pairs) // groups
+    results = [ab_effects([b for pair in pairs[g * size:(g + 1) * size] for b in pair], alpha=alpha)
+               for g in range(groups)]
+    counts: dict[str, dict[str, int]] = {}
+    for res in results:
+        for key, e in res["effects"].items():
+            tally = counts.setdefault(key, {"metric": e["metric"]})  # type: ignore[dict-item]
+            tally[e["verdict"]] = tally.get(e["verdict"], 0) + 1
+    return {"design": "repeats of paired blocks", "groups": groups, "pairs_per_group": size,
+            "left_out_pairs": len(pairs) - groups * size, "alpha": alpha,
+            "expected": f"with no effect, about {alpha:.0%} of the repeats find one by chance", "verdicts": counts,
+            "results": results}
+
+
 def _headline(effects: Mapping[str, Any], absent: Mapping[str, Any], order: Sequence[str]) -> dict[str, Any]:
     """The closing verdict: the first metric of `order` that could be compared."""
     for key in order:

@@ -57,8 +57,8 @@ def _two_runs(args: argparse.Namespace) -> dict[str, Any]:
     return {**res, "listed_from": source, "a_run": str(runs[0].paths.root), "b_run": str(runs[1].paths.root)}
 
 
-def _loop_blocks(path: str) -> dict[str, Any]:
-    from ..analysis.compare import ab_effects
+def _loop_blocks(path: str, repeats: int | None = None) -> dict[str, Any]:
+    from ..analysis.compare import ab_effects, ab_repeats
     from ..io.loop import is_loop_dir, read_loop
 
     if not is_loop_dir(path):
@@ -69,6 +69,8 @@ def _loop_blocks(path: str) -> dict[str, Any]:
     if not isinstance(ab, dict) or not isinstance(ab.get("blocks"), list) or not ab["blocks"]:
         raise ZtbpError(f"{doc['dir']} has no A/B blocks (loop.json has no 'ab' section): compare two of its rounds "
                         f"instead, e.g. ztbp compare {path}/round-01 {path}/round-02")
+    if repeats is not None:
+        return {**ab_repeats(ab["blocks"], repeats), "loop": doc["dir"], "listed": ab.get("listed")}
     return {**ab_effects(ab["blocks"]), "loop": doc["dir"], "listed": ab.get("listed")}
 
 
@@ -81,9 +83,17 @@ def _compare(args: argparse.Namespace) -> int:
         if given:
             raise ZtbpError(f"{', '.join(given)}: options of two runs; a loop's A/B blocks carry their own listed "
                             "zones and pairs")
-        res = _loop_blocks(args.a)
+        repeats = None if args.repeats is None else _number(args.repeats, "--repeats", int, 2, 1000)
+        res = _loop_blocks(args.a, repeats)
+        if repeats is not None:
+            from ..present.compare import repeats_text
+
+            emit(res, args.json, None if args.json else repeats_text(res))
+            return 0
         names = (f"{res['loop']}: blocks with the configuration off", "the same loop: blocks with it on")
     else:
+        if args.repeats is not None:
+            raise ZtbpError("--repeats: an option of a loop directory's A/B blocks, not of two runs")
         res = _two_runs(args)
         names = (res["a_run"], res["b_run"])
     emit(res, args.json, None if args.json else compare_text(res, *names))
@@ -109,5 +119,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--noise-cv", default=None, metavar="X",
                    help="run-to-run coefficient of variation assumed between two runs, 0 to 1 (default: "
                         f"{RUN_NOISE_CV:g}, measured for untraced runs)")
+    p.add_argument("--repeats", default=None, metavar="N",
+                   help="a loop directory only: cut its pairs into N consecutive groups and compare each on its own "
+                        "(repeats of one experiment, e.g. a negative control), with how often each verdict came out")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_compare)

@@ -134,3 +134,15 @@ def effects_figure(effects: Mapping[str, Any]) -> go.Figure:
 
 def _label(e: Mapping[str, Any]) -> str:
     return f"{e['metric']} (pp)" if e["change_unit"] == "pp" else e["metric"]
+
+
+def repeats_text(result: Mapping[str, Any]) -> str:
+    """How often each verdict came out over the repeats of ab_repeats, metric by metric."""
+    lines = [f"{result['groups']} repeats of {result['pairs_per_group']} pairs of blocks each"
+             + (f" ({result['left_out_pairs']} pairs left over)" if result["left_out_pairs"] else ""),
+             result["expected"], ""]
+    for tally in result["verdicts"].values():
+        counts = {k: v for k, v in tally.items() if k != "metric"}
+        lines.append(f"  {tally['metric']}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items(),
+                                                                                        key=lambda kv: -kv[1])))
+    return "\n".join(lines)
