@@ -24,6 +24,8 @@ from ztbp.acquire.vm import image_dir
 pytestmark = pytest.mark.vm
 NVMEVIRT = paths.ROOT.parent / "shared" / "nvmevirt"
 READS = 20000
+#: the NVMeVirt loop's A/B blocks: 2 pairs of this many reads after round 1
+AB_READS = 5000
 #: the model's cache for 20,000 reads: at the default 64 MiB nothing is evicted and zone-LRU equals LRU
 CACHE = ["--cache-mib", "16"]
 PAPER_ZONES = {1, 7, 11, 15, 19}
@@ -39,7 +41,7 @@ def loop(out: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[
 def assert_rounds_whole(doc: dict[str, Any]) -> None:
     for e in doc["rounds"]:
         assert e["complete"], e
-        assert e["read_rows"] == e["fio_reads"] == READS, e
+        assert e["read_rows"] == e["fio_reads"] == (AB_READS if "ab" in e else READS), e
         assert e["lost"] == 0, e
 
 
@@ -50,18 +52,19 @@ def nvmevirt_loop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                     "says to run the device loop")
     out = tmp_path_factory.mktemp("nvloop")
     release = (image_dir() / "kernel-release").read_text().strip()  # the image the loop boots
-    build = subprocess.run(["bash", str(NVMEVIRT / "build.sh"), release, str(out / "ko")], capture_output=True,
+    # build.sh's own folder (<release>-zn540) names the build, so the loop knows the emulator's read model
+    build = subprocess.run(["bash", str(NVMEVIRT / "build.sh"), release], capture_output=True,
                            text=True, check=False, timeout=900)
     assert build.returncode == 0, build.stderr[-2000:]
     ko = build.stdout.strip().splitlines()[-1]
-    proc, doc = loop(out / "loop", "paper80", "--reads", str(READS), "--rounds", "2", "--backend", "nvmevirt",
-                     "--nvmevirt-ko", ko)
+    proc, doc = loop(out / "loop", "paper80", "--reads", str(READS), "--ab", "2", "--ab-reads", str(AB_READS),
+                     "--backend", "nvmevirt", "--nvmevirt-ko", ko)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return doc
 
 
 def test_nvmevirt_round_one_zones_reach_the_device(nvmevirt_loop: dict[str, Any]) -> None:
-    r1, r2 = nvmevirt_loop["rounds"]
+    r1, r2 = nvmevirt_loop["rounds"][:2]  # round 2 is the first A/B block: the configuration on
     sent = r1["config"]["hot_zones"]
     assert r1["config"]["recommend"] and set(sent) <= PAPER_ZONES and sent
     applied = r2["applied_before"]
@@ -104,3 +107,28 @@ def test_zipf_loop_stops_with_nothing_recommended(tmp_path: Path) -> None:
     assert doc["stopped"].startswith("nothing recommended") and "nothing sent" in doc["stopped"]
     assert not (tmp_path / "z" / ".loop" / "applied-01.env").exists()
     assert_rounds_whole(doc)
+
+
+def test_nvmevirt_ab_blocks_switch_the_configuration_off_and_on(nvmevirt_loop: dict[str, Any]) -> None:
+    """After round 1: blocks on, off, off, on (ABBA); STOP before the first off block, nothing before the second,
+    SET again before the last; each effect with its interval; the emulator's read model over the blocks."""
+    ab = nvmevirt_loop["ab"]
+    blocks = nvmevirt_loop["rounds"][1:]
+    assert [b["ab"]["arm"] for b in blocks] == ab["order"] == ["on", "off", "off", "on"]
+    assert nvmevirt_loop["stopped"] == "A/B done: 2 pairs of blocks"
+    assert blocks[1]["applied_before"] == {**blocks[1]["applied_before"], "action": "clear", "stop_ok": True}
+    assert blocks[2]["applied_before"] is None and blocks[2]["zones_in_force"] == []
+    assert blocks[3]["applied_before"]["set_ok"] and blocks[3]["zones_in_force"] == ab["listed"]
+    assert ab["device_acted"] and [b["device_holds"] for b in ab["blocks"]] == [True, False, False, True]
+    eff = ab["effects"]
+    assert eff["pairs"] == 2 and set(eff["effects"]) >= {"read_iops", "device_p50_listed", "hit_ratio"}
+    for e in eff["effects"].values():
+        assert e["ci"][0] <= e["change"] <= e["ci"][1] and e["verdict"]
+    # the emulator's shortcut: a listed zone's miss costs 7 us of firmware with the configuration on, 1,000 off
+    for pair in (1, 2):
+        on, off = (next(b for b in ab["blocks"] if b["pair"] == pair and b["arm"] == arm) for arm in ("on", "off"))
+        assert on["latency"]["listed"]["p50_us"] < off["latency"]["listed"]["p50_us"]
+    model = ab["service_model"]
+    assert (model["profile"], model["slow"]) == ("zn540", 1)
+    assert model["decomposition"]["listed_shortcut_us"] < 0
+    assert model["on"]["listed"]["mean_us"] < model["off"]["listed"]["mean_us"]
