@@ -28,3 +28,10 @@ class MissingRunError(ZtbpError):
 
 class ProfileError(ZtbpError):
     """The interference profiler cannot measure (device, VM or fio trouble) or read a profile."""
+
+
+class FileSystemError(ZtbpError):
+    """The file system refused a write: a folder that is a file, no permission, a full disk (74: sysexits'
+    EX_IOERR, apart from the other codes)."""
+
+    code = 74
