@@ -26,7 +26,7 @@ from typing import Any
 import polars as pl
 
 from ..errors import ZtbpError
-from ..files import write_atomic
+from ..files import make_dir, write_atomic
 from ..stages import MEMORY as ANALYSES
 
 #: how long to keep trying to reach a scheduler given with --scheduler (dask's connect timeout)
@@ -58,7 +58,7 @@ def analyse_run(run_dir: str, analyses: tuple[str, ...] = ANALYSES, report: bool
         return {"run": str(run_dir), "error": str(e), "seconds": time.perf_counter() - t0}
     text = json.dumps(res, sort_keys=True, default=str)
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    run.paths.derived.mkdir(parents=True, exist_ok=True)
+    make_dir(run.paths.derived)
     write_atomic(run.paths.derived / "batch.json", json.dumps({"digest": digest, "result": res}, default=str) + "\n")
     return {"run": str(run_dir), "digest": digest, "result": res, "seconds": time.perf_counter() - t0}
 
