@@ -114,3 +114,23 @@ def test_numba_caches_in_the_users_cache_folder(tmp_path: Path) -> None:
 def test_numba_cache_folder_set_by_the_user_is_kept(tmp_path: Path) -> None:
     out = _python("import ztbp, numba; print(numba.config.CACHE_DIR)", NUMBA_CACHE_DIR=str(tmp_path / "mine"))
     assert out == str(tmp_path / "mine")
+
+
+@as_root
+def test_the_justfile_hands_what_sudo_just_built_to_the_user(home: Path, tmp_path: Path) -> None:
+    """tools/hand-over.sh (after `just build` and `just setup`): the same rule as files.hand_over."""
+    build = home / "tools" / "build"
+    (build / "obj").mkdir(parents=True)
+    (build / "obj" / "ztbp-ctl").write_text("x")
+    os.chown(home / "tools", USER, USER)
+    system = tmp_path / "system-build"
+    system.mkdir()
+    script = ROOT / "tools" / "hand-over.sh"
+    subprocess.run(["bash", str(script), str(build), str(system), str(home / "missing")], check=True,
+                   env={**os.environ, "SUDO_UID": str(USER), "SUDO_GID": str(USER)})
+    assert set(owners(build).values()) == {(USER, USER)}
+    assert system.stat().st_uid == 0  # not in the user's tree
+    other = home / "tools" / "other"
+    other.mkdir()
+    subprocess.run(["bash", str(script), str(other)], check=True, env={**os.environ, "SUDO_UID": "0"})
+    assert other.stat().st_uid == 0  # sudo from root: nothing to do
