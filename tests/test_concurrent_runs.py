@@ -153,3 +153,27 @@ def test_ctrl_c_during_an_ingest(fresh: Path, moment: str) -> None:
     out, err = after.communicate(timeout=300)
     assert after.returncode == 0, err
     assert pl.read_parquet(derived / "events.parquet").height > 0
+
+
+def test_another_thread_waits_for_the_lock(tmp_path: Path) -> None:
+    import threading
+
+    lock, order = tmp_path / ".lock", []
+
+    def other() -> None:
+        with locked(lock, "x", order.append) as waited:
+            order.append(waited)
+
+    with locked(lock, "x"):
+        t = threading.Thread(target=other)
+        t.start()
+        time.sleep(0.5)
+        order.append("released")
+    t.join(timeout=10)
+    assert order == ["released", True]  # the thread waited, then got the lock (it held it first: another thread)
+
+
+def test_no_lock_is_made_in_a_folder_that_is_no_run(tmp_path: Path) -> None:
+    with pytest.raises(ZtbpError, match="does not exist"):
+        ingest(RunPaths(tmp_path / "typo"))
+    assert list(tmp_path.iterdir()) == []

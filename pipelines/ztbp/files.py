@@ -22,8 +22,9 @@ from .errors import FileSystemError, ZtbpError
 LOCK_WAIT_S = 1800.0
 #: after how long a waiting command says what it waits for
 LOCK_NOTICE_S = 3.0
-#: lock files this process holds, and how many times (the same process takes a lock it holds again at once)
-_HELD: dict[Path, int] = {}
+#: (thread, lock file) -> how many times that thread holds it (it takes a lock it holds again at once; another
+#: thread of the process waits for it like another process)
+_HELD: dict[tuple[int, str], int] = {}
 
 
 # ---- the user behind sudo -----------------------------------------------------------------------------------
@@ -95,7 +96,8 @@ def fs_error(e: BaseException, path: Path, tmp: Path | None = None) -> FileSyste
     if code is None:
         return None
     name = getattr(e, "filename", None)
-    where = path if name is None or (tmp is not None and Path(name) == tmp) else Path(name)
+    inside = tmp is not None and name is not None and (Path(name) == tmp or tmp in Path(name).parents)
+    where = path if name is None or inside else Path(name)
     return FileSystemError(_explain(code, where))
 
 
@@ -170,10 +172,12 @@ def _acquire(fd: int, lock: Path, what: str, say: Callable[[str], None]) -> bool
 @contextmanager
 def locked(lock: Path, what: str, say: Callable[[str], None] = _say) -> Iterator[bool]:
     """Hold an exclusive flock on the file `lock` (made when missing) for the block, and yield whether another
-    process held it first (and so may have made what this one came to make). Waits up to LOCK_WAIT_S, saying
-    after LOCK_NOTICE_S what it waits for; a lock this process holds is taken again at once. The kernel drops the
-    lock when its process ends, however it ends: no stale lock stays behind."""
-    key = lock.absolute()
+    process (or thread) held it first, and so may have made what this one came to make. Waits up to LOCK_WAIT_S,
+    saying after LOCK_NOTICE_S what it waits for; a lock this thread holds is taken again at once. The kernel
+    drops the lock when its process ends, however it ends: no stale lock stays behind."""
+    import threading
+
+    key = (threading.get_ident(), os.path.realpath(lock))
     if _HELD.get(key):
         _HELD[key] += 1
         try:

@@ -179,7 +179,9 @@ def geometry_of(meta: dict[str, Any]) -> dict[str, int]:
 @contextmanager
 def derived_lock(run: RunPaths) -> Iterator[bool]:
     """The lock on the run's derived/ (files.locked on derived/.lock), held while derived results are made, so two
-    commands on one run make them once; yields whether another process held it first."""
+    commands on one run make them once; yields whether another process held it first. A folder that is no run (no
+    meta.json: a typo) is refused before derived/ is made in it."""
+    read_meta(run)
     with locked(make_dir(run.derived) / ".lock", str(run.root)) as waited:
         yield waited
 
