@@ -22,6 +22,7 @@ setup:
         "{{PY}}" -m pip install -q --upgrade pip
         "{{PY}}" -m pip install -q -e '.[dev]'
         echo "$want" > "$stamp"
+        bash tools/hand-over.sh "{{VENV}}" pipelines/ztbp.egg-info build  # under sudo: still the user's
     fi
     echo "setup: .venv ready ($("{{PY}}" --version))"
 
@@ -117,6 +118,7 @@ analyse RUN: setup
 [group('device')]
 build:
     make -s -C tools/ztbp-ctl
+    bash tools/hand-over.sh tools/ztbp-ctl/build
 
 # fuzz ztbp-ctl's config parser and command line with libFuzzer (clang, ASan+UBSan) for SECONDS, one process
 [group('device')]

@@ -1,10 +1,13 @@
 """`ztbp batch` on a real dask.distributed LocalCluster of 2 worker processes: the same results as the sequential
-loop, a broken run reported without stopping the others, an existing scheduler by address, and one run's zone and
+loop, a broken run reported without stopping the others, an existing scheduler by address (checked first: tcp://
+only to this machine unless --insecure, tls:// with its certificates, a real TLS cluster), and one run's zone and
 cell aggregates over its partitions equal to the streaming and in-memory paths."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,7 @@ from ztbp.analysis.zones import zone_table
 from ztbp.cli import main
 from ztbp.control import batch
 from ztbp.control.batch import client, partition_aggregates, run_batch
+from ztbp.control.scheduler import Scheduler, connect_args
 from ztbp.errors import ZtbpError
 from ztbp.io.run import load
 from ztbp.io.stream import Parts, ingest_stream
@@ -101,3 +105,103 @@ def test_the_batch_command_offers_the_registry() -> None:
     from ztbp.stages import MEMORY
 
     assert BATCH_ANALYSES == MEMORY == batch.ANALYSES
+
+
+# --- an existing scheduler: its address checked, TLS offered -----------------------------------------------------
+@pytest.mark.parametrize(("address", "fragment"), [
+    ("junk", "is not an address"),
+    ("10.0.0.5:8786", "is not an address"),
+    ("tcp://10.0.0.5", "is not an address"),
+    ("tcp://10.0.0.5:8786/path", "is not an address"),
+    ("tcp://host name:8786", "is not an address"),
+    ("ws://10.0.0.5:8786", "ws:// is not accepted"),
+    ("inproc://10.0.0.5:8786", "inproc:// is not accepted"),
+    ("tcp://10.0.0.5:0", "port 0 is not between"),
+    ("tcp://[::1]:70000", "port 70000 is not between"),
+    ("tcp://10.0.0.5:8786", "plain tcp:// to another machine"),
+    ("tcp://sched.lab.example:8786", "plain tcp:// to another machine"),
+    ("tls://10.0.0.5:8786", "tls:// needs --tls-ca-file"),
+])
+def test_a_scheduler_address_is_checked(address: str, fragment: str) -> None:
+    with pytest.raises(ZtbpError, match=fragment):
+        connect_args(Scheduler(address))
+
+
+@pytest.mark.parametrize("address", ["tcp://127.0.0.1:8786", "tcp://localhost:8786", "tcp://[::1]:8786",
+                                     "tcp://127.0.0.2:1"])
+def test_plain_tcp_to_this_machine_is_accepted(address: str) -> None:
+    assert connect_args(Scheduler(address)) == (address, None)
+
+
+def test_plain_tcp_elsewhere_needs_insecure() -> None:
+    assert connect_args(Scheduler("tcp://10.0.0.5:8786", insecure=True)) == ("tcp://10.0.0.5:8786", None)
+    with pytest.raises(ZtbpError, match="unpickles"):
+        connect_args(Scheduler("tcp://10.0.0.5:8786"))
+
+
+def test_tls_options_are_checked(tmp_path: Path) -> None:
+    ca, cert = tmp_path / "ca.pem", tmp_path / "client.pem"
+    ca.write_text("x")
+    cert.write_text("x")
+    with pytest.raises(ZtbpError, match="need a tls:// scheduler address"):
+        connect_args(Scheduler("tcp://127.0.0.1:8786", tls_ca_file=str(ca)))
+    with pytest.raises(ZtbpError, match="--tls-key .*: no such file"):
+        connect_args(Scheduler("tls://10.0.0.5:8786", str(ca), str(cert), str(tmp_path / "missing.pem")))
+    address, security = connect_args(Scheduler("tls://10.0.0.5:8786", str(ca), str(cert)))
+    assert address == "tls://10.0.0.5:8786"
+    assert security.require_encryption and security.tls_ca_file == str(ca) and security.tls_client_cert == str(cert)
+
+
+@pytest.mark.parametrize(("argv", "fragment"), [
+    (["--scheduler", "tcp://10.0.0.5:8786"], "plain tcp:// to another machine"),
+    (["--scheduler", "nope"], "is not an address"),
+    (["--tls-cert", "c.pem"], "--tls-cert given without --scheduler"),
+    (["--insecure"], "--insecure given without --scheduler"),
+])
+def test_cli_batch_refuses_a_scheduler_in_one_line(runs: list[str], argv: list[str], fragment: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["batch", runs[0], *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and fragment in err, err
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+
+def _signed(folder: Path, name: str, ca: str | None) -> tuple[str, str]:
+    """A certificate and its key: signed by the CA `ca` (its .pem and -key.pem in `folder`), or self-signed."""
+    key, cert = str(folder / f"{name}-key.pem"), str(folder / f"{name}.pem")
+    if ca is None:
+        _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1",
+                 "-subj", f"/CN={name}")
+        return cert, key
+    csr = str(folder / f"{name}.csr")
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr, "-subj", f"/CN={name}")
+    _openssl("x509", "-req", "-in", csr, "-CA", str(folder / f"{ca}.pem"), "-CAkey", str(folder / f"{ca}-key.pem"),
+             "-CAcreateserial", "-out", cert, "-days", "1")
+    return cert, key
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="making test certificates needs openssl")
+def test_a_tls_scheduler_end_to_end(runs: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real TLS cluster: a client with a certificate of its CA runs the batch; one of another CA is refused."""
+    from distributed import LocalCluster
+    from distributed.security import Security
+
+    ca, _ = _signed(tmp_path, "ca", None)
+    server, server_key = _signed(tmp_path, "scheduler", "ca")
+    client_cert, client_key = _signed(tmp_path, "client", "ca")
+    rogue, rogue_key = _signed(tmp_path, "rogue", None)
+    sec = Security(require_encryption=True, tls_ca_file=ca, tls_scheduler_cert=server, tls_scheduler_key=server_key,
+                   tls_worker_cert=server, tls_worker_key=server_key, tls_client_cert=client_cert,
+                   tls_client_key=client_key)
+    with LocalCluster(n_workers=1, threads_per_worker=1, protocol="tls", security=sec, dashboard_address=":0",
+                      env=batch.ONE_THREAD) as lc:
+        address = lc.scheduler_address
+        assert address.startswith("tls://")
+        res = run_batch(runs[:1], scheduler=Scheduler(address, ca, client_cert, client_key), analyses=("zones",))
+        assert res["scheduler"] == address and "digest" in res["runs"][0]
+        monkeypatch.setattr(batch, "CONNECT_TIMEOUT_S", 5)
+        with pytest.raises(ZtbpError, match="cannot reach the Dask scheduler"):
+            run_batch(runs[:1], scheduler=Scheduler(address, ca, rogue, rogue_key), analyses=("zones",))

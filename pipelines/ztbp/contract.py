@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import FormatError, MissingRunError
-from .files import write_atomic
+from .files import make_dir, write_atomic
 from .paths import RunPaths
 
 RUN_FORMAT = "ztbp-run/1"
@@ -92,7 +92,7 @@ def read_meta(run: RunPaths) -> dict[str, Any]:
 
 
 def write_meta(run: RunPaths, meta: dict[str, Any]) -> None:
-    run.root.mkdir(parents=True, exist_ok=True)
+    make_dir(run.root)
     write_atomic(run.meta, json.dumps(meta, indent=2, sort_keys=False) + "\n")
 
 

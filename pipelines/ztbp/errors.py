@@ -33,3 +33,10 @@ class ProfileError(ZtbpError):
 class CompareError(ZtbpError, ValueError):
     """Two arms or two runs cannot be compared (too few pairs or blocks, values that are missing, not finite or not
     positive on a log scale). Also a ValueError: the statistics refuse their input."""
+
+
+class FileSystemError(ZtbpError):
+    """The file system refused a write: a folder that is a file, no permission, a full disk (74: sysexits'
+    EX_IOERR, apart from the other codes)."""
+
+    code = 74

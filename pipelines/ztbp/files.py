@@ -1,18 +1,203 @@
-"""Small file primitives every room shares: whole-file writes that a reader never sees half done, and the
-KEY=VALUE files the guest scripts leave (guest.env, device.env, the loop's .loop/*.env)."""
+"""Small file primitives every room shares: whole-file writes that a reader never sees half done, folders made
+with one clear error when the file system refuses, the lock of a folder two processes write, files handed back to
+the user who ran sudo, and the KEY=VALUE files the guest scripts leave (guest.env, device.env, the loop's
+.loop/*.env)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NoReturn
 
-from .errors import ZtbpError
+from .errors import FileSystemError, ZtbpError
+
+#: how long a command waits for another ztbp holding a folder's lock (an ingest of a large run takes minutes)
+LOCK_WAIT_S = 1800.0
+#: after how long a waiting command says what it waits for
+LOCK_NOTICE_S = 3.0
+#: (thread, lock file) -> how many times that thread holds it (it takes a lock it holds again at once; another
+#: thread of the process waits for it like another process)
+_HELD: dict[tuple[int, str], int] = {}
 
 
+# ---- the user behind sudo -----------------------------------------------------------------------------------
+def sudo_owner() -> tuple[int, int] | None:
+    """(uid, gid) of the user who ran `sudo` when this process is root under sudo (SUDO_UID set, not 0), else None:
+    what a root process creates in that user's tree is handed back to them (hand_over)."""
+    uid, gid = os.environ.get("SUDO_UID", ""), os.environ.get("SUDO_GID", "")
+    if os.geteuid() != 0 or not uid.isdigit() or int(uid) == 0:
+        return None
+    return int(uid), int(gid) if gid.isdigit() else -1
+
+
+def hand_over(path: Path) -> None:
+    """Give `path` (never a link's target) to the user who ran sudo when its folder is theirs (their tree, not a
+    system folder); nothing when not under sudo. Best effort: a file system that keeps no owners stays as it is."""
+    owner = sudo_owner()
+    if owner is None:
+        return
+    with suppress(OSError):
+        if path.parent.lstat().st_uid == owner[0]:
+            os.chown(path, *owner, follow_symlinks=False)
+
+
+def hand_over_tree(root: Path) -> None:
+    """hand_over `root` and everything under it (what a script run as root left in a run directory)."""
+    if sudo_owner() is None or not root.exists():
+        return
+    hand_over(root)
+    for folder, dirs, files in os.walk(root):
+        for name in (*dirs, *files):
+            hand_over(Path(folder) / name)
+
+
+# ---- errors of the file system ------------------------------------------------------------------------------
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def _errno_of(e: BaseException) -> int | None:
+    """The errno of an OSError, or of a library's error that carries "(os error N)" (polars' writers)."""
+    if isinstance(e, OSError) and e.errno:
+        return e.errno
+    m = _OS_ERROR.search(str(e))
+    return int(m.group(1)) if m else None
+
+
+def _blocker(path: Path) -> Path:
+    """The first of `path`'s parents (or itself) that exists and is not a folder."""
+    return next((p for p in (*reversed(path.parents), path) if p.exists() and not p.is_dir()), path)
+
+
+def _explain(code: int, path: Path) -> str:
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return (f"cannot write {path}: no space left on its device ({os.strerror(code)}); free some space and run "
+                "the command again")
+    if code in (errno.ENOTDIR, errno.EEXIST):
+        blocker = _blocker(path)
+        return ("" if blocker == path else f"cannot write {path}: ") + f"{blocker} is a file, not a folder"
+    if code in (errno.EACCES, errno.EPERM):
+        return f"cannot write {path}: {os.strerror(code)} ({path.parent} is not writable by this user)"
+    if code == errno.ELOOP:
+        return f"cannot write {path}: it is a link; give another output path"
+    return f"cannot write {path}: {os.strerror(code)}"
+
+
+def fs_error(e: BaseException, path: Path, tmp: Path | None = None) -> FileSystemError | None:
+    """The one-line error for `e` met while writing `path` (through its temporary name `tmp`), None when `e` is not
+    an error of the file system. An error naming another file names that file."""
+    code = _errno_of(e)
+    if code is None:
+        return None
+    name = getattr(e, "filename", None)
+    inside = tmp is not None and name is not None and (Path(name) == tmp or tmp in Path(name).parents)
+    where = path if name is None or inside else Path(name)
+    return FileSystemError(_explain(code, where))
+
+
+def _reraise(e: BaseException, path: Path, tmp: Path | None = None) -> NoReturn:
+    """Raise fs_error(e) in place of `e` when it is an error of the file system, else `e` itself (called in an
+    except block)."""
+    err = fs_error(e, path, tmp)
+    if err is None:
+        raise e
+    raise err from None
+
+
+def os_error_line(e: OSError) -> str:
+    """An OSError no place explained, as one line: `<strerror>: <path>`."""
+    what = e.strerror or str(e) or type(e).__name__
+    return f"{what}: {e.filename}" if e.filename else what
+
+
+def make_dir(path: Path) -> Path:
+    """`path` as a folder, made with its missing parents (each handed to the user behind sudo); a file in the way,
+    no permission or a full disk is one FileSystemError."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        _reraise(e, path)
+    for p in reversed(missing):
+        hand_over(p)
+    return path
+
+
+# ---- one writer at a time ---------------------------------------------------------------------------------
+def _say(message: str) -> None:
+    print(f"ztbp: {message}", file=sys.stderr, flush=True)
+
+
+def _open_lock(lock: Path) -> int:
+    """The lock file's descriptor (made when missing, never through a link)."""
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as e:
+        _reraise(e, lock)
+    hand_over(lock)
+    return fd
+
+
+def _acquire(fd: int, lock: Path, what: str, say: Callable[[str], None]) -> bool:
+    """Take the flock on `fd`, waiting up to LOCK_WAIT_S; True when another process held it first."""
+    import fcntl
+
+    start, waited, told = time.monotonic(), False, False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return waited
+        except BlockingIOError:
+            pass
+        except OSError as e:
+            if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP):
+                return False  # a file system without locks: the writes are still atomic renames
+            _reraise(e, lock)
+        waited, elapsed = True, time.monotonic() - start
+        if elapsed >= LOCK_WAIT_S:
+            raise ZtbpError(f"another ztbp has held {lock} for {elapsed / 60:.0f} min; let it finish (or stop it) "
+                            "and run this again")
+        if not told and elapsed >= LOCK_NOTICE_S:
+            say(f"waiting for another ztbp on {what} (it holds {lock}; at most {LOCK_WAIT_S / 60:.0f} min)")
+            told = True
+        time.sleep(0.1)
+
+
+@contextmanager
+def locked(lock: Path, what: str, say: Callable[[str], None] = _say) -> Iterator[bool]:
+    """Hold an exclusive flock on the file `lock` (made when missing) for the block, and yield whether another
+    process (or thread) held it first, and so may have made what this one came to make. Waits up to LOCK_WAIT_S,
+    saying after LOCK_NOTICE_S what it waits for; a lock this thread holds is taken again at once. The kernel
+    drops the lock when its process ends, however it ends: no stale lock stays behind."""
+    import threading
+
+    key = (threading.get_ident(), os.path.realpath(lock))
+    if _HELD.get(key):
+        _HELD[key] += 1
+        try:
+            yield False
+        finally:
+            _HELD[key] -= 1
+        return
+    fd = _open_lock(lock)
+    try:
+        waited = _acquire(fd, lock, what, say)
+        _HELD[key] = 1
+        try:
+            yield waited
+        finally:
+            _HELD.pop(key, None)
+    finally:
+        os.close(fd)  # drops the flock
+
+
+# ---- whole files --------------------------------------------------------------------------------------------
 def check_target(path: Path) -> Path:
     """`path` as a target an output may replace: missing, or a regular file. A link (even to a regular file) or
     any other kind of file (a device, a folder, a pipe) is refused, so an output never replaces it or follows it
@@ -26,7 +211,8 @@ def check_target(path: Path) -> Path:
 def atomic_path(path: Path) -> Iterator[Path]:
     """A temporary path of a unique name beside `path` (".NAME.<random>.tmp", not yet created) for a writer that
     needs a path (a Parquet file, a CSV written in pieces); renamed over `path` when the block ends normally,
-    removed when it raises. The target is checked with check_target before and after."""
+    removed when it raises (an error of the file system, such as a full disk, becomes one FileSystemError). The
+    target is checked with check_target before and after; under sudo the file is handed to the user first."""
     import secrets  # here, not at the top: building the CLI's parser imports this module (start-up time)
 
     check_target(path)
@@ -34,10 +220,12 @@ def atomic_path(path: Path) -> Iterator[Path]:
     try:
         yield tmp
         check_target(path)
+        hand_over(tmp)
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    except BaseException as e:
+        with suppress(OSError):  # never made (its folder is a file, a full disk): nothing to remove
+            tmp.unlink(missing_ok=True)
+        _reraise(e, path, tmp)
 
 
 @contextmanager
@@ -46,6 +234,40 @@ def atomic_writer(path: Path) -> Iterator[BinaryIO]:
     (never an existing file, so nothing planted there is followed) with the mode open() gives."""
     with atomic_path(path) as tmp, tmp.open("xb") as f:
         yield f
+
+
+@contextmanager
+def atomic_dir(path: Path) -> Iterator[Path]:
+    """A temporary folder path beside `path` (not yet created) for a writer of many files; when the block ends
+    normally it replaces `path` (a folder, or missing) in two renames, when it raises it is removed. A reader
+    sees the old folder or the new one, never one half written (between the renames: none)."""
+    import secrets
+    import shutil
+
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        raise ZtbpError(f"{path} exists and is not a folder; move it away")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    old = tmp.with_name(tmp.name.removesuffix(".tmp") + ".old")
+    try:
+        yield tmp
+        hand_over_tree(tmp)
+        _swap(tmp, path, old)
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        _reraise(e, path, tmp)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _swap(new: Path, path: Path, old: Path) -> None:
+    """Put the folder `new` in the place of `path`, which moves to `old` (and back when the second rename fails)."""
+    if path.exists():
+        os.rename(path, old)
+    try:
+        os.rename(new, path)
+    except BaseException:
+        if old.exists() and not path.exists():
+            os.rename(old, path)
+        raise
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:

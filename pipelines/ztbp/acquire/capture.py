@@ -24,7 +24,7 @@ from typing import Any
 from .. import paths
 from ..contract import new_meta, write_meta
 from ..errors import ZtbpError
-from ..files import read_env
+from ..files import hand_over_tree, make_dir, read_env
 from ..io.fio import fio_totals
 from ..paths import RunPaths
 from ..units import MIB, parse_size
@@ -50,7 +50,7 @@ def new_run_dir(name: str, out: str | None, error: type[ZtbpError] = CaptureErro
         run = RunPaths(paths.RUNS / f"{stamp}-{name}")
     if run.root.exists() and any(run.root.iterdir()):
         raise error(f"{run.root} already exists and is not empty; choose another --out")
-    run.root.mkdir(parents=True, exist_ok=True)
+    make_dir(run.root)
     return run
 
 
@@ -200,6 +200,7 @@ def finish_meta(run: RunPaths, meta: dict[str, Any], result_status: int | None, 
                        "workload_s": float(genv.get("workload_s", 0) or 0)}
     write_meta(run, meta)
     shutil.rmtree(run.root / STAGING, ignore_errors=True)
+    hand_over_tree(run.root)  # what the capture script wrote as root under sudo goes to the user
     rows = {name: int(genv.get(f"probe_{name}_rows", 0) or 0) for name in lost}
     return {"run": str(run.root), "commands": sum(counts.values()), "reads": counts.get("read", 0),
             "fio_reads": fio.get("read_ios", 0), "lost": lost.get("nvme"), "probes": {

@@ -33,6 +33,7 @@ import polars as pl
 
 from ..contract import NVME_COLUMNS, NVME_VERSION_LINE, new_meta, write_meta
 from ..errors import ZtbpError
+from ..files import atomic_path, make_dir
 from ..paths import RunPaths
 from .patterns import DEFAULT_HOT_SHARE, DEFAULT_ZIPF, HOT_CELL_BYTES, HOT_ZONES, PATTERNS, REGION
 
@@ -254,9 +255,9 @@ def write_run(run: Path, pattern: str, reads: int, seed: int, geo: SynthGeometry
     rp = RunPaths(Path(run))
     p = plan(pattern, geo, opts)
     events = add_timing(synthesize(pattern, reads, seed, geo, opts), seed)
-    rp.raw.mkdir(parents=True, exist_ok=True)
+    make_dir(rp.raw)
     # The contract is completion order; synthetic completions keep submission order.
-    with rp.nvme_csv.open("w") as f:
+    with atomic_path(rp.nvme_csv) as tmp, tmp.open("x") as f:
         f.write(NVME_VERSION_LINE + "\n")
         events.write_csv(f, include_header=True, quote_style="never")
     meta = new_meta(

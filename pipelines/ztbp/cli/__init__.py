@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from typing import Any
 
 from .. import __version__
-from ..errors import ZtbpError
+from ..errors import FileSystemError, ZtbpError
+from ..files import os_error_line
 
 
 def emit(obj: Any, as_json: bool, text: str | None = None) -> None:
@@ -46,12 +48,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _on_sigint(signum: int, frame: Any) -> None:
+    """Ctrl-C: a KeyboardInterrupt, unless one is already on its way. polars passes the signal on to Python after
+    raising its own KeyboardInterrupt for it; raising a second one would break the first's clean-up (a temporary
+    file left) and print a traceback."""
+    if isinstance(sys.exc_info()[1], KeyboardInterrupt):
+        return
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    previous = signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        return _run(args)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """A command, its errors as one line each: a ZtbpError with its code, an interruption with 130, an error of the
+    file system no place explained with 74 (FileSystemError's code)."""
     try:
         rc = args.func(args)
     except ZtbpError as e:
@@ -62,4 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as e:
+        print(f"ztbp {args.command}: error: {os_error_line(e)}", file=sys.stderr)
+        return FileSystemError.code
     return int(rc or 0)

@@ -154,32 +154,46 @@ def _register_shards(sub: argparse._SubParsersAction) -> None:
 BATCH_ANALYSES = ("zones", "opcodes", "chains", "frag", "cluster", "cachesim")
 
 
+def _scheduler(args: argparse.Namespace) -> Any:
+    """--scheduler and its TLS options as a control.scheduler.Scheduler (None: a local cluster)."""
+    from ..control.scheduler import Scheduler
+
+    s = Scheduler(args.scheduler or "", args.tls_ca_file, args.tls_cert, args.tls_key, args.insecure)
+    if not args.scheduler:
+        if s.tls_files or s.insecure:
+            given = [*s.tls_files, *(["--insecure"] if s.insecure else [])]
+            raise ZtbpError(f"{', '.join(given)} given without --scheduler (they are for an existing scheduler)")
+        return None
+    return s
+
+
 def _batch(args: argparse.Namespace) -> int:
     from ..paths import resolve_run
     from ..present.scale import aggregates_text, batch_text
 
+    scheduler = _scheduler(args)
     runs = [str(resolve_run(r).root) for r in args.runs]
     if args.partition_aggregates:
-        return _aggregates(args, runs, aggregates_text)
+        return _aggregates(args, runs, aggregates_text, scheduler)
     from ..control.batch import run_batch
 
     which = tuple(a.strip() for a in args.analyses.split(",") if a.strip())
     bad = [a for a in which if a not in BATCH_ANALYSES]
     if bad:
         raise ZtbpError(f"--analyses: unknown {bad[0]!r}; choose from {','.join(BATCH_ANALYSES)}")
-    res = run_batch(runs, args.scheduler, args.workers, args.sequential, which, args.report, args.report_dir)
+    res = run_batch(runs, scheduler, args.workers, args.sequential, which, args.report, args.report_dir)
     emit(res, args.json, batch_text(res))
     return 1 if any(r.get("error") for r in res["runs"]) else 0
 
 
-def _aggregates(args: argparse.Namespace, runs: list[str], text: Any) -> int:
+def _aggregates(args: argparse.Namespace, runs: list[str], text: Any, scheduler: Any) -> int:
     from ..contract import read_meta
     from ..control.batch import client, partition_aggregates
     from ..io.stream import load_parts
     from ..paths import RunPaths
 
     out = []
-    with client(args.scheduler, args.workers) as c:
+    with client(scheduler, args.workers) as c:
         for r in runs:
             rp = RunPaths(Path(r))
             parts = load_parts(rp)
@@ -193,7 +207,14 @@ def _register_batch(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("batch", help="the analyses (and reports) of many runs in parallel on a Dask cluster")
     p.add_argument("runs", nargs="+", help="run directories (or run ids under runs/)")
     p.add_argument("--scheduler", metavar="ADDRESS",
-                   help="an existing Dask scheduler, e.g. tcp://10.0.0.5:8786 (default: a local cluster)")
+                   help="an existing Dask scheduler, tls://HOST:PORT or tcp://HOST:PORT (default: a local cluster); "
+                        "it runs code and sends back what this command unpickles: only one you control "
+                        "(docs/scale.md)")
+    p.add_argument("--tls-ca-file", metavar="PEM", help="tls:// scheduler: the CA that signed its certificate")
+    p.add_argument("--tls-cert", metavar="PEM", help="tls:// scheduler: this client's certificate")
+    p.add_argument("--tls-key", metavar="PEM", help="tls:// scheduler: this client's key (when not in --tls-cert)")
+    p.add_argument("--insecure", action="store_true",
+                   help="accept a plain tcp:// scheduler on another machine (no encryption, no authentication)")
     p.add_argument("--workers", type=int, default=2, help="local cluster worker processes (default 2)")
     p.add_argument("--sequential", action="store_true", help="no cluster: one run after another in this process")
     p.add_argument("--analyses", default=",".join(BATCH_ANALYSES),

@@ -2,10 +2,12 @@
 the per-zone and per-cell aggregates of one huge run computed over its partitions on the cluster.
 
 The engine is `dask.distributed`: a LocalCluster of `workers` single-threaded worker processes by default, or an
-existing scheduler by address (`--scheduler tcp://host:8786`, e.g. one started by dask-jobqueue on a lab's Slurm
-cluster; the workers need this package installed and the run directories on a shared file system). Each run is one
-task: `analyse_run` does exactly what the sequential loop does (`sequential=True`), so both give the same results,
-and writes them to the run's derived/batch.json. A run that fails reports its error; the others go on.
+existing scheduler by address (`--scheduler tls://host:8786`, e.g. one started by dask-jobqueue on a lab's Slurm
+cluster; the workers need this package installed and the run directories on a shared file system; the address and
+its TLS settings are checked first, control/scheduler.py: a scheduler runs code and sends back what this client
+unpickles). Each run is one task: `analyse_run` does exactly what the sequential loop does (`sequential=True`), so
+both give the same results, and writes them to the run's derived/batch.json. A run that fails reports its error;
+the others go on.
 
 A huge run's aggregates: each task reads a group of the run's partition files (io/stream.py) and computes partial
 aggregates — counts and bytes per zone, reads per cell, and the radix-select histograms of the read latency
@@ -26,8 +28,9 @@ from typing import Any
 import polars as pl
 
 from ..errors import ZtbpError
-from ..files import write_atomic
+from ..files import make_dir, write_atomic
 from ..stages import MEMORY as ANALYSES
+from .scheduler import Scheduler, connect_args
 
 #: how long to keep trying to reach a scheduler given with --scheduler (dask's connect timeout)
 CONNECT_TIMEOUT_S = 20
@@ -58,21 +61,24 @@ def analyse_run(run_dir: str, analyses: tuple[str, ...] = ANALYSES, report: bool
         return {"run": str(run_dir), "error": str(e), "seconds": time.perf_counter() - t0}
     text = json.dumps(res, sort_keys=True, default=str)
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    run.paths.derived.mkdir(parents=True, exist_ok=True)
+    make_dir(run.paths.derived)
     write_atomic(run.paths.derived / "batch.json", json.dumps({"digest": digest, "result": res}, default=str) + "\n")
     return {"run": str(run_dir), "digest": digest, "result": res, "seconds": time.perf_counter() - t0}
 
 
 @contextlib.contextmanager
-def client(scheduler: str | None = None, workers: int = 2) -> Iterator[Any]:
-    """A dask.distributed Client: of an existing scheduler, else of a LocalCluster of `workers` processes."""
+def client(scheduler: str | Scheduler | None = None, workers: int = 2) -> Iterator[Any]:
+    """A dask.distributed Client: of an existing scheduler (its address checked first, control/scheduler.py), else
+    of a LocalCluster of `workers` processes."""
     from dask.distributed import Client, LocalCluster
 
     if scheduler:
+        s = scheduler if isinstance(scheduler, Scheduler) else Scheduler(scheduler)
+        address, security = connect_args(s)
         try:
-            c = Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
-        except OSError as e:
-            raise ZtbpError(f"cannot reach the Dask scheduler {scheduler}: {e}. Start one (dask scheduler) or "
+            c = Client(address, timeout=f"{CONNECT_TIMEOUT_S}s", security=security)
+        except (OSError, ValueError) as e:  # refused, timed out, a TLS handshake or certificate refused
+            raise ZtbpError(f"cannot reach the Dask scheduler {address}: {e}. Start one (dask scheduler) or "
                             "leave out --scheduler for a local cluster.") from None
         with c:
             yield c
@@ -84,7 +90,7 @@ def client(scheduler: str | None = None, workers: int = 2) -> Iterator[Any]:
         yield c
 
 
-def run_batch(runs: list[str], scheduler: str | None = None, workers: int = 2, sequential: bool = False,
+def run_batch(runs: list[str], scheduler: str | Scheduler | None = None, workers: int = 2, sequential: bool = False,
               analyses: tuple[str, ...] = ANALYSES, report: bool = False, report_dir: str | None = None
               ) -> dict[str, Any]:
     """analyse_run over every run: in this process one after another (sequential), or as tasks on a cluster."""

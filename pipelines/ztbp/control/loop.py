@@ -49,7 +49,7 @@ from ..analysis.loop import device_figures, latency_split, measured_gain, warm_h
 from ..analysis.params import AB_PAIRS, AB_READ_RANGE, AB_READS, CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
 from ..contract import LOOP_FORMAT, utc_now
 from ..errors import ZtbpError
-from ..files import env_int, write_json
+from ..files import env_int, hand_over_tree, write_json
 from ..io import loop as loopfiles
 from ..io.run import load
 from ..paths import RunPaths
@@ -506,6 +506,7 @@ def _finish(st: LoopState, status: int, interrupted: bool) -> dict[str, Any]:
     if session:
         doc["session"] = session
     write_json(st.root / loopfiles.LOOP_FILE, doc)
+    hand_over_tree(st.root)  # what the loop script wrote as root under sudo goes to the user
     if interrupted:
         st.progress.say(f"interrupted: {len(st.rounds)} finished round(s) kept in {st.root}")
     elif status != 0:

@@ -14,6 +14,7 @@ from ..acquire.profile import Budget, Device, GuestRunner, HostRunner, Meter, st
 from ..analysis.conflict_groups import UNCLASSIFIED, adjusted_rand, nvmevirt_layout, pair_matrix, profile_zones
 from ..analysis.device_params import ProfileParams
 from ..errors import ProfileError
+from ..files import make_dir
 from ..io.profile import PROFILE_FORMAT, write_profile
 from ..units import KIB, MIB
 
@@ -70,7 +71,7 @@ def run_profile(req: ProfileRequest, runner: GuestRunner | HostRunner, out: Path
                 echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Measure, group and write the profile's files into `out`; return the profile document."""
     rep = Reporter(echo)
-    out.mkdir(parents=True, exist_ok=True)
+    make_dir(out)
     rep.say(f"starting the {runner.__class__.__name__.removesuffix('Runner').lower()} side")
     t_boot = time.monotonic()
     with started(runner) as r:

@@ -1,15 +1,18 @@
 """Analysis results kept in a run's derived/ folder, keyed by their parameters and the trace they came from.
 
-A result is recomputed when the parameters or derived/events.parquet change; raw/ is never written.
+A result is recomputed when the parameters or derived/events.parquet change; raw/ is never written. It is made
+under the run's derived_lock, so two commands asking for the same result at once compute it once.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ..files import write_atomic
+from .nvme import derived_lock
 from .run import Run
 
 
@@ -20,14 +23,25 @@ def cached(run: Run, name: str, params_key: str, compute: Callable[[], dict[str,
     geometry = "-".join(str(run.meta[k]) for k in ("lba_bytes", "zone_size_lba", "zone_cap_lba", "nr_zones"))
     key = f"{params_key}-{st.st_size}-{st.st_mtime_ns}-{geometry}"
     path = run.paths.derived / f"{name}.json"
-    if path.is_file():
-        try:
-            old = json.loads(path.read_text())
-            if isinstance(old, dict) and old.get("cache_key") == key and isinstance(old.get("result"), dict):
-                return old["result"]
-        except (json.JSONDecodeError, UnicodeDecodeError, OSError):
-            pass  # an unreadable or foreign file is recomputed and replaced
-    res = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps({"cache_key": key, "result": res}, default=float) + "\n")
+    kept = _kept(path, key)
+    if kept is not None:
+        return kept
+    with derived_lock(run.paths):
+        kept = _kept(path, key)  # another command may have made it while this one waited
+        if kept is not None:
+            return kept
+        res = compute()
+        write_atomic(path, json.dumps({"cache_key": key, "result": res}, default=float) + "\n")
     return res
+
+
+def _kept(path: Path, key: str) -> dict[str, Any] | None:
+    """The result kept in `path` under `key`, None when there is none (an unreadable or foreign file is
+    recomputed and replaced)."""
+    try:
+        old = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        return None
+    if isinstance(old, dict) and old.get("cache_key") == key and isinstance(old.get("result"), dict):
+        return old["result"]
+    return None

@@ -49,7 +49,7 @@ import polars as pl
 
 from ..contract import NVME_COLUMNS, NVME_VERSION_LINE, new_meta, write_meta
 from ..errors import FormatError, MissingRunError, ZtbpError
-from ..files import atomic_path
+from ..files import atomic_path, make_dir
 from ..paths import RunPaths
 from .stream import byte_chunks
 
@@ -463,7 +463,7 @@ def import_trace(src: str | Path, run: RunPaths, fmt: str, *, zone_size_bytes: i
     if run.meta.exists() and not overwrite:
         raise ZtbpError(f"{run.root} already holds a run; choose a new directory or pass --force to replace it.")
     report = ImportReport(format=fmt, source=str(src))
-    run.raw.mkdir(parents=True, exist_ok=True)
+    make_dir(run.raw)
     with atomic_path(run.nvme_csv) as tmp:
         with tmp.open("w") as f:
             f.write(NVME_VERSION_LINE + "\n" + ",".join(NVME_COLUMNS) + "\n")

@@ -9,6 +9,8 @@ dropped silently: `derived/ingest.json` and the command's output count every ski
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ import polars as pl
 
 from ..contract import NVME_COLUMNS, NVME_VERSION_LINE, OPS, ZONE_ACTIONS, parse_version_line, read_meta
 from ..errors import FormatError, MissingRunError
-from ..files import atomic_path
+from ..files import atomic_path, locked, make_dir, write_json
 from ..paths import RunPaths, resolve_run
 
 OP_DTYPE = pl.Enum(list(OPS))
@@ -174,8 +176,35 @@ def geometry_of(meta: dict[str, Any]) -> dict[str, int]:
     return {k: int(meta[k]) for k in ("lba_bytes", "zone_size_lba", "zone_cap_lba", "nr_zones")}
 
 
+@contextmanager
+def derived_lock(run: RunPaths) -> Iterator[bool]:
+    """The lock on the run's derived/ (files.locked on derived/.lock), held while derived results are made, so two
+    commands on one run make them once; yields whether another process held it first. A folder that is no run (no
+    meta.json: a typo) is refused before derived/ is made in it."""
+    read_meta(run)
+    with locked(make_dir(run.derived) / ".lock", str(run.root)) as waited:
+        yield waited
+
+
 def ingest(run: RunPaths) -> IngestReport:
-    """Read raw/nvme.csv of a run and write derived/events.parquet and derived/ingest.json."""
+    """Read raw/nvme.csv of a run and write derived/events.parquet and derived/ingest.json, under the run's
+    derived_lock; a command that waited for another one's ingest of the same trace keeps that one's result."""
+    with derived_lock(run) as waited:
+        done = _fresh_report(run) if waited else None
+        return done or _ingest(run)
+
+
+def _fresh_report(run: RunPaths) -> IngestReport | None:
+    """derived/ingest.json as a report, when events.parquet is fresh (None: ingest again)."""
+    if not _is_fresh(run):
+        return None
+    try:
+        return IngestReport(**json.loads(run.ingest_report.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _ingest(run: RunPaths) -> IngestReport:
     meta, header, report = open_source(run)
     src = run.nvme_csv
     df = _fast_path(src, header)
@@ -187,10 +216,10 @@ def ingest(run: RunPaths) -> IngestReport:
     df = df.set_sorted("ts_ns") if df["ts_ns"].is_sorted() else df.sort("ts_ns", maintain_order=True)
     report.rows = df.height
     report.out_of_range_zones = int(df.select((pl.col("zone") >= meta["nr_zones"]).sum()).item())
-    run.derived.mkdir(parents=True, exist_ok=True)
+    make_dir(run.derived)
     with atomic_path(run.events) as tmp:
         df.write_parquet(tmp, compression="uncompressed", statistics=False)  # fastest to write and to read back
-    run.ingest_report.write_text(json.dumps(asdict(report), indent=2) + "\n")
+    write_json(run.ingest_report, asdict(report))  # last: a fresh ingest.json means events.parquet is whole
     return report
 
 
@@ -212,5 +241,7 @@ def load_events(run: RunPaths | str | Path) -> pl.DataFrame:
     """events.parquet of a run, ingesting first when it is missing or older than raw/nvme.csv."""
     rp = run if isinstance(run, RunPaths) else resolve_run(run)
     if not _is_fresh(rp):
-        ingest(rp)
+        with derived_lock(rp):
+            if not _is_fresh(rp):  # another command may have ingested it meanwhile
+                _ingest(rp)
     return pl.read_parquet(rp.events)

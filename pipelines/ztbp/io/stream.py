@@ -26,9 +26,10 @@ from typing import Any
 import polars as pl
 
 from ..errors import MissingRunError
+from ..files import atomic_dir
 from ..paths import RunPaths, resolve_run
 from .layout import DATASET_FORMAT, DEFAULT_CHUNK_BYTES, DEFAULT_WINDOW_S, DEFAULT_ZONE_PARTS, Layout
-from .nvme import IngestReport, _fast_path, careful_rows, open_source
+from .nvme import IngestReport, _fast_path, careful_rows, derived_lock, open_source
 
 
 def byte_chunks(path: Path, chunk_bytes: int, skip_lines: int = 0) -> Iterator[tuple[bytes, int]]:
@@ -121,18 +122,22 @@ def _chunk_rows(chunk: bytes, first_line: int, header: list[str], report: Ingest
 
 def ingest_stream(run: RunPaths, window_s: float = DEFAULT_WINDOW_S, zone_parts: int = DEFAULT_ZONE_PARTS,
                   chunk_bytes: int = DEFAULT_CHUNK_BYTES, compression: str = "lz4") -> dict[str, Any]:
-    """raw/nvme.csv -> derived/events-parts/ in chunks; returns the dataset manifest (also written as dataset.json)."""
+    """raw/nvme.csv -> derived/events-parts/ in chunks; returns the dataset manifest (also written as dataset.json).
+
+    The dataset is written into a temporary folder that replaces derived/events-parts/ when it is whole, under the
+    run's derived_lock: an interrupted or failed ingest leaves the earlier dataset (or none), never a part of one."""
     meta, header, report = open_source(run)
     src = run.nvme_csv
-    writer = PartsWriter(run.events_parts, Layout.for_meta(meta, window_s, zone_parts), compression)
-    for chunk, first_line in byte_chunks(src, chunk_bytes, skip_lines=2):
-        df = _chunk_rows(chunk, first_line, header, report)
-        if df.height:
-            writer.write(df)
-    report.rows = writer.rows
-    report.out_of_range_zones = writer.out_of_range_zones
-    report.path = "stream-careful" if report.path == "careful" else "stream-fast"  # careful: some chunk needed it
-    return writer.close(ingest=asdict(report))
+    with derived_lock(run), atomic_dir(run.events_parts) as root:
+        writer = PartsWriter(root, Layout.for_meta(meta, window_s, zone_parts), compression)
+        for chunk, first_line in byte_chunks(src, chunk_bytes, skip_lines=2):
+            df = _chunk_rows(chunk, first_line, header, report)
+            if df.height:
+                writer.write(df)
+        report.rows = writer.rows
+        report.out_of_range_zones = writer.out_of_range_zones
+        report.path = "stream-careful" if report.path == "careful" else "stream-fast"  # careful: some chunk needed it
+        return writer.close(ingest=asdict(report))
 
 
 def is_fresh(run: RunPaths) -> bool:
@@ -217,5 +222,7 @@ def load_parts(run: RunPaths | str | Path, **ingest_args: Any) -> Parts:
     """The run's events dataset, streaming-ingesting raw/nvme.csv first when it is missing or stale."""
     rp = run if isinstance(run, RunPaths) else resolve_run(run)
     if not is_fresh(rp):
-        ingest_stream(rp, **ingest_args)
+        with derived_lock(rp):
+            if not is_fresh(rp):  # another command may have made it while this one waited
+                ingest_stream(rp, **ingest_args)
     return Parts(rp.events_parts)

@@ -55,7 +55,7 @@ from ..analysis.timeline import (
     write_pointers,
 )
 from ..errors import ZtbpError
-from ..files import atomic_writer, check_target
+from ..files import atomic_writer, check_target, make_dir
 from ..io.run import Run
 
 #: Small on purpose: the id is in every packet (a one-byte varint).
@@ -306,7 +306,7 @@ def export(run: Run, out: str | os.PathLike[str], *, window_ns: tuple[int | None
     res = ExportResult(path=str(out), commands=cmds.height, window_ns=span, interned=intern)
     dest = Path(out)
     check_target(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(dest.parent)
     with atomic_writer(dest) as f:
         w = _Writer(f, intern)
         nsids = ",".join(str(n) for n in sorted(cmds["nsid"].unique().to_list()))

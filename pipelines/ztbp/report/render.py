@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ZtbpError
-from ..files import check_target, write_atomic
+from ..files import check_target, hand_over_tree, make_dir, write_atomic
 from ..io.run import load
 from ..paths import NOTEBOOKS, REPORTS, ROOT, RUNS, RunPaths
 from ..present.figures import REPORT_ENV
@@ -205,7 +205,7 @@ def _run_pages(nbs: list[Path], declared: dict[Path, set[str]], parameters: dict
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
-    out.mkdir(parents=True, exist_ok=True)
+    make_dir(out)
     write_plotlyjs(out)
     exporter = _exporter()
     pages: list[Page] = []
@@ -238,6 +238,7 @@ def _run_pages(nbs: list[Path], declared: dict[Path, set[str]], parameters: dict
             log(f"report: {label}: {path.stem}.html {'ok' if page.ok else 'FAILED: ' + page.error} "
                 f"({page.seconds:.1f} s)")
             pages.append(page)
+    hand_over_tree(out)  # papermill's executed notebooks, made as root under sudo, go to the user too
     return pages
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from ..analysis.params import ClusterParams
 from ..contract import CONFIG_FORMAT, utc_now
 from ..errors import FormatError, ZtbpError
-from ..files import check_target, write_atomic
+from ..files import check_target, make_dir, write_atomic
 
 #: The device protocol takes at most this many zones per SET (cdw11..cdw15).
 DEVICE_MAX_ZONES = 5
@@ -86,7 +86,7 @@ def check_output(out: Path) -> Path:
 
 def write_config(cfg: dict[str, Any], out: Path) -> Path:
     check_output(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(out.parent)
     write_atomic(out, json.dumps(cfg, indent=2) + "\n")
     return out
 

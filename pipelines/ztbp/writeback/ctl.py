@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ZtbpError
+from ..files import hand_over_tree
 from ..paths import ROOT, TOOLS, RunPaths
 from .config import write_config
 
@@ -34,6 +35,7 @@ def ensure_ctl() -> Path:
                         "`just build`")
     proc = subprocess.run(["make", "-s", "-C", str(CTL_DIR)], capture_output=True, text=True, check=False,
                           timeout=300)
+    hand_over_tree(CTL.parent)  # built under sudo: the user's build folder stays theirs
     if proc.returncode != 0 or not CTL.is_file():
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
         raise ZtbpError(f"building ztbp-ctl failed (make -C {CTL_DIR.relative_to(ROOT)}):\n{tail}")
