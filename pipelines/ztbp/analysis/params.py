@@ -69,3 +69,12 @@ AB_PAIRS = (2, 50)
 #: reads per block: enough for a block's IOPS and latency percentiles, few enough for several blocks per arm
 AB_READS = 20_000
 AB_READ_RANGE = (1_000, 10_000_000)
+
+#: The ZTBP paper's measured effect of the configuration on its drive (Tables II and III), by the workload that
+#: reproduces each: read IOPS, fio p50 (us) and the drive's cache hit ratio, without -> with the configuration.
+PAPER_TABLES = {
+    "paper80": {"table": "Table II (80 % of the reads on five zones)", "read_iops": (69_100, 79_200),
+                "p50_us": (1_876, 1_811), "hit_ratio": (0.26, 0.30)},
+    "paper60": {"table": "Table III (60 % of the reads on five zones)", "read_iops": (105_000, 115_000),
+                "p50_us": (1_876, 1_663), "hit_ratio": (0.17, 0.24)},
+}

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
-from ..analysis.params import RUN_NOISE_CV
+from ..analysis.params import PAPER_TABLES, RUN_NOISE_CV
 from .figures import _layout
 
 
@@ -230,7 +230,35 @@ def speed_text(doc: dict[str, Any]) -> str:
         a, b = "round 1", f"round {last['round']} (zones in force: {_zones(last.get('zones_in_force'))})"
         note = ("\ntwo separate rounds: the interval is the noise assumed between runs; `ztbp loop --ab 5` measures "
                 "it on the device, in alternating blocks")
-    return compare_text(res, a, b) + note + service_text(ab)
+    return compare_text(res, a, b) + note + service_text(ab) + paper_text(doc, res)
+
+
+def paper_text(doc: dict[str, Any], res: dict[str, Any]) -> str:
+    """The paper's measured effect on its drive (Tables II/III) beside this loop's, for the workload that
+    reproduces it; what share of the measured device time the emulator's own model accounts for says whether the
+    device or the emulation bounded this run."""
+    paper = PAPER_TABLES.get(str((doc.get("workload") or {}).get("name")))
+    if paper is None:
+        return ""
+
+    def change(pair: tuple[float, float]) -> str:
+        return f"{pair[0]:,.0f} -> {pair[1]:,.0f} ({100 * (pair[1] / pair[0] - 1):+.1f} %)"
+
+    eff = res.get("effects") or {}
+    here = "; ".join(f"{e['metric']} {e['change']:+.1f} {e['change_unit']} {e['verdict']}"
+                     for k, e in eff.items() if k in ("read_iops", "fio_p50", "hit_ratio"))
+    lines = ["", f"the paper, {paper['table']}, on its drive: read IOPS {change(paper['read_iops'])}, p50 "
+                 f"{change(paper['p50_us'])} us, cache hit ratio {paper['hit_ratio'][0]:.0%} -> "
+                 f"{paper['hit_ratio'][1]:.0%}", f"this loop: {here or 'nothing compared'}"]
+    m = (doc.get("ab") or {}).get("service_model")
+    if m:
+        off = m["off"]["all"]
+        if off.get("measured_mean_us"):
+            share = off["mean_us"] / off["measured_mean_us"]
+            lines.append(f"regime: the emulator's modelled device time is {share:.0%} of the device time measured "
+                         "with the configuration off (the rest is queueing and emulation); the smaller that share, "
+                         "the less of any device effect can show in the measurement")
+    return "\n".join(lines)
 
 
 def service_text(ab: dict[str, Any] | None) -> str:
