@@ -27,6 +27,7 @@ def emit(obj: Any, as_json: bool, text: str | None = None) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from . import acquire, analyse, app, apply, device_study, export, loop, report, scale
+    from .common import say_bounds
 
     parser = argparse.ArgumentParser(
         prog="ztbp", description="ZTBP workbench: analyse NVMe traces of zoned SSDs (see probes/FORMAT.md).")
@@ -42,12 +43,16 @@ def build_parser() -> argparse.ArgumentParser:
     report.register(sub)
     export.register(sub)
     scale.register(sub)
+    say_bounds(parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse printed the usage and its one-line error (or --help, --version)
+        return e.code if isinstance(e.code, int) else 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
