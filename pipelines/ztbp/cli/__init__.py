@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from typing import Any
 
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    warnings = _warnings_to_stderr(args.command)
     try:
         rc = args.func(args)
     except ZtbpError as e:
@@ -66,4 +68,16 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    finally:
+        logging.getLogger("ztbp").removeHandler(warnings)
     return int(rc or 0)
+
+
+def _warnings_to_stderr(command: str) -> logging.Handler:
+    """The package's warnings (derived data found changed and made again, ...) as one line each on stderr, named
+    like the errors: `ztbp CMD: warning: ...`."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter(f"ztbp {command}: warning: %(message)s"))
+    logging.getLogger("ztbp").addHandler(handler)
+    return handler
