@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .errors import FormatError, MissingRunError
+from .errors import FormatError, MissingRunError, ZtbpError
 from .files import write_atomic
 from .paths import RunPaths
 from .units import MAX_ZONES, Bound
@@ -162,6 +162,16 @@ def _is_phase(ph: Any) -> bool:
     """One entry of meta.json app.phases (ztbp capture-app)."""
     return (isinstance(ph, dict) and isinstance(ph.get("phase"), str) and isinstance(ph.get("db_bench", {}), dict)
             and all(isinstance(ph.get(k), int) and not isinstance(ph.get(k), bool) for k in ("start_ns", "end_ns")))
+
+
+def check_new_run(run: RunPaths, replace: bool) -> None:
+    """Before a run is written (`ztbp synth`, `ztbp import`): its directory and raw/ are directories or missing, and
+    no run is there already unless `replace` (--force: meta.json and raw/nvme.csv are replaced)."""
+    for p in (run.root, run.raw):
+        if p.exists() and not p.is_dir():
+            raise ZtbpError(f"{p} exists and is not a directory: give a new directory for the run.")
+    if not replace and (run.meta.exists() or run.nvme_csv.exists()):
+        raise ZtbpError(f"{run.root} already holds a run; choose a new directory or pass --force to replace it.")
 
 
 def write_meta(run: RunPaths, meta: dict[str, Any]) -> None:

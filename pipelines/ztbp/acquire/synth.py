@@ -31,8 +31,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ..contract import NVME_COLUMNS, NVME_VERSION_LINE, new_meta, write_meta
+from ..contract import NVME_COLUMNS, NVME_VERSION_LINE, check_new_run, new_meta, write_meta
 from ..errors import ZtbpError
+from ..files import atomic_path
 from ..paths import RunPaths
 from .patterns import DEFAULT_HOT_SHARE, DEFAULT_ZIPF, HOT_CELL_BYTES, HOT_ZONES, PATTERNS, REGION
 
@@ -250,13 +251,16 @@ def add_timing(cmds: pl.DataFrame, seed: int, iops: float = 12_500.0) -> pl.Data
 
 
 def write_run(run: Path, pattern: str, reads: int, seed: int, geo: SynthGeometry = SynthGeometry(),
-              opts: SynthOptions = SynthOptions()) -> dict:
+              opts: SynthOptions = SynthOptions(), overwrite: bool = False) -> dict:
+    """Write the run: raw/nvme.csv whole, then meta.json. A run already in the directory is refused unless
+    `overwrite` (--force)."""
     rp = RunPaths(Path(run))
+    check_new_run(rp, overwrite)
     p = plan(pattern, geo, opts)
     events = add_timing(synthesize(pattern, reads, seed, geo, opts), seed)
     rp.raw.mkdir(parents=True, exist_ok=True)
     # The contract is completion order; synthetic completions keep submission order.
-    with rp.nvme_csv.open("w") as f:
+    with atomic_path(rp.nvme_csv) as tmp, tmp.open("x") as f:
         f.write(NVME_VERSION_LINE + "\n")
         events.write_csv(f, include_header=True, quote_style="never")
     meta = new_meta(

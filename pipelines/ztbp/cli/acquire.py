@@ -122,7 +122,7 @@ def _synth(args: argparse.Namespace) -> int:
     opts = SynthOptions(hot_zones=None if args.hot_zones is None else parse_zone_list(args.hot_zones, "--hot-zones"),
                         hot_share=args.hot_share, zipf=args.zipf, region=_region(args.region),
                         prefill=not args.no_prefill)
-    res = write_run(Path(args.run), args.pattern, args.reads, args.seed, geo, opts)
+    res = write_run(Path(args.run), args.pattern, args.reads, args.seed, geo, opts, overwrite=args.force)
     print(f"synth: wrote {res['commands']} commands ({args.pattern}, seed {args.seed}) to {res['run']}")
     return 0
 
@@ -164,6 +164,7 @@ def register_synth(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--region", default="10M:1G",
                    help="cold reads in START:END of the device, or 'all' (default: %(default)s, the paper's)")
     p.add_argument("--no-prefill", action="store_true", help="no zone resets and fill writes before the reads")
+    p.add_argument("--force", action="store_true", help="replace a run already in the directory")
     p.set_defaults(func=_synth)
 
 
