@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,24 +138,26 @@ def geometry_of(meta: dict[str, Any]) -> dict[str, int]:
     return {k: int(meta[k]) for k in ("lba_bytes", "zone_size_lba", "zone_cap_lba", "nr_zones")}
 
 
-def _read_source(src: Path) -> tuple[bytes, stamps.Stamp]:
-    """raw/nvme.csv's bytes and its stamp (the stat taken before the read: a file changed meanwhile re-ingests)."""
+def _read_source(src: Path) -> tuple[bytes, os.stat_result]:
+    """raw/nvme.csv's bytes and its stat, taken before the read (a file changed meanwhile is ingested again)."""
     try:
         st = src.stat()
-        data = src.read_bytes()
+        return src.read_bytes(), st
     except OSError as e:
         raise MissingRunError(f"cannot read {src}: {e.strerror}") from None
-    return data, stamps.Stamp.of(st, stamps.digest_bytes(data))
 
 
-def ingest(run: RunPaths) -> IngestReport:
-    """Read raw/nvme.csv of a run and write derived/events.parquet and derived/ingest.json."""
-    why = stale_reason(run)
+def ingest(run: RunPaths, why: str | None = None) -> IngestReport:
+    """Read raw/nvme.csv of a run and write derived/events.parquet and derived/ingest.json. `why`: what
+    stale_reason said (found again when not given), kept as the report's `reingest`."""
+    why = stale_reason(run) if why is None else why
     meta, header, offset, report = open_source(run)
     report.reingest = "" if why == "first ingest" else why
-    data, stamp = _read_source(run.nvme_csv)
-    set_source_stamp(report, stamp)
-    df = with_zone(body_rows(data[offset:], header, meta["zone_size_lba"], 3, report), meta["zone_size_lba"])
+    data, st = _read_source(run.nvme_csv)
+    with ThreadPoolExecutor(1) as pool:  # the digest (it releases the GIL) while polars parses the same bytes
+        digest = pool.submit(stamps.digest_bytes, data)
+        df = with_zone(body_rows(data[offset:], header, meta["zone_size_lba"], 3, report), meta["zone_size_lba"])
+        set_source_stamp(report, stamps.Stamp.of(st, digest.result()))
     # Probes print in completion order; the contract of events.parquet is submission order.
     df = df.set_sorted("ts_ns") if df["ts_ns"].is_sorted() else df.sort("ts_ns", maintain_order=True)
     report.rows = df.height
@@ -192,6 +196,8 @@ def stale_reason(run: RunPaths) -> str:
     rec = _record(run)
     if rec is None:
         return "derived/ingest.json is missing or unreadable"
+    if "events_stamp" not in rec:
+        return "derived/ingest.json has no stamps (an earlier version of ztbp wrote it)"
     if rec.get("geometry") != geometry_of(read_meta(run)):
         return "meta.json's geometry changed"
     src = stamps.check(run.nvme_csv, stamps.Stamp.from_dict(rec.get("source_stamp")))
@@ -225,5 +231,5 @@ def load_events(run: RunPaths | str | Path) -> pl.DataFrame:
     if why:
         if why in SUSPICIOUS:
             log.warning("%s: %s; ingesting raw/nvme.csv again", rp.root, why)
-        ingest(rp)
+        ingest(rp, why)
     return pl.read_parquet(rp.events)
