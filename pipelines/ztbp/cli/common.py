@@ -80,8 +80,9 @@ class BoundedSize:
     def __call__(self, text: str) -> int:
         try:
             v = parse_size(text)
-        except ZtbpError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
+        except ZtbpError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a size ztbp takes: give a size of {self.says}, e.g. "
+                                             "32M") from None
         if not self.bound.contains(v):
             raise argparse.ArgumentTypeError(f"{text!r} is out of range: give a size of {self.says}")
         return v

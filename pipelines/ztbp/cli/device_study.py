@@ -30,7 +30,10 @@ def zone_spec(text: str) -> tuple[int, ...]:
         part = part.strip()
         if "-" in part:
             a, _, b = part.partition("-")
-            lo, hi = parse_zone_list(a, "--zones")[0], parse_zone_list(b, "--zones")[0]
+            ends = parse_zone_list(a, "--zones") + parse_zone_list(b, "--zones")
+            if len(ends) != 2:
+                raise ZtbpError(f"--zones {text!r}: give zone ids and ranges FIRST-LAST, e.g. 0-7,128")
+            lo, hi = ends
             if hi < lo:
                 raise ZtbpError(f"--zones {text!r}: range {part} runs backwards")
             out += range(lo, hi + 1)

@@ -25,7 +25,7 @@ def cached(run: Run, name: str, params_key: str, compute: Callable[[], dict[str,
             old = json.loads(path.read_text())
             if isinstance(old, dict) and old.get("cache_key") == key and isinstance(old.get("result"), dict):
                 return old["result"]
-        except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        except (ValueError, RecursionError, OSError):
             pass  # an unreadable or foreign file is recomputed and replaced
     res = compute()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -54,8 +54,8 @@ def read_bench(run: RunPaths) -> dict[str, Any] | None:
         b = json.loads(path.read_text())
         without = [float(v) for v in b["iops_without"]]
         with_probe = [float(v) for v in b["iops_with"]]
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise FormatError(f"{path} is not a bench result ({e}); re-run `just bench-layers`.") from None
+    except (KeyError, TypeError, ValueError, RecursionError) as e:  # ValueError: JSON, UTF-8 or a number
+        raise FormatError(f"{path} is not a bench result ({type(e).__name__}); re-run `just bench-layers`.") from None
     if not without or not with_probe:
         raise FormatError(f"{path} holds no IOPS figures; re-run `just bench-layers`.")
     return {**b, "iops_without": without, "iops_with": with_probe}

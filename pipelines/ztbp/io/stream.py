@@ -163,11 +163,11 @@ class Parts:
     def __init__(self, root: Path) -> None:
         self.root = root
         try:
-            self.manifest = json.loads((root / "dataset.json").read_text())
-        except (OSError, json.JSONDecodeError):
+            self.manifest = json.loads((root / "dataset.json").read_bytes())
+            self.layout = Layout(**self.manifest["layout"])
+        except (OSError, ValueError, RecursionError, KeyError, TypeError):
             raise MissingRunError(f"{root} holds no events dataset; make one with `ztbp import --stream` or "
                                   "`ztbp stream RUN`.") from None
-        self.layout = Layout(**self.manifest["layout"])
 
     @property
     def rows(self) -> int:
