@@ -551,3 +551,48 @@ def test_a_broken_side_file(base: Path, tmp_path: Path, capsys: pytest.CaptureFi
     flag = {"cachesim": "--config", "conflicts": "--groups"}[command]
     rc, stdout, err = run_cli(capsys, [command, run, flag, side, "--json"])
     assert_refused(rc, err, *words)
+
+
+# --- the library, as notebooks call it ------------------------------------------------------------------------------
+def _stage_calls() -> list[tuple[str, Callable[[object, float], object]]]:
+    """(the range of units.LIMITS the parameter has, a stage called with it)"""
+    from ztbp import stages
+    from ztbp.analysis.device_params import FarParams
+    from ztbp.analysis.dispatch import DispatchModel
+    from ztbp.analysis.params import ClusterParams
+    from ztbp.stages import streamed
+
+    return [
+        ("nts-mib", lambda run, x: stages.chains(run, nts_mib=x)),
+        ("chain-window", lambda run, x: stages.chains(run, window=x)),
+        ("cache-mib", lambda run, x: stages.simulate(run, x, 4, [1], general=False)),
+        ("page-kib", lambda run, x: stages.simulate(run, 64, x, [1], general=False)),
+        ("eps", lambda run, x: stages.cluster(run, ClusterParams(eps=(x,)))),
+        ("hot-factor", lambda run, x: stages.cluster(run, ClusterParams(hot_factor=x))),
+        ("seed", lambda run, x: stages.cluster(run, ClusterParams(seed=x))),
+        ("min-gain", lambda run, x: stages.config(run, 64, 4, min_gain=x)),
+        ("train-share", lambda run, x: stages.config(run, 64, 4, train_share=x)),
+        ("far-t", lambda run, x: stages.resets(run, FarParams(t=x))),
+        ("far-line", lambda run, x: stages.resets(run, FarParams(slope=x))),
+        ("bin-s", lambda run, x: stages.conflicts(run, {0: 0}, bin_s=x)),
+        ("queue-depth", lambda run, x: stages.conflicts(run, {0: 0}, model=DispatchModel(queue_depth=x))),
+        ("nts-mib", lambda run, x: streamed.chains(run, nts_mib=x)),
+        ("cache-mib", lambda run, x: streamed.cachesim(run, cache_mib=x)),
+        ("rate", lambda run, x: streamed.shards(run, rate=x)),
+    ]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, 1e300], ids=str)
+def test_the_stages_refuse_what_the_options_refuse(base: Path, tmp_path: Path, value: float) -> None:
+    """A notebook passing a parameter the command line would refuse gets the same one-line ZtbpError, not an empty
+    answer or a traceback from deep inside an analysis."""
+    from ztbp.io.run import load
+    from ztbp.units import LIMITS
+
+    run = load(fresh_copy(base, tmp_path))
+    for name, call in _stage_calls():
+        if LIMITS[name].contains(value):
+            continue
+        with pytest.raises(ZtbpError, match="out of range: give"):
+            call(run, value)
+            pytest.fail(f"{name} took {value}")
