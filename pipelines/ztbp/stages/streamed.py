@@ -77,14 +77,15 @@ def chains(run: Run, op: str = "read", nts_mib: float = NTS_MIB, window: int = C
 
 
 def frag(run: Run) -> pl.DataFrame:
+    from ..analysis.frag import table_zones
     from ..analysis.streaming import frag_table_stream
 
     parts, meta = run.parts, run.meta
-    top = parts.scan().select(pl.col("zone").max()).collect(engine="streaming").item()
-    n_zones = max(meta["nr_zones"], int(top) + 1) if top is not None else meta["nr_zones"]
+    nr = meta["nr_zones"]
+    beyond = parts.scan().filter(pl.col("zone") >= nr).select(pl.col("zone").unique()).collect(engine="streaming")
     where = pl.col("op").cast(pl.String).is_in(["read", "write", "write_zeroes", "zone_append"])
-    return frag_table_stream(parts.by_zone_range(PASS_COLUMNS, where), n_zones, meta["lba_bytes"],
-                             meta["zone_size_lba"])
+    return frag_table_stream(parts.by_zone_range(PASS_COLUMNS, where), table_zones(nr, beyond["zone"].to_numpy()),
+                             meta["lba_bytes"], meta["zone_size_lba"])
 
 
 def cachesim(run: Run, cache_mib: float = CACHE_MIB, page_kib: int = PAGE_KIB, hot_zones: list[int] | None = None,
