@@ -197,6 +197,7 @@ BROKEN_RUNS: dict[str, tuple[Callable[[Path], None], tuple[str, ...] | None]] = 
     # the run stays usable: what is wrong is skipped and counted, or made again
     "raw-u64-row": (lambda r: _append(r / NVME, b"1,1,0,1,1,1,2,read,18446744073709551615,1,,0\n"), None),
     "raw-cut-last-line": (lambda r: _append(r / NVME, GOOD_ROW[:-4]), None),
+    "raw-far-zone": (lambda r: _append(r / NVME, f"1,1,0,1,1,1,2,read,{((1 << 24) - 1) * 8192},1,,0\n".encode()), None),
     "raw-garbage-rows": (lambda r: _append(r / NVME, b"garbage\n\xff\xfe\n1,2,3\n" + GOOD_ROW), None),
     "raw-same-size-edit": (lambda r: _same_size_edit(r / NVME), None),
     "derived-junk-events": (lambda r: (r / "derived" / "events.parquet").write_bytes(b"PAR1 junk PAR1"), None),
@@ -259,7 +260,8 @@ def run_commands(run: Path, out: Path, groups: Path) -> dict[str, list[object]]:
 USABLE = ("ingest", "zones", "stream")
 HEAVY_ON = {"raw-garbage-rows": ("chains", "frag", "opcodes", "cluster", "cachesim", "config", "resets", "conflicts",
                                  "perfetto", "shards"),
-            "derived-junk-cluster": ("cluster",)}
+            "derived-junk-cluster": ("cluster",),
+            "raw-far-zone": ("frag", "cluster", "cachesim", "resets", "perfetto")}
 CASES = [(b, c) for b, (_, words) in BROKEN_RUNS.items() if words is not None
          for c in run_commands(Path(), Path(), Path())]
 CASES += [(b, c) for b, (_, words) in BROKEN_RUNS.items() if words is None for c in USABLE + HEAVY_ON.get(b, ())]
