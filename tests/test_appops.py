@@ -107,3 +107,55 @@ def test_capture_app_takes_any_function_and_refuses_bad_ones() -> None:
             AppCapture(functions=bad).validate()
     with pytest.raises(CaptureError, match="absolute path"):
         AppCapture(library="librocksdb.so").validate()
+
+
+def _app_run(tmp_path):
+    import shutil
+
+    from ztbp.paths import TEST_DATA
+
+    root = tmp_path / "app"
+    shutil.copytree(TEST_DATA / "runs" / "sample-rocksdb-btrfs", root)
+    return root
+
+
+def test_bad_rows_of_application_files_are_counted_and_skipped(tmp_path, capsys) -> None:
+    """appops.csv, cachestat.csv, files.csv follow nvme.csv's rule: a garbage row, a row that is not UTF-8 and a cut
+    last line are skipped and counted (with line numbers), the rest of the file is used."""
+    from ztbp import stages
+    from ztbp.cli import main
+    from ztbp.io.run import load
+
+    root = _app_run(tmp_path)
+    clean = stages.appops(load(root, events=False))
+    assert clean["read"]["raw/appops.csv"]["skipped"] == 0
+    with (root / "raw" / "appops.csv").open("ab") as f:
+        f.write(b"garbage,row\n" + b"1,2,3,4,g\xffet,0\n" + b"4407173316609,1026,696300762406,6963")
+    with (root / "raw" / "cachestat.csv").open("ab") as f:
+        f.write(b"1,2,3\n")
+    res = stages.appops(load(root, events=False))
+    read = res["read"]["raw/appops.csv"]
+    assert read["skipped"] == 3 and read["rows"] == clean["read"]["raw/appops.csv"]["rows"]
+    assert [x["line"] for x in read["first_skipped_lines"]] == [5503, 5504, 5505]
+    assert read["reasons"] == {"wrong field count": 1, "not UTF-8": 1, "truncated last line": 1}
+    assert res["read"]["raw/cachestat.csv"]["skipped"] == 1
+    assert res["ops"] == clean["ops"]
+    assert main(["appops", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "raw/appops.csv: skipped 3 lines that do not parse" in out
+    (root / "raw" / "files.csv").write_bytes((root / "raw" / "files.csv").read_bytes()[:-20])  # cut mid-row
+    files_res = stages.files(load(root, events=False))
+    assert files_res["read"]["raw/files.csv"]["skipped"] == 1 and files_res["files"] >= 1
+
+
+def test_a_wrong_application_header_is_one_line(tmp_path, capsys) -> None:
+    from ztbp.cli import main
+
+    root = _app_run(tmp_path)
+    (root / "raw" / "cachestat.csv").write_text("# ztbp cachestat v2\nts_ns\n")
+    assert main(["appops", str(root)]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'cachestat v2' is not supported" in err
+    (root / "raw" / "files.csv").write_text("# ztbp files v1\npath,bytes\n")
+    assert main(["files", str(root)]) == 3
+    assert "line 2 must be the header" in capsys.readouterr().err

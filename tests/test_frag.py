@@ -63,3 +63,17 @@ def test_zone_table_agrees_with_the_fragment_listing(tmp_path_factory, reqs) -> 
                 assert r[f"{d}_fragments"] == (e["n"] if e else 0)
                 assert r[f"{d}_bytes_covered"] == (e["cov"] * 4096 if e else 0)
                 assert r[f"{d}_gap_bytes_max"] == (e["gm"] * 4096 if e and e["gm"] is not None else None)
+
+
+def test_a_stray_command_far_beyond_the_device_adds_one_row(run_factory) -> None:
+    """A command addressing zone 2^24 - 1 of a 64-zone device (kept and counted as out of range) is one more row of
+    the table, in memory and streamed, not 16 million rows."""
+    from ztbp import stages
+    from ztbp.io.run import load
+
+    far = (1 << 24) - 1
+    root = run_factory([("read", 8192 * 3, 8), ("read", far * 8192, 1)])
+    t = frag_table(load_events(root), 64, 4096, 8192)
+    assert t.height == 65 and t["zone"][-1] == far and t["read_fragments"][-1] == 1
+    streamed = stages.streamed.frag(load(root, events=False))
+    assert streamed.equals(t)

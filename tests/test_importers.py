@@ -151,3 +151,43 @@ def test_real_fio_iolog(tmp_path: Path) -> None:
     assert ev["op"].cast(pl.String).unique().to_list() == ["read"] and (ev["nlb"] == 1).all()
     assert ev["ts_ns"].is_sorted() and int(ev["slba"].max()) < 256
     assert load(run.root).meta["nr_zones"] <= 4
+
+
+H = 2**64 - 1  # fits u64, overflows once scaled to ns or bytes
+B = 10**20  # beyond 64 bits
+
+
+@pytest.mark.parametrize(("fmt", "good", "bad"), [
+    ("alibaba", "2,R,4096,4096,1577808000000100",
+     [f"2,R,{H},4096,1", f"2,R,4096,{H},1", f"2,R,4096,4096,{H}", f"2,R,{B},4096,1"]),
+    ("tencent", "1538323200,2048,8,0,1063",
+     [f"{H},2048,8,0,1063", f"1538323200,{H},8,0,1063", f"1538323200,2048,{H},0,1063"]),
+    ("msr", "128166372003061629,hm,0,Read,1048576,4096,41286",
+     [f"{H},hm,0,Read,1048576,4096,41286", f"128166372003061629,hm,0,Read,{H},4096,4",
+      f"128166372003061629,hm,0,Read,1,4096,{H}"]),
+    ("fio-iolog", "200 /dev/nvme0n1 read 0 4096",
+     [f"{H} /dev/nvme0n1 read 0 4096", f"300 /dev/nvme0n1 read {B} 4096", f"301 /dev/nvme0n1 read {H} {H}"]),
+    ("blkparse", "259,0    1        4     0.000003000  4162  D   R 2048 + 8 [fio]",
+     [f"259,0    1        6     {B}.000003000  4162  D   R 4096 + 8 [fio]",
+      f"259,0    1        7     0.000003000  4162  D   R {B} + 8 [fio]",
+      f"259,0    1        9     {H}.000003000  4162  D   R 4096 + 8 [fio]",
+      f"259,0    1        9     0.000003000  4162  D   R {H} + 8 [fio]"]),
+])
+def test_overflowing_fields_are_counted_and_skipped(tmp_path: Path, fmt: str, good: str, bad: list[str]) -> None:
+    """A field beyond 64 bits, or one that passes 2^63 once scaled to ns or bytes, is a skipped line, not a value
+    that wraps around into a plausible command."""
+    head = ["fio version 3 iolog"] if fmt == "fio-iolog" else []
+    src = tmp_path / "trace.txt"
+    src.write_text("\n".join([*head, good, *bad]) + "\n")
+    rep = import_trace(src, RunPaths(tmp_path / "r"), fmt, zone_size_bytes=MIB).as_dict()
+    assert (rep["rows"], rep["skipped"]) == (1, len(bad))
+    ev = load(tmp_path / "r").events
+    assert ev.height == 1 and ev["ts_ns"].max() < 2**63 and ev["slba"].max() < 2**40
+
+
+def test_fio_v2_waits_that_pass_2_63_ns_are_skipped(tmp_path: Path) -> None:
+    src = tmp_path / "v2.log"
+    src.write_text(f"fio version 2 iolog\n/dev/nvme0n1 read 0 4096\n/dev/nvme0n1 wait {H} 0\n"
+                   "/dev/nvme0n1 read 4096 4096\n")
+    rep = import_trace(src, RunPaths(tmp_path / "r"), "fio-iolog", zone_size_bytes=MIB).as_dict()
+    assert rep["rows"] == 1 and rep["skip_reasons"] == {"time (the sum of the waits before it) beyond 2^63 ns": 1}

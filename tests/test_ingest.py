@@ -101,7 +101,7 @@ def test_missing_meta_and_missing_trace(tmp_path: Path, capsys) -> None:
     ({"format": "ztbp-run/2"}, "not supported"),
     ({"format": "something"}, "expected 'ztbp-run/1'"),
     ({"zone_size_lba": "8192"}, "'zone_size_lba' must be int"),
-    ({"nr_zones": 0}, "'nr_zones' must be positive"),
+    ({"nr_zones": 0}, "'nr_zones' is 0, outside [1, 16777216]"),
 ])
 def test_bad_meta_is_a_clear_error(tmp_path: Path, capsys, meta: dict, message: str) -> None:
     run = make_run(tmp_path / "r", lines=good_rows(), **meta)
@@ -153,3 +153,109 @@ def test_a_changed_geometry_in_meta_reingests_and_reclusters(run_factory) -> Non
     key = _json.loads((root / "derived" / "cluster.json").read_text())["cache_key"]
     stages.cluster(load(root))
     assert _json.loads((root / "derived" / "cluster.json").read_text())["cache_key"] != key
+
+
+def test_a_cut_last_line_is_never_taken_even_with_every_field(run_factory) -> None:
+    """A last line without its newline may have its last field cut ("12" of "123"): skipped, said, never taken."""
+    run = run_factory(lines=good_rows(3))
+    with (run / "raw" / "nvme.csv").open("a") as f:
+        f.write(row("read", 7, 1, ts=5000))  # every field there, no newline
+    rep = ingest(RunPaths(run))
+    assert (rep.rows, rep.skipped, rep.path) == (3, 1, "careful")
+    assert rep.skipped_examples == [{"line": 6, "reason": "truncated last line: no newline at the end, its last "
+                                                          "field may be cut"}]
+
+
+@pytest.mark.parametrize(("line", "reason"), [
+    ("1000,1,0,1,1,1,2,read,18446744073709551615,1,,0", "bad value: slba 18446744073709551615 is in zone"),
+    ("1000,1,0,1,1,1,2,read,18446744073709551616,1,,0", "bad value: slba is not a valid UInt64"),
+    ("18446744073709551615,1,0,1,1,1,2,read,5,1,,0", "bad value: ts_ns + lat_ns is beyond 2^63 ns"),
+    ("1000,9223372036854775807,0,1,1,1,2,read,5,1,,0", "bad value: ts_ns + lat_ns is beyond 2^63 ns"),
+    ("1000,1,0,1,1,1,2,read,9223372036854775000,4096,,0", "bad value: slba"),
+    ("1000,1,0,1,1,1,256,read,5,1,,0", "bad value: opcode is not a valid UInt8"),
+    ("1000,1,0,1,1,1,2,read,5,1,,0\xff", "bad value: status"),
+])
+def test_u64_sized_values_are_counted_and_skipped(run_factory, line: str, reason: str) -> None:
+    """Values a u64 holds but no device has (a zone beyond 2^24, times beyond 2^63 ns) and values beyond the column's
+    type are skipped lines, not a failed cast."""
+    run = run_factory(lines=[*good_rows(4), line])
+    rep = ingest(RunPaths(run))
+    assert (rep.rows, rep.skipped) == (4, 1)
+    assert rep.skipped_examples[0]["reason"].startswith(reason)
+    assert load_events(run)["zone"].max() < 64
+
+
+def test_non_utf8_lines_are_counted_and_skipped(run_factory) -> None:
+    run = run_factory(lines=good_rows(3))
+    with (run / "raw" / "nvme.csv").open("ab") as f:
+        f.write(b"1000,1,0,1,1,1,2,r\xffead,5,1,,0\n")
+    rep = ingest(RunPaths(run))
+    assert (rep.rows, rep.skipped) == (3, 1)
+    assert rep.skipped_examples[0] == {"line": 6, "reason": "not UTF-8: the line holds bytes that are no text"}
+
+
+def _same_size_edit(path: Path, old: bytes, new: bytes) -> None:
+    """Replace bytes in a file keeping its size and its mtime (an edit freshness by size and mtime cannot see)."""
+    import os
+
+    st = path.stat()
+    data = path.read_bytes()
+    assert len(old) == len(new) and old in data
+    path.write_bytes(data.replace(old, new, 1))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+
+
+def test_a_trace_edited_keeping_its_size_and_mtime_is_ingested_again(run_factory, caplog) -> None:
+    run = run_factory(lines=[row("read", 5, 1, ts=1000), row("read", 8192 * 2, 1, ts=2000)])
+    assert load_events(run)["zone"].to_list() == [0, 2]
+    _same_size_edit(run / "raw" / "nvme.csv", b",16384,", b",24576,")
+    assert load_events(run)["zone"].to_list() == [0, 3]
+    saved = json.loads((run / "derived" / "ingest.json").read_text())
+    assert saved["reingest"] == "raw/nvme.csv changed although its size did not"
+    assert "raw/nvme.csv changed although its size did not" in caplog.text
+
+
+def test_a_junk_events_parquet_is_rebuilt_and_said(run_factory, caplog) -> None:
+    run = run_factory(lines=good_rows(5))
+    assert load_events(run).height == 5
+    (run / "derived" / "events.parquet").write_bytes(b"PAR1 junk, not what the ingest wrote PAR1")
+    assert load_events(run).height == 5
+    assert "derived/events.parquet is not the file the last ingest wrote" in caplog.text
+    saved = json.loads((run / "derived" / "ingest.json").read_text())
+    assert saved["reingest"] == "derived/events.parquet is not the file the last ingest wrote"
+    assert saved["events_stamp"]["size"] == (run / "derived" / "events.parquet").stat().st_size
+
+
+def test_a_copied_run_is_reused_without_a_new_ingest(run_factory, tmp_path: Path) -> None:
+    """A copy moves every stamp's inode and ctime but not the bytes: the digests say the events still match."""
+    import shutil
+
+    run = run_factory(lines=good_rows(5))
+    load_events(run)
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    before = (copy / "derived" / "events.parquet").stat().st_mtime_ns
+    assert load_events(copy).height == 5
+    assert (copy / "derived" / "events.parquet").stat().st_mtime_ns == before
+    saved = json.loads((copy / "derived" / "ingest.json").read_text())
+    assert saved["source_stamp"]["ino"] == (copy / "raw" / "nvme.csv").stat().st_ino  # stamped again
+
+
+def test_a_streamed_dataset_is_made_again_when_the_geometry_changes(run_factory) -> None:
+    from ztbp.io.stream import ingest_stream, is_fresh
+
+    run = run_factory([("read", 8192 * 3 + i, 1) for i in range(20)])
+    rp = RunPaths(run)
+    ingest_stream(rp)
+    assert is_fresh(rp)
+    meta = json.loads((run / "meta.json").read_text())
+    meta.update(zone_size_lba=4096, zone_cap_lba=4096, nr_zones=128)
+    (run / "meta.json").write_text(json.dumps(meta))
+    assert not is_fresh(rp)
+    from ztbp.io.run import load
+
+    assert load(run, events=False).parts.scan().select("zone").collect()["zone"].unique().to_list() == [6]
+    part = next((run / "derived" / "events-parts").glob("*/*/*.parquet"))
+    part.write_bytes(b"junk")
+    assert not is_fresh(rp)

@@ -100,8 +100,9 @@ def test_negative_rows_are_left_out_and_counted_bad_lines_skipped(tmp_path: Path
     assert res["requests"] == 3
     assert res["excluded"]["negative_layer"] == 1 and res["excluded"]["no_device_time"] == 1
     assert res["read"]["skipped"] == 3
-    assert res["read"]["reasons"] == {"4 fields, expected 19": 1, "non-numeric ts_ns": 1, "unknown mode": 1}
-    assert [d["line"] for d in res["read"]["first_skipped_lines"]] == [9, 10, 11]
+    assert res["read"]["reasons"] == {"wrong field count": 1, "bad value": 1, "unknown mode": 1}
+    assert [(d["line"], d["reason"]) for d in res["read"]["first_skipped_lines"]] == [
+        (9, "wrong field count: 4 of 19"), (10, "bad value: ts_ns is not a valid Int64"), (11, "unknown mode: weird")]
 
 
 def test_groups_by_op_and_size_and_zones(tmp_path: Path) -> None:

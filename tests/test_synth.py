@@ -120,10 +120,10 @@ def test_synth_cli_takes_the_parameters(tmp_path: Path, capsys) -> None:
     (["--hot-zones", "70"], "beyond the device's 64 zones"),
     (["--hot-zones", "3,3"], "twice"),
     (["--hot-share", "1.5"], "--hot-share"),
-    (["--zipf", "0", "--pattern", "zipf"], "exponent must be positive"),
+    (["--zipf", "0", "--pattern", "zipf"], "argument --zipf: '0' is out of range: give a number in (0, 10]"),
     (["--region", "1G"], "START:END"),
     (["--region", "2G:1G"], "--region"),
-    (["--reads", "0"], "--reads must be positive"),
+    (["--reads", "0"], "argument --reads: '0' is out of range: give an integer in [1, 100000000]"),
 ])
 def test_synth_cli_rejects_bad_parameters(tmp_path: Path, capsys, args: list[str], fragment: str) -> None:
     assert main(["synth", str(tmp_path / "r"), *args]) == 2
@@ -132,10 +132,38 @@ def test_synth_cli_rejects_bad_parameters(tmp_path: Path, capsys, args: list[str
 
 
 def test_bad_options_are_errors_not_tracebacks(tmp_path: Path, capsys) -> None:
-    with pytest.raises(SystemExit):  # argparse's own usage error
-        main(["synth", str(tmp_path / "r"), "--lba-size", "1024"])
+    assert main(["synth", str(tmp_path / "r"), "--lba-size", "1024"]) == 2  # argparse's own usage error
     assert "invalid choice" in capsys.readouterr().err
     with pytest.raises(ZtbpError, match="choose 512 or 4096"):
         synthesize("uniform", 10, 1, SynthGeometry(lba_bytes=1024))
     with pytest.raises(ZtbpError, match="unknown pattern"):
         synthesize("nope", 10, 1)
+
+
+def test_synth_refuses_to_replace_a_run_without_force(tmp_path: Path, capsys) -> None:
+    """A captured run's raw/nvme.csv and meta.json are never replaced silently (as `ztbp import` refuses)."""
+    run = tmp_path / "r"
+    assert main(["synth", str(run), "--reads", "100"]) == 0
+    before = {p: p.read_bytes() for p in (run / "meta.json", run / "raw" / "nvme.csv")}
+    capsys.readouterr()
+    assert main(["synth", str(run), "--reads", "200", "--seed", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"ztbp synth: error: {run} already holds a run; choose a new directory or pass --force to replace " \
+                  "it.\n"
+    assert {p: p.read_bytes() for p in before} == before
+    assert main(["synth", str(run), "--reads", "200", "--seed", "2", "--force"]) == 0
+    assert (run / "raw" / "nvme.csv").read_bytes() != before[run / "raw" / "nvme.csv"]
+
+
+@pytest.mark.parametrize("command", ["synth", "import"])
+def test_a_run_path_that_is_a_file_is_one_line(tmp_path: Path, capsys, command: str) -> None:
+    target = tmp_path / "file"
+    target.write_text("not a run\n")
+    src = tmp_path / "trace.csv"
+    src.write_text("2,R,0,4096,1\n")
+    argv = {"synth": ["synth", str(target), "--reads", "10"],
+            "import": ["import", str(src), str(target), "--format", "alibaba", "--zone-size", "1M"]}[command]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == f"ztbp {command}: error: {target} exists and is not a directory: give a new directory for the run.\n"
+    assert target.read_text() == "not a run\n"

@@ -70,7 +70,8 @@ def run_bench(events: int, keep: Path | None) -> dict[str, Any]:
         run = keep or Path(tmp) / "bench-paper80"
         print(f"bench: writing a synthetic paper80 run of about {events:,} events to {run} …", flush=True)
         s = time.perf_counter()
-        write_run(run, "paper80", max(0, events - 8192 - 32), seed=1)  # prefill adds 8,192 writes + 32 resets
+        # the prefill adds 8,192 writes and 32 resets
+        write_run(run, "paper80", max(0, events - 8192 - 32), seed=1, overwrite=True)
         print(f"bench: synth took {time.perf_counter() - s:.1f} s; running the analysis in a child process …",
               flush=True)
         p = subprocess.run([sys.executable, __file__, "--child", str(run)], capture_output=True, text=True)

@@ -288,7 +288,7 @@ def bench_batch(work: Path, runs: int, reads: int) -> dict[str, Any]:
     dirs = []
     for i in range(runs):
         d = base / f"run{i:03d}"
-        write_run(d, ("paper80", "paper60", "uniform", "zipf", "seqread")[i % 5], reads, seed=i)
+        write_run(d, ("paper80", "paper60", "uniform", "zipf", "seqread")[i % 5], reads, seed=i, overwrite=True)
         dirs.append(str(d))
     clear = (lambda: [shutil.rmtree(Path(d) / "derived", ignore_errors=True) for d in dirs])  # noqa: E731
     clear()

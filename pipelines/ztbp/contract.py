@@ -8,9 +8,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .errors import FormatError, MissingRunError
+from .errors import FormatError, MissingRunError, ZtbpError
 from .files import make_dir, write_atomic
 from .paths import RunPaths
+from .units import MAX_ZONES, Bound
 
 RUN_FORMAT = "ztbp-run/1"
 CONFIG_FORMAT = "ztbp-cache-config/1"
@@ -31,6 +32,21 @@ OPCODE_OP: dict[int, str] = {
 META_REQUIRED: dict[str, type] = {
     "format": str, "lba_bytes": int, "zone_size_lba": int, "zone_cap_lba": int, "nr_zones": int,
 }
+#: The geometry a run may have (probes/FORMAT.md): beyond these no device exists, and the analyses would size their
+#: tables by absurd numbers. A zone also stays below MAX_ZONE_BYTES, its capacity within its size.
+META_LIMITS: dict[str, Bound] = {
+    "lba_bytes": Bound(512, 65_536, integer=True),
+    "zone_size_lba": Bound(1, 1 << 39, integer=True),
+    "zone_cap_lba": Bound(1, 1 << 39, integer=True),
+    "nr_zones": Bound(1, MAX_ZONES, integer=True),
+}
+MAX_ZONE_BYTES = 1 << 48
+#: Optional keys of meta.json the package reads, and the JSON type each must have when present.
+META_OPTIONAL: dict[str, type] = {
+    "device": str, "synthetic": bool, "workload": dict, "lost_events": dict, "probes": dict, "backend": str,
+    "complete": bool, "created": str, "versions": dict, "app": dict, "loop": dict,
+}
+_JSON_NAMES = {str: "a string", bool: "true or false", dict: "an object", list: "a list", int: "an integer"}
 _VERSION_RE = re.compile(r"^# ztbp (?P<probe>[a-z0-9_]+) v(?P<major>\d+)(?:\.(?P<minor>\d+))?\s*$")
 
 
@@ -60,18 +76,15 @@ def parse_version_line(line: str, probe: str, supported_major: int, path: Path) 
 
 def read_meta(run: RunPaths) -> dict[str, Any]:
     """Load and validate meta.json of a run."""
+    if run.root.exists() and not run.root.is_dir():
+        raise MissingRunError(f"{run.root} is a file, not a run directory: give the folder that holds meta.json.")
     if not run.root.is_dir():
         raise MissingRunError(f"run directory {run.root} does not exist. Capture one with `just capture` "
                               "or make a synthetic one with `ztbp synth RUN --pattern paper80`.")
     if not run.meta.is_file():
         raise MissingRunError(f"{run.meta} is missing: every run needs meta.json (see probes/FORMAT.md). "
                               "Was the capture interrupted before it started?")
-    try:
-        meta = json.loads(run.meta.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise FormatError(f"{run.meta} is not valid JSON ({e}). Fix or re-capture the run.") from None
-    if not isinstance(meta, dict):
-        raise FormatError(f"{run.meta} must hold a JSON object.")
+    meta = _meta_json(run.meta)
     fmt = meta.get("format")
     if not isinstance(fmt, str) or not fmt.startswith("ztbp-run/"):
         raise FormatError(f"{run.meta}: 'format' is {fmt!r}, expected '{RUN_FORMAT}'.")
@@ -80,15 +93,85 @@ def read_meta(run: RunPaths) -> dict[str, Any]:
     for key, typ in META_REQUIRED.items():
         val = meta.get(key)
         if not isinstance(val, typ) or isinstance(val, bool):
-            raise FormatError(f"{run.meta}: '{key}' must be {typ.__name__}, found {val!r}.")
-    for key in ("lba_bytes", "zone_size_lba", "zone_cap_lba", "nr_zones"):
-        if meta[key] <= 0:
-            raise FormatError(f"{run.meta}: '{key}' must be positive, found {meta[key]}.")
+            raise FormatError(f"{run.meta}: '{key}' must be {typ.__name__}, found {_shown(val)}.")
+    _check_geometry(run.meta, meta)
+    _check_optional(run.meta, meta)
     meta.setdefault("lost_events", {})
     meta.setdefault("synthetic", False)
     meta.setdefault("workload", {})
     meta.setdefault("complete", True)
     return meta
+
+
+def _meta_json(path: Path) -> dict[str, Any]:
+    """meta.json parsed: a JSON object, else a FormatError that says what is wrong with the file."""
+    try:
+        meta = json.loads(path.read_bytes().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+        raise FormatError(f"{path} is not valid JSON ({e}). Fix or re-capture the run.") from None
+    except RecursionError:
+        raise FormatError(f"{path}: nested too deep to be a run's meta.json. Fix or re-capture the run.") from None
+    except OSError as e:
+        raise MissingRunError(f"cannot read {path}: {e.strerror}") from None
+    if not isinstance(meta, dict):
+        raise FormatError(f"{path} must hold a JSON object.")
+    return meta
+
+
+def _shown(val: Any) -> str:
+    """A value as an error message shows it: short, its JSON type named."""
+    text = repr(val)
+    return text if len(text) <= 40 else f"{type(val).__name__} {text[:40]}…"
+
+
+def _check_geometry(path: Path, meta: dict[str, Any]) -> None:
+    """The geometry in META_LIMITS: a FormatError naming the key and its range otherwise."""
+    for key, bound in META_LIMITS.items():
+        if not bound.contains(meta[key]):
+            raise FormatError(f"{path}: '{key}' is {meta[key]}, outside {bound}: no zoned device has that; fix "
+                              "meta.json or re-capture the run.")
+    zone_bytes = meta["zone_size_lba"] * meta["lba_bytes"]
+    if zone_bytes >= MAX_ZONE_BYTES:
+        raise FormatError(f"{path}: a zone of {meta['zone_size_lba']} LBAs of {meta['lba_bytes']} bytes is "
+                          f"{zone_bytes} bytes, beyond 2^48 (256 TiB); fix meta.json or re-capture the run.")
+    if meta["zone_cap_lba"] > meta["zone_size_lba"]:
+        raise FormatError(f"{path}: 'zone_cap_lba' {meta['zone_cap_lba']} is larger than 'zone_size_lba' "
+                          f"{meta['zone_size_lba']}; a zone's capacity is at most its size.")
+
+
+def _check_optional(path: Path, meta: dict[str, Any]) -> None:
+    """The optional keys the package reads have their documented types (probes/FORMAT.md)."""
+    for key, typ in META_OPTIONAL.items():
+        if key in meta and not isinstance(meta[key], typ):
+            raise FormatError(f"{path}: '{key}' must be {_JSON_NAMES[typ]}, found {_shown(meta[key])}.")
+    for probe, n in meta.get("lost_events", {}).items():
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise FormatError(f"{path}: 'lost_events' of {probe!r} must be a count (an integer ≥ 0), found "
+                              f"{_shown(n)}.")
+    hot = meta.get("workload", {}).get("hot_zones")
+    if hot is not None and (not isinstance(hot, list) or not all(
+            isinstance(z, int) and not isinstance(z, bool) and 0 <= z < MAX_ZONES for z in hot)):
+        raise FormatError(f"{path}: 'workload.hot_zones' must be a list of zone ids, found {_shown(hot)}.")
+    phases = meta.get("app", {}).get("phases", [])
+    if not isinstance(phases, list) or not all(_is_phase(ph) for ph in phases):
+        raise FormatError(f"{path}: 'app.phases' must be a list of objects with 'phase' (a string), 'start_ns' and "
+                          f"'end_ns' (integers), found {_shown(phases)}.")
+
+
+def _is_phase(ph: Any) -> bool:
+    """One entry of meta.json app.phases (ztbp capture-app)."""
+    return (isinstance(ph, dict) and isinstance(ph.get("phase"), str) and isinstance(ph.get("db_bench", {}), dict)
+            and all(isinstance(ph.get(k), int) and not isinstance(ph.get(k), bool) for k in ("start_ns", "end_ns")))
+
+
+def check_new_run(run: RunPaths, replace: bool) -> None:
+    """Before a run is written (`ztbp synth`, `ztbp import`): its directory and raw/ are directories or missing, and
+    no run is there already unless `replace` (--force: meta.json and raw/nvme.csv are replaced)."""
+    for p in (run.root, run.raw):
+        if p.exists() and not p.is_dir():
+            raise ZtbpError(f"{p} exists and is not a directory: give a new directory for the run.")
+    if not replace and (run.meta.exists() or run.nvme_csv.exists()):
+        raise ZtbpError(f"{run.root} already holds a run; choose a new directory or pass --force to replace it.")
 
 
 def write_meta(run: RunPaths, meta: dict[str, Any]) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ..contract import NVME_COLUMNS, NVME_VERSION_LINE, new_meta, write_meta
+from ..contract import NVME_COLUMNS, NVME_VERSION_LINE, check_new_run, new_meta, write_meta
 from ..errors import ZtbpError
 from ..files import atomic_path, make_dir
 from ..paths import RunPaths
@@ -251,8 +251,11 @@ def add_timing(cmds: pl.DataFrame, seed: int, iops: float = 12_500.0) -> pl.Data
 
 
 def write_run(run: Path, pattern: str, reads: int, seed: int, geo: SynthGeometry = SynthGeometry(),
-              opts: SynthOptions = SynthOptions()) -> dict:
+              opts: SynthOptions = SynthOptions(), overwrite: bool = False) -> dict:
+    """Write the run: raw/nvme.csv whole, then meta.json. A run already in the directory is refused unless
+    `overwrite` (--force)."""
     rp = RunPaths(Path(run))
+    check_new_run(rp, overwrite)
     p = plan(pattern, geo, opts)
     events = add_timing(synthesize(pattern, reads, seed, geo, opts), seed)
     make_dir(rp.raw)

@@ -50,6 +50,7 @@ import polars as pl
 from scipy.stats import binom
 
 from ..errors import ZtbpError
+from ..units import check_limit
 from .dbscan import Grid, dbscan, predict
 from .hashing import mix64
 from .params import VALIDATIONS, ClusterParams
@@ -407,10 +408,19 @@ def run_cluster(events: pl.DataFrame, meta: dict[str, Any], params: ClusterParam
 
 
 def check_params(params: ClusterParams) -> None:
+    """Refuse parameters outside their ranges (units.LIMITS), as the command line does."""
     if params.validation not in VALIDATIONS:
         raise ZtbpError(f"--validation {params.validation!r}: choose one of {', '.join(VALIDATIONS)}")
-    if not 0 < params.alpha < 1:
-        raise ZtbpError("--alpha must be in (0, 1), e.g. 0.01")
+    if not params.eps or not params.min_samples:
+        raise ZtbpError("--eps and --min-samples: give at least one value each")
+    for e in params.eps:
+        check_limit("eps", e)
+    for m in params.min_samples:
+        check_limit("min-samples", m)
+    for name in ("cells-per-zone", "hot-factor", "alpha", "seed"):
+        check_limit(name, getattr(params, name.replace("-", "_")))
+    for share in ("hot_zone_share", "hot_cell_share"):
+        check_limit("hot-share", getattr(params, share), share)
 
 
 def cluster_from_cells(c: Cells, meta: dict[str, Any], params: ClusterParams = ClusterParams(),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..units import check_limit
+
 #: A pair of zones interferes when together they reach less than this share of the reference bandwidth: midway
 #: between 0.5 (the two zones take turns on one resource) and 1.0 (they run in parallel).
 INTERFERENCE_THRESHOLD = 0.75
@@ -68,7 +70,14 @@ class FarParams:
 
     def __post_init__(self) -> None:
         if self.slope is None:
-            object.__setattr__(self, "slope", 1 / self.t)
+            object.__setattr__(self, "slope", 1 / check_limit("far-t", self.t))
+
+    def check(self) -> None:
+        """T, the slope and the intercept in their ranges (units.LIMITS)."""
+        check_limit("far-t", self.t)
+        assert self.slope is not None
+        check_limit("far-line", self.slope, "--far-slope")
+        check_limit("far-line", self.intercept, "--far-intercept")
 
     def threshold(self, free_share: float) -> float:
         """T_wp as a share of the zone capacity at this free-space share."""

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from ..units import check_limit
+
 IO_OPS = ("read", "write", "zone_append")
 
 
@@ -96,6 +98,12 @@ class DispatchModel:
     queue_depth: int = 32
     window: int = 32
     max_commands: int = 200_000
+
+    def check(self) -> None:
+        """Its numbers in their ranges (units.LIMITS)."""
+        check_limit("queue-depth", self.queue_depth)
+        check_limit("dispatch-window", self.window, "--window")
+        check_limit("max-commands", self.max_commands)
 
 
 def _simulate(arrive: np.ndarray, service: np.ndarray, group: np.ndarray, model: DispatchModel,

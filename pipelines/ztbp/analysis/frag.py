@@ -90,23 +90,38 @@ def _sorted_ranges(ev: pl.DataFrame, zone_size_lba: int | None) -> tuple[np.ndar
     return start, start + (keys & ((1 << NLB_BITS) - 1)), zones
 
 
+def table_zones(nr_zones: int, seen: np.ndarray) -> np.ndarray:
+    """The zone ids of a per-zone table, sorted: every zone of the device, then those beyond it that the trace
+    addresses (a stray command far beyond the device adds one row, not a row for every zone up to it)."""
+    extra = np.unique(seen[seen >= nr_zones]).astype(np.int64)
+    return np.concatenate([np.arange(nr_zones, dtype=np.int64), extra])
+
+
+def table_rows(zones: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The row of each zone in a table of zone ids `ids` (table_zones): the zone itself when there is no gap."""
+    return zones if ids.size == 0 or ids[-1] == ids.size - 1 else np.searchsorted(ids, zones)
+
+
 def frag_table(events: pl.DataFrame, nr_zones: int, lba_bytes: int, zone_size_lba: int | None = None
                ) -> pl.DataFrame:
-    """One row per zone with the read and write fragment and gap figures (bytes).
+    """One row per zone of the device, and per zone beyond it that the trace addresses, with the read and write
+    fragment and gap figures (bytes).
 
     Zones without a gap have null gap statistics. Pass zone_size_lba (meta.json) for the fast path.
     """
-    n_zones = max(nr_zones, int(events["zone"].max()) + 1) if events.height else nr_zones
+    ids = table_zones(nr_zones, events["zone"].to_numpy())
     stats = {}
     for d, ops in DIRECTIONS.items():
         ev = events.filter(pl.col("op").is_in(list(ops)) & (pl.col("nlb") > 0))
-        stats[d] = zone_fragments(*_sorted_ranges(ev, zone_size_lba), n_zones)
+        start, end, zones = _sorted_ranges(ev, zone_size_lba)
+        stats[d] = zone_fragments(start, end, table_rows(zones, ids), ids.size)
     app = events.filter(pl.col("op") == "zone_append")["zone"].to_numpy().astype(np.int64)
-    return frag_frame(stats, np.bincount(app, minlength=n_zones), n_zones, lba_bytes)
+    return frag_frame(stats, np.bincount(table_rows(app, ids), minlength=ids.size), ids, lba_bytes)
 
 
-def frag_frame(stats: dict[str, np.ndarray], appends: np.ndarray, n_zones: int, lba_bytes: int) -> pl.DataFrame:
-    """The per-zone table from each direction's zone_fragments figures and the appends per zone."""
+def frag_frame(stats: dict[str, np.ndarray], appends: np.ndarray, ids: np.ndarray, lba_bytes: int) -> pl.DataFrame:
+    """The per-zone table from each direction's zone_fragments figures and the appends per zone; `ids`: the zone
+    of each row."""
     cols: dict[str, np.ndarray] = {}
     for d in DIRECTIONS:
         frags, covered, gaps, gap_sum, gap_max = stats[d].T
@@ -115,7 +130,7 @@ def frag_frame(stats: dict[str, np.ndarray], appends: np.ndarray, n_zones: int, 
         cols[f"{d}_gaps"] = gaps.astype(np.uint64)
         cols[f"{d}_gap_bytes_mean"] = gap_sum / np.maximum(gaps, 1) * lba_bytes
         cols[f"{d}_gap_bytes_max"] = (gap_max * lba_bytes).astype(np.uint64)
-    df = pl.DataFrame({"zone": np.arange(n_zones, dtype=np.uint32), **cols, "appends": appends.astype(np.uint64)})
+    df = pl.DataFrame({"zone": ids.astype(np.uint32), **cols, "appends": appends.astype(np.uint64)})
     return df.with_columns(
         pl.when(pl.col(f"{d}_gaps") > 0).then(pl.col(c)).otherwise(None).alias(c)
         for d in DIRECTIONS for c in (f"{d}_gap_bytes_mean", f"{d}_gap_bytes_max"))

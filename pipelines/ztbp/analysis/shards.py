@@ -29,6 +29,7 @@ import numpy as np
 import polars as pl
 
 from ..errors import ZtbpError
+from ..units import check_limit
 from .cache_policies import REGISTRY, PageStream, run_policies
 from .cachesim import POLICIES, libcachesim_sampled, page_requests, page_touches
 from .hashing import mix64
@@ -163,6 +164,14 @@ def compare(events: pl.DataFrame, meta: dict[str, Any], cache_mib: float, page_k
     The page trace is prepared once (prepare_seconds); `speedup` compares simulating every policy on the whole
     trace with sampling it and simulating the sample; `speedup_with_prepare` adds the preparation to both sides
     (what a user waits for from events in memory). The kernels are compiled before anything is timed."""
+    check_limit("cache-mib", cache_mib)
+    check_limit("page-kib", page_kib)
+    check_limit("seed", seed)
+    check_limit("seeds", seeds)
+    if not rates:
+        raise ZtbpError("--rates: give at least one sampling rate, e.g. 0.01")
+    for rate in rates:
+        check_limit("rate", rate, "--rates")
     s = Sampler(meta, page_kib, 1.0, seed)
     t = time.perf_counter()
     pages, zones = page_requests(events, s.lba_bytes, s.page_bytes, s.zone_bytes)

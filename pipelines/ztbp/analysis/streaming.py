@@ -45,7 +45,7 @@ from .chains import (
     chain_summary_weighted,
     size_cdf_weighted,
 )
-from .frag import DIRECTIONS, NLB_BITS, frag_frame, zone_fragments
+from .frag import DIRECTIONS, NLB_BITS, frag_frame, table_rows, zone_fragments
 from .opcodes import QUANTILES, opcode_count_exprs, opcode_keys, opcode_order
 from .params import CHAIN_OPS
 from .zones import zone_count_exprs, zone_frame
@@ -341,16 +341,18 @@ def chains_report_stream(frames: Iterable[pl.DataFrame], op: str, nts_bytes: int
 
 # --- fragmentation ----------------------------------------------------------------------------------------------
 
-def frag_table_stream(zone_ranges: Iterable[Iterable[pl.DataFrame]], n_zones: int, lba_bytes: int,
+def frag_table_stream(zone_ranges: Iterable[Iterable[pl.DataFrame]], zones: int | np.ndarray, lba_bytes: int,
                       zone_size_lba: int, merge_at: int = 1 << 21) -> pl.DataFrame:
-    """frag.frag_table from the events of disjoint zone ranges, each given as frames (its files). n_zones:
-    max(nr_zones, highest zone + 1), as frag_table takes it.
+    """frag.frag_table from the events of disjoint zone ranges, each given as frames (its files). zones: the
+    table's zone ids (frag.table_zones: the device's zones, then those beyond it the trace addresses), or a count
+    n for zones 0..n-1.
 
     Memory is bounded by the extents of one zone range, not by its events: each frame's ranges are merged into
     extents (maximal runs of ranges in one zone, by their start, that touch or overlap — frag.zone_fragments' rule)
     and merged again with the range's extents so far once `merge_at` have piled up; a fragment is an extent."""
-    stats = {d: np.zeros((n_zones, 5), dtype=np.int64) for d in DIRECTIONS}
-    appends = np.zeros(n_zones, dtype=np.int64)
+    ids = np.arange(zones, dtype=np.int64) if isinstance(zones, int) else zones
+    stats = {d: np.zeros((ids.size, 5), dtype=np.int64) for d in DIRECTIONS}
+    appends = np.zeros(ids.size, dtype=np.int64)
     op = pl.col("op").cast(pl.String)
     for frames in zone_ranges:
         pending: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {d: [] for d in DIRECTIONS}
@@ -365,13 +367,13 @@ def frag_table_stream(zone_ranges: Iterable[Iterable[pl.DataFrame]], n_zones: in
                 if size[d] > merge_at:
                     pending[d] = [_extents(*map(np.concatenate, zip(*pending[d], strict=True)), zone_size_lba)]
                     size[d] = pending[d][0][0].size
-            appends += np.bincount(f.filter(op == "zone_append")["zone"].to_numpy().astype(np.int64),
-                                   minlength=n_zones)
+            appended = f.filter(op == "zone_append")["zone"].to_numpy().astype(np.int64)
+            appends += np.bincount(table_rows(appended, ids), minlength=ids.size)
         for d in DIRECTIONS:
             if pending[d]:
                 start, end = _extents(*map(np.concatenate, zip(*pending[d], strict=True)), zone_size_lba)
-                stats[d] += zone_fragments(start, end, start // zone_size_lba, n_zones)
-    return frag_frame(stats, appends, n_zones, lba_bytes)
+                stats[d] += zone_fragments(start, end, table_rows(start // zone_size_lba, ids), ids.size)
+    return frag_frame(stats, appends, ids, lba_bytes)
 
 
 def _extents(start: np.ndarray, end: np.ndarray, zone_size_lba: int) -> tuple[np.ndarray, np.ndarray]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
 import sys
 from typing import Any
@@ -29,6 +30,7 @@ def emit(obj: Any, as_json: bool, text: str | None = None) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from . import acquire, analyse, app, apply, compare, device_study, export, loop, report, scale
+    from .common import say_bounds
 
     parser = argparse.ArgumentParser(
         prog="ztbp", description="ZTBP workbench: analyse NVMe traces of zoned SSDs (see probes/FORMAT.md).")
@@ -45,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.register(sub)
     export.register(sub)
     scale.register(sub)
+    say_bounds(parser)
     return parser
 
 
@@ -59,7 +62,10 @@ def _on_sigint(signum: int, frame: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse printed the usage and its one-line error (or --help, --version)
+        return e.code if isinstance(e.code, int) else 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -73,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     """A command, its errors as one line each: a ZtbpError with its code, an interruption with 130, an error of the
     file system no place explained with 74 (FileSystemError's code)."""
+    warnings = _warnings_to_stderr(args.command)
     try:
         rc = args.func(args)
     except ZtbpError as e:
@@ -86,4 +93,16 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"ztbp {args.command}: error: {os_error_line(e)}", file=sys.stderr)
         return FileSystemError.code
+    finally:
+        logging.getLogger("ztbp").removeHandler(warnings)
     return int(rc or 0)
+
+
+def _warnings_to_stderr(command: str) -> logging.Handler:
+    """The package's warnings (derived data found changed and made again, ...) as one line each on stderr, named
+    like the errors: `ztbp CMD: warning: ...`."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter(f"ztbp {command}: warning: %(message)s"))
+    logging.getLogger("ztbp").addHandler(handler)
+    return handler

@@ -13,19 +13,23 @@ from ..acquire.workload import PAPER_HOT_ZONES, PAPER_READS, PRESETS, READ_REGIO
 from ..errors import ZtbpError
 from ..files import write_atomic
 from ..units import MIB, parse_size, parse_zone_list
-from .common import add_backend_args, add_geometry_args, device_geometry
+from .common import add_backend_args, add_geometry_args, bounded, device_geometry
 
 
 def add_workload_options(p: argparse.ArgumentParser) -> None:
     """Workload options shared by `ztbp workload` and `ztbp capture`."""
-    p.add_argument("--reads", type=int, default=PAPER_READS, help="total 4 KiB reads (default: %(default)s)")
-    p.add_argument("--jobs", type=int, default=0, help="fio jobs (default: the workload's, e.g. 36 for paper80)")
-    p.add_argument("--iodepth", type=int, default=0, help="queue depth per job (default: the workload's)")
+    p.add_argument("--reads", type=bounded("reads"), default=PAPER_READS,
+                   help="total 4 KiB reads (default: %(default)s)")
+    p.add_argument("--jobs", type=bounded("jobs"), default=0,
+                   help="fio jobs (default: the workload's, e.g. 36 for paper80)")
+    p.add_argument("--iodepth", type=bounded("iodepth"), default=0,
+                   help="queue depth per job (default: the workload's)")
     p.add_argument("--hot-zones", default=",".join(map(str, PAPER_HOT_ZONES)),
                    help="hot zone ids of paper80/paper60 (default: %(default)s)")
-    p.add_argument("--hot-share", type=float, default=None, help="share of reads on hot zones (default: preset)")
+    p.add_argument("--hot-share", type=bounded("hot-share"), default=None,
+                   help="share of reads on hot zones (default: preset)")
     p.add_argument("--ioengine", default="io_uring", help="fio ioengine (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=1, help="fio randseed (default: %(default)s)")
+    p.add_argument("--seed", type=bounded("seed"), default=1, help="fio randseed (default: %(default)s)")
     p.add_argument("--region", default=f"{READ_REGION // MIB}M", help="read region from LBA 0 (default: %(default)s)")
 
 
@@ -36,7 +40,7 @@ def workload_options(args: argparse.Namespace) -> WorkloadOptions:
 
 
 def _workload(args: argparse.Namespace) -> int:
-    wl = workload_options(args).build(device=args.device, zone_bytes=parse_size(args.zone_size),
+    wl = workload_options(args).build(device=args.device, zone_bytes=args.zone_size,
                                       nr_zones=args.device_zones)
     out = Path(args.output)
     if out.parent and not out.parent.exists():
@@ -110,9 +114,7 @@ def _region(text: str) -> tuple[int, int] | None:
 def _synth(args: argparse.Namespace) -> int:
     from ..acquire.synth import SynthGeometry, SynthOptions, write_run
 
-    if args.reads <= 0:
-        raise ZtbpError("--reads must be positive")
-    zone_bytes = parse_size(args.zone_size)
+    zone_bytes = args.zone_size
     if zone_bytes % args.lba_size:
         raise ZtbpError(f"--zone-size {args.zone_size} is not a whole number of {args.lba_size}-byte LBAs")
     geo = SynthGeometry(lba_bytes=args.lba_size, zone_size_lba=zone_bytes // args.lba_size,
@@ -120,7 +122,7 @@ def _synth(args: argparse.Namespace) -> int:
     opts = SynthOptions(hot_zones=None if args.hot_zones is None else parse_zone_list(args.hot_zones, "--hot-zones"),
                         hot_share=args.hot_share, zipf=args.zipf, region=_region(args.region),
                         prefill=not args.no_prefill)
-    res = write_run(Path(args.run), args.pattern, args.reads, args.seed, geo, opts)
+    res = write_run(Path(args.run), args.pattern, args.reads, args.seed, geo, opts, overwrite=args.force)
     print(f"synth: wrote {res['commands']} commands ({args.pattern}, seed {args.seed}) to {res['run']}")
     return 0
 
@@ -149,18 +151,20 @@ def register_synth(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("synth", help="write a synthetic run in the run-directory contract")
     p.add_argument("run", help="run directory to create (e.g. runs/synth-paper80)")
     p.add_argument("--pattern", choices=PATTERNS, default="paper80", help="access pattern (default paper80)")
-    p.add_argument("--reads", type=int, default=1_000_000, help="read commands (default 1,000,000)")
-    p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    p.add_argument("--reads", type=bounded("synth-reads"), default=1_000_000, help="read commands (default 1,000,000)")
+    p.add_argument("--seed", type=bounded("seed"), default=1, help="random seed (default 1)")
     p.add_argument("--hot-zones", help="hot zones (paper80/paper60/hotzones), the hot page's zone (hotpage) or the "
                                        "zones holding one hot 1 MiB cell each (hotcells), e.g. 1,7,11,15,19")
-    p.add_argument("--hot-share", type=float, help="share of the reads on the hot zones, page or cells "
+    p.add_argument("--hot-share", type=bounded("hot-share"), help="share of the reads on the hot zones, page or cells "
                                                    "(default: 0.8 paper80/hotzones, 0.6 paper60, 0.3 hotpage, "
                                                    "0.5 hotcells)")
-    p.add_argument("--zipf", type=float, help="Zipf exponent of the zipf pattern's page popularity (default 1.1)")
+    p.add_argument("--zipf", type=bounded("zipf"),
+                   help="Zipf exponent of the zipf pattern's page popularity (default 1.1)")
     add_geometry_args(p, lba_choices=True)
     p.add_argument("--region", default="10M:1G",
                    help="cold reads in START:END of the device, or 'all' (default: %(default)s, the paper's)")
     p.add_argument("--no-prefill", action="store_true", help="no zone resets and fill writes before the reads")
+    p.add_argument("--force", action="store_true", help="replace a run already in the directory")
     p.set_defaults(func=_synth)
 
 
@@ -184,7 +188,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("zoned namespace (QEMU backend)")
     add_geometry_args(g, limits=True, conv_ns=None)
     add_backend_args(p, "device backend (default qemu)")
-    p.add_argument("--timeout", type=int, default=3600, help="kill the guest after this many seconds")
+    p.add_argument("--timeout", type=bounded("timeout"), default=3600, help="kill the guest after this many seconds")
     _suite_option(p)
     p.set_defaults(func=_capture)
 
@@ -205,19 +209,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--fs", default="raw", help="raw (the zoned namespace; default), ext4 (on the conventional "
                                                "namespace) or btrfs (mkfs.btrfs -O zoned on the zoned namespace)")
     c.add_argument("--engine", default="psync", help="fio ioengine: psync (default), io_uring or libaio")
-    c.add_argument("--iodepth", type=int, default=0, help="queue depth (default: 1 for psync, 4 otherwise)")
-    c.add_argument("--jobs", type=int, default=1, help="fio jobs reading at once (default: %(default)s)")
-    c.add_argument("--runtime", type=int, default=5, help="seconds of random reads (default: %(default)s)")
+    c.add_argument("--iodepth", type=bounded("iodepth"), default=0,
+                   help="queue depth (default: 1 for psync, 4 otherwise)")
+    c.add_argument("--jobs", type=bounded("layer-jobs"), default=1,
+                   help="fio jobs reading at once (default: %(default)s)")
+    c.add_argument("--runtime", type=bounded("runtime"), default=5,
+                   help="seconds of random reads (default: %(default)s)")
     c.add_argument("--size", default="256M", help="file or device region read (default: %(default)s)")
     c.add_argument("--probes", default="nvme,layers", help="nvme,layers (default) or layers")
     c.add_argument("--trace-prep", action="store_true",
                    help="also trace building the stack (mkfs, prefill) with the NVMe probe")
     c.add_argument("--bench", action="store_true",
                    help="first measure fio IOPS without and with the layer probe, same boot (raw/bench.json)")
-    c.add_argument("--bench-rounds", type=int, default=2,
+    c.add_argument("--bench-rounds", type=bounded("bench-rounds"), default=2,
                    help="rounds of --bench, each fio without then with the probe (default: %(default)s)")
     add_geometry_args(c, lba=False, conv_ns="1G")
-    c.add_argument("--timeout", type=int, default=1800, help="kill the guest after this many seconds")
+    c.add_argument("--timeout", type=bounded("timeout"), default=1800, help="kill the guest after this many seconds")
     _output_options(c)
     _suite_option(c)
     c.set_defaults(func=_capture_layers)

@@ -12,7 +12,7 @@ from ..contract import LAYER_MODES, LAYER_OPS, OPS
 from ..errors import ZtbpError
 from ..units import parse_zone_list
 from . import emit
-from .common import add_cluster_args, add_config_args, add_run, cluster_params, mib, progress_bar
+from .common import add_cluster_args, add_config_args, add_run, bounded, cluster_params, mib, progress_bar
 
 
 def _run(args: argparse.Namespace) -> Any:
@@ -152,14 +152,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("zones", help="per-zone reads, writes, appends, resets, bytes, read latency")
     add_run(p, "machine-readable output (all zones)")
-    p.add_argument("--top", type=int, default=16, help="text output: the N most-read zones (0 = all)")
+    p.add_argument("--top", type=bounded("top"), default=16, help="text output: the N most-read zones (0 = all)")
     p.set_defaults(func=_zones)
 
     p = sub.add_parser("chains", help="sequential chains, share ≥ NTS, I/O size and chain-length CDFs")
     add_run(p)
     p.add_argument("--op", default="read", choices=CHAIN_OPS, help="which op's chains (default read)")
-    p.add_argument("--nts-mib", type=float, default=NTS_MIB, help=f"Natural Transfer Size in MiB (default {NTS_MIB:g})")
-    p.add_argument("--window", type=int, default=CHAIN_WINDOW,
+    p.add_argument("--nts-mib", type=bounded("nts-mib"), default=NTS_MIB,
+                   help=f"Natural Transfer Size in MiB (default {NTS_MIB:g})")
+    p.add_argument("--window", type=bounded("chain-window"), default=CHAIN_WINDOW,
                    help=f"a chain stays open while its last request is among the N most recent (default "
                         f"{CHAIN_WINDOW}; 0 = unlimited)")
     p.set_defaults(func=_chains)
@@ -178,7 +179,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_run(p)
     p.add_argument("--cache-mib", type=mib, default=CACHE_MIB,
                    help=f"device cache size in MiB (default {CACHE_MIB}, the paper's)")
-    p.add_argument("--page-kib", type=int, default=PAGE_KIB, help=f"cache page size in KiB (default {PAGE_KIB})")
+    p.add_argument("--page-kib", type=bounded("page-kib"), default=PAGE_KIB,
+                   help=f"cache page size in KiB (default {PAGE_KIB})")
     p.add_argument("--hot-zones", help="hot zone ids, e.g. 1,7,11,15,19 (default: from `ztbp cluster`)")
     p.add_argument("--config", help="take the hot zones from a cache-config.json")
     p.add_argument("--sweep", action="store_true", help=f"also every policy at {', '.join(map(str, SWEEP_MIB))} MiB")
@@ -191,7 +193,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_run(p, "print the configuration as JSON")
     p.add_argument("-o", "--output", required=True, help="file to write, e.g. RUN/derived/cache-config.json")
     p.add_argument("--cache-mib", type=mib, default=CACHE_MIB, help=f"device cache size in MiB (default {CACHE_MIB})")
-    p.add_argument("--page-kib", type=int, default=PAGE_KIB, help=f"cache page size in KiB (default {PAGE_KIB})")
+    p.add_argument("--page-kib", type=bounded("page-kib"), default=PAGE_KIB,
+                   help=f"cache page size in KiB (default {PAGE_KIB})")
     add_config_args(p)
     add_cluster_args(p)
     p.set_defaults(func=_config)

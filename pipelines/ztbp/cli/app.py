@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..units import parse_size
-from .common import add_geometry_args, device_geometry
+from .common import add_geometry_args, bounded, device_geometry
 
 
 def _capture_app(args: argparse.Namespace) -> int:
@@ -52,11 +52,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("app", choices=("rocksdb",), help="the application")
     c.add_argument("--fs", default="btrfs", choices=("btrfs", "f2fs", "ext4"),
                    help="btrfs (zoned, default), f2fs (zoned, metadata on --conv-ns) or ext4 (on --conv-ns)")
-    c.add_argument("--keys", type=int, default=20_000, help="keys written by the fill (default: %(default)s)")
-    c.add_argument("--value-size", type=int, default=400, help="value bytes (default: %(default)s)")
-    c.add_argument("--reads", type=int, default=2_000, help="Gets of readrandom (default: %(default)s)")
+    c.add_argument("--keys", type=bounded("keys"), default=20_000,
+                   help="keys written by the fill (default: %(default)s)")
+    c.add_argument("--value-size", type=bounded("value-size"), default=400, help="value bytes (default: %(default)s)")
+    c.add_argument("--reads", type=bounded("app-reads"), default=2_000,
+                   help="Gets of readrandom (default: %(default)s)")
     c.add_argument("--cache-size", default="64K", help="RocksDB block cache (default: %(default)s)")
-    c.add_argument("--duration", type=int, default=0, help="seconds of readwhilewriting (default: 0, none)")
+    c.add_argument("--duration", type=bounded("duration"), default=0,
+                   help="seconds of readwhilewriting (default: 0, none)")
     c.add_argument("--buffered", action="store_true", help="reads through the page cache (no O_DIRECT)")
     c.add_argument("--function", action="append", metavar="OP=FUNCTION",
                    help="trace FUNCTION as operation OP (repeat it; FUNCTION: a symbol or a demangled name prefix, "
@@ -65,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--library", help="resolve the functions in this binary or library of the guest (default: "
                                      "db_bench's librocksdb)")
     add_geometry_args(c, lba=False, conv_ns="1G")
-    c.add_argument("--timeout", type=int, default=3600, help="kill the guest after this many seconds")
+    c.add_argument("--timeout", type=bounded("timeout"), default=3600, help="kill the guest after this many seconds")
     c.add_argument("--out", help="run directory (default: runs/<UTC timestamp>-app-<app>-<fs>)")
     c.add_argument("-v", "--verbose", action="store_true", help="also show the guest console")
     c.add_argument("--json", action="store_true", help="print the summary as JSON")

@@ -6,7 +6,7 @@ import argparse
 
 from ..analysis.params import CACHE_MIB, PAGE_KIB
 from . import emit
-from .common import add_cluster_args, add_config_args, add_run, cluster_params, mib
+from .common import add_cluster_args, add_config_args, add_run, bounded, cluster_params, mib
 
 
 def _apply(args: argparse.Namespace) -> int:
@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_run(p)
     p.add_argument("--device", help="NVMe namespace to send to, e.g. /dev/nvme0n1 (default: dry run, nothing sent)")
     p.add_argument("--cache-mib", type=mib, default=CACHE_MIB, help=f"device cache size in MiB (default {CACHE_MIB})")
-    p.add_argument("--page-kib", type=int, default=PAGE_KIB, help=f"cache page size in KiB (default {PAGE_KIB})")
+    p.add_argument("--page-kib", type=bounded("page-kib"), default=PAGE_KIB,
+                   help=f"cache page size in KiB (default {PAGE_KIB})")
     p.add_argument("--force", action="store_true",
                    help="send a configuration that says \"recommend\": false (ztbp-ctl refuses it with exit code 16 "
                         "otherwise)")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -12,18 +11,91 @@ from typing import Any
 from ..acquire.vm import LBA_BYTES, ZONE_BYTES, ZONES
 from ..analysis.params import PAPER_EPS, PAPER_MIN_SAMPLES, RECOMMEND_GAIN, TRAIN_SHARE, VALIDATIONS, ClusterParams
 from ..errors import ZtbpError
-from ..units import MIB, parse_size
+from ..units import GIB, LIMITS, MIB, Bound, parse_size
 
 
-def mib(text: str) -> float | int:
-    """A size in MiB from the command line: an int when whole (cache-config.json holds whole MiB as integers)."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of MiB") from None
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of MiB")
-    return int(v) if v.is_integer() else v
+class Bounded:
+    """An option's type: a number in its range of units.LIMITS, refused by argparse otherwise with one line naming
+    the range ("argument --eps: 'nan' is out of range: give a number in [1e-06, 1.5]"). `whole_as_int`: a float that
+    is whole comes back as an int (cache-config.json holds whole MiB as integers)."""
+
+    def __init__(self, name: str, whole_as_int: bool = False) -> None:
+        self.__name__ = name
+        self.bound: Bound = LIMITS[name]
+        self.whole_as_int = whole_as_int
+
+    @property
+    def says(self) -> str:
+        return f"{self.bound.kind[self.bound.kind.index(' ') + 1:]} in {self.bound}"
+
+    def __call__(self, text: str) -> int | float:
+        try:
+            v = self.bound.parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return int(v) if self.whole_as_int and float(v).is_integer() else v
+
+
+def bounded(name: str) -> Bounded:
+    """The argparse type of a number bounded by LIMITS[name]."""
+    return Bounded(name)
+
+
+#: A cache size in MiB: an int when whole.
+mib = Bounded("cache-mib", whole_as_int=True)
+
+
+class BoundedList:
+    """An option's type: comma-separated numbers, each in the range of LIMITS[name] (e.g. --eps 0.01,0.02)."""
+
+    def __init__(self, name: str) -> None:
+        self.__name__ = f"{name} list"
+        self.bound: Bound = LIMITS[name]
+
+    @property
+    def says(self) -> str:
+        return f"each in {self.bound}"
+
+    def __call__(self, text: str) -> tuple[int | float, ...]:
+        parts = [x.strip() for x in text.split(",")]
+        if not any(parts):
+            raise argparse.ArgumentTypeError(f"{text!r}: give {self.bound.kind}s in {self.bound} separated by commas")
+        try:
+            return tuple(self.bound.parse(x) for x in parts)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+
+class BoundedSize:
+    """An option's type: a size (4096, 4k, 32M, 1G) in bytes, within LIMITS[name]."""
+
+    def __init__(self, name: str) -> None:
+        self.__name__ = name
+        self.bound: Bound = LIMITS[name]
+
+    @property
+    def says(self) -> str:
+        return f"{self.bound.lo // 1024:g} KiB to {self.bound.hi / GIB:g} GiB"
+
+    def __call__(self, text: str) -> int:
+        try:
+            v = parse_size(text)
+        except ZtbpError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a size ztbp takes: give a size of {self.says}, e.g. "
+                                             "32M") from None
+        if not self.bound.contains(v):
+            raise argparse.ArgumentTypeError(f"{text!r} is out of range: give a size of {self.says}")
+        return v
+
+
+def say_bounds(parser: argparse.ArgumentParser) -> None:
+    """End the help of every bounded option of every command with its range, so `ztbp CMD --help` says it."""
+    for sub in parser._actions:
+        for command in getattr(sub, "choices", None) or {}:
+            for action in sub.choices[command]._actions:
+                t = action.type
+                if isinstance(t, Bounded | BoundedList | BoundedSize) and action.help:
+                    action.help += f"; {t.says}"
 
 
 def add_run(p: argparse.ArgumentParser, json_help: str = "machine-readable output") -> None:
@@ -53,16 +125,18 @@ def add_geometry_args(p: argparse.ArgumentParser | argparse._ArgumentGroup, *, z
     unless 512 or 4096 with `lba_choices`, else by Geometry.validate); `limits`: also
     --zone-cap, --max-open, --max-active; `conv_ns` (not False): --conv-ns with that default. Read back with
     device_geometry(args)."""
-    p.add_argument("--zone-size", default=f"{ZONE_BYTES // MIB}M", help="zone size (default: %(default)s)")
-    p.add_argument(zones_flag, dest="device_zones", type=int, default=ZONES, metavar="N",
+    p.add_argument("--zone-size", type=BoundedSize("zone-size"), default=f"{ZONE_BYTES // MIB}M",
+                   help="zone size (default: %(default)s)")
+    p.add_argument(zones_flag, dest="device_zones", type=bounded("zones"), default=ZONES, metavar="N",
                    help="zones of the zoned namespace (default: %(default)s)")
     if lba:
-        p.add_argument("--lba-size", type=int, default=LBA_BYTES, choices=(512, 4096) if lba_choices else None,
+        p.add_argument("--lba-size", type=bounded("lba-bytes"), default=LBA_BYTES,
+                       choices=(512, 4096) if lba_choices else None,
                        help="logical block size, 512 or 4096 (default: %(default)s)")
     if limits:
         p.add_argument("--zone-cap", default=None, help="zone capacity (default: the zone size)")
-        p.add_argument("--max-open", type=int, default=0, help="max open zones, 0 = no limit")
-        p.add_argument("--max-active", type=int, default=0, help="max active zones, 0 = no limit")
+        p.add_argument("--max-open", type=bounded("zone-limit"), default=0, help="max open zones, 0 = no limit")
+        p.add_argument("--max-active", type=bounded("zone-limit"), default=0, help="max active zones, 0 = no limit")
     if conv_ns is not False:
         p.add_argument("--conv-ns", default=conv_ns,
                        help="also attach a conventional namespace of this size" +
@@ -74,7 +148,7 @@ def device_geometry(args: argparse.Namespace) -> Any:
     from ..acquire.vm import Geometry
 
     cap, conv = getattr(args, "zone_cap", None), getattr(args, "conv_ns", None)
-    return Geometry(zone_bytes=parse_size(args.zone_size), zones=args.device_zones,
+    return Geometry(zone_bytes=args.zone_size, zones=args.device_zones,
                     zone_cap_bytes=parse_size(cap) if cap else None, max_open=getattr(args, "max_open", 0),
                     max_active=getattr(args, "max_active", 0), lba_bytes=getattr(args, "lba_size", LBA_BYTES),
                     conv_ns_bytes=parse_size(conv) if conv else None)
@@ -82,24 +156,25 @@ def device_geometry(args: argparse.Namespace) -> Any:
 
 def add_config_args(p: argparse.ArgumentParser) -> None:
     """How `ztbp config` and `ztbp apply` judge a configuration."""
-    p.add_argument("--train-share", type=float, default=TRAIN_SHARE,
+    p.add_argument("--train-share", type=bounded("train-share"), default=TRAIN_SHARE,
                    help=f"learn the hot zones on this first share of the reads, predict on the rest (default "
                         f"{TRAIN_SHARE:g})")
-    p.add_argument("--min-gain", type=float, default=RECOMMEND_GAIN,
+    p.add_argument("--min-gain", type=bounded("min-gain"), default=RECOMMEND_GAIN,
                    help="recommend the configuration when zone-LRU beats LRU by at least this hit ratio on the "
                         f"held-out reads (default {RECOMMEND_GAIN:g})")
 
 
 def add_cluster_args(p: argparse.ArgumentParser) -> None:
     d = ClusterParams()
-    p.add_argument("--eps", default=",".join(map(str, PAPER_EPS)), help="eps grid (default: the paper's)")
-    p.add_argument("--min-samples", default=",".join(map(str, PAPER_MIN_SAMPLES)),
+    p.add_argument("--eps", type=BoundedList("eps"), default=",".join(map(str, PAPER_EPS)),
+                   help="eps grid (default: the paper's)")
+    p.add_argument("--min-samples", type=BoundedList("min-samples"), default=",".join(map(str, PAPER_MIN_SAMPLES)),
                    help="min_samples grid (default: the paper's)")
-    p.add_argument("--cells-per-zone", type=int, default=d.cells_per_zone,
+    p.add_argument("--cells-per-zone", type=bounded("cells-per-zone"), default=d.cells_per_zone,
                    help=f"cells per zone (default {d.cells_per_zone})")
-    p.add_argument("--hot-factor", type=float, default=d.hot_factor,
+    p.add_argument("--hot-factor", type=bounded("hot-factor"), default=d.hot_factor,
                    help=f"a cluster is hot at this multiple of the mean read density (default {d.hot_factor:g})")
-    p.add_argument("--alpha", type=float, default=d.alpha,
+    p.add_argument("--alpha", type=bounded("alpha"), default=d.alpha,
                    help=f"family-wise false-positive rate of the zone significance test per run (default {d.alpha:g})")
     p.add_argument("--validation", choices=VALIDATIONS, default=d.validation,
                    help="which validation picks eps / min_samples: time (tune on earlier reads, score on later "
@@ -107,29 +182,14 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
                         f"(default {d.validation})")
     p.add_argument("--no-widen", action="store_true",
                    help="keep the grid as given even when the winner sits on its edge")
-    p.add_argument("--seed", type=int, default=d.seed, help=f"KFold shuffle seed (default {d.seed})")
-
-
-def _numbers(text: str, flag: str, kind: type, example: str) -> tuple:
-    try:
-        return tuple(kind(x) for x in text.split(","))
-    except ValueError:
-        raise ZtbpError(f"{flag} {text!r}: expected numbers separated by commas, e.g. {example}") from None
+    p.add_argument("--seed", type=bounded("seed"), default=d.seed, help=f"KFold shuffle seed (default {d.seed})")
 
 
 def cluster_params(args: argparse.Namespace) -> ClusterParams:
-    eps = _numbers(args.eps, "--eps", float, "0.01,0.02")
-    if not eps or any(e <= 0 for e in eps):
-        raise ZtbpError("--eps values must be positive")
-    ms = _numbers(args.min_samples, "--min-samples", int, "20,30")
-    if not ms or any(m < 1 for m in ms):
-        raise ZtbpError("--min-samples values must be ≥ 1")
-    if args.hot_factor <= 0:
-        raise ZtbpError("--hot-factor must be positive")
-    if not 0 < args.alpha < 1:
-        raise ZtbpError("--alpha must be in (0, 1), e.g. 0.01")
-    return ClusterParams(eps=eps, min_samples=ms, cells_per_zone=args.cells_per_zone, hot_factor=args.hot_factor,
-                         alpha=args.alpha, validation=args.validation, widen=not args.no_widen, seed=args.seed)
+    """The clustering's parameters from the options add_cluster_args declared (each already in its range)."""
+    return ClusterParams(eps=args.eps, min_samples=args.min_samples, cells_per_zone=args.cells_per_zone,
+                         hot_factor=args.hot_factor, alpha=args.alpha, validation=args.validation,
+                         widen=not args.no_widen, seed=args.seed)
 
 
 def progress_bar(enabled: bool, desc: str, unit: str) -> Callable[[int, int], None] | None:

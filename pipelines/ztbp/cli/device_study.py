@@ -20,7 +20,7 @@ from ..errors import ZtbpError
 from ..files import write_atomic
 from ..units import MIB, parse_size, parse_zone_list
 from . import emit
-from .common import add_backend_args, add_geometry_args, add_run, device_geometry
+from .common import add_backend_args, add_geometry_args, add_run, bounded, device_geometry
 
 
 def zone_spec(text: str) -> tuple[int, ...]:
@@ -30,7 +30,10 @@ def zone_spec(text: str) -> tuple[int, ...]:
         part = part.strip()
         if "-" in part:
             a, _, b = part.partition("-")
-            lo, hi = parse_zone_list(a, "--zones")[0], parse_zone_list(b, "--zones")[0]
+            ends = parse_zone_list(a, "--zones") + parse_zone_list(b, "--zones")
+            if len(ends) != 2:
+                raise ZtbpError(f"--zones {text!r}: give zone ids and ranges FIRST-LAST, e.g. 0-7,128")
+            lo, hi = ends
             if hi < lo:
                 raise ZtbpError(f"--zones {text!r}: range {part} runs backwards")
             out += range(lo, hi + 1)
@@ -40,8 +43,6 @@ def zone_spec(text: str) -> tuple[int, ...]:
 
 
 def _spec(args: argparse.Namespace) -> ProfileParams:
-    if args.seconds <= 0 or args.iodepth < 1:
-        raise ZtbpError("--seconds must be positive and --iodepth at least 1")
     return ProfileParams(rw=args.rw, block_bytes=parse_size(args.bs), iodepth=args.iodepth, seconds=args.seconds,
                          ramp_seconds=args.ramp, ioengine=args.ioengine, span_mib=args.span_mib, fresh=args.fresh)
 
@@ -65,10 +66,6 @@ def _profile(args: argparse.Namespace) -> int:
     from ..control.profile import ProfileRequest, run_profile
     from ..present.device_study import profile_heatmap, profile_text
 
-    if args.confirm < 0:
-        raise ZtbpError("--confirm is a number of extra measurements, 0 or more")
-    if not 0 < args.threshold < 2:
-        raise ZtbpError("--threshold is a share of the pair's summed solo bandwidth, e.g. 0.8")
     spec = _spec(args)
     req = ProfileRequest(zones=zone_spec(args.zones) if args.zones else None, spec=spec, threshold=args.threshold,
                          threshold_mib=args.threshold_mib, reference=args.reference, full_matrix=args.full_matrix,
@@ -92,7 +89,7 @@ def _profile(args: argparse.Namespace) -> int:
 
         geometry = device_geometry(args)
         plan = NvmevirtPlan(storage_mib=parse_size(args.nvmevirt_storage) // MIB,
-                            zone_mib=parse_size(args.zone_size) // MIB)
+                            zone_mib=args.zone_size // MIB)
         runner = GuestRunner(out=out, backend=args.backend, geometry=geometry,
                              nvmevirt_ko=args.nvmevirt_ko,
                              nvmevirt_plan=plan, timeout_s=args.timeout, on_line=on_line)
@@ -111,8 +108,6 @@ def _conflicts(args: argparse.Namespace) -> int:
     from ..io.run import load
     from ..present.device_study import conflicts_text
 
-    if args.bin_s <= 0 or args.queue_depth < 1 or args.window < 1:
-        raise ZtbpError("--bin-s must be positive, --queue-depth and --window at least 1")
     groups = read_z2c(Path(args.groups))
     res = stages.conflicts(load(args.run), groups, args.bin_s,
                               DispatchModel(queue_depth=args.queue_depth, window=args.window,
@@ -128,8 +123,6 @@ def _resets(args: argparse.Namespace) -> int:
     from ..io.run import load
     from ..present.device_study import resets_json, resets_text
 
-    if not 0 < args.far_t <= 1:
-        raise ZtbpError("--far-t is a share of the device's capacity, between 0 and 1 (the study used 0.7)")
     far = FarParams(t=args.far_t, slope=args.far_slope, intercept=args.far_intercept)
     res = stages.resets(load(args.run), far)
     emit(resets_json(res), args.json, resets_text(res, args.rows))
@@ -143,34 +136,40 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "zones into conflict groups (the ZNS parallelism study's algorithm). On the VM "
                                    "(QEMU's zoned namespace or NVMeVirt) or, with --device, a zoned drive here.")
     p.add_argument("--zones", help="zones to profile, e.g. 0-15 or 0,1,8,128-131 (default: the first --max-zones)")
-    p.add_argument("--max-zones", type=int, default=32, help="zones profiled without --zones (default %(default)s)")
-    p.add_argument("--threshold", type=float, default=INTERFERENCE_THRESHOLD,
+    p.add_argument("--max-zones", type=bounded("max-zones"), default=32,
+                   help="zones profiled without --zones (default %(default)s)")
+    p.add_argument("--threshold", type=bounded("threshold"), default=INTERFERENCE_THRESHOLD,
                    help="a pair interferes when its total bandwidth is below this share of the reference "
                         "(default %(default)s)")
     p.add_argument("--reference", choices=REFERENCES, default="median",
                    help="the reference: twice the median solo bandwidth (default; steady under noisy solos) or "
                         "the pair's own summed solo bandwidth")
-    p.add_argument("--threshold-mib", type=float, help="instead: a pair interferes below this many MiB/s in all")
-    p.add_argument("--min-separation", type=float, default=MIN_SEPARATION,
+    p.add_argument("--threshold-mib", type=bounded("threshold-mib"),
+                   help="instead: a pair interferes below this many MiB/s in all")
+    p.add_argument("--min-separation", type=bounded("min-separation"), default=MIN_SEPARATION,
                    help="interfering and independent pairs must be this far apart to count as structure "
                         "(default %(default)s)")
     p.add_argument("--full-matrix", action="store_true",
                    help="measure every pair, in a shuffled order, before grouping (small devices)")
-    p.add_argument("--confirm", type=int, default=1,
+    p.add_argument("--confirm", type=bounded("confirm"), default=1,
                    help="measure a pair found interfering up to N more times, keeping its best figure (a passing "
                         "disturbance only lowers bandwidth); with --full-matrix, measure the whole matrix N more "
                         "times in the same order (default %(default)s)")
     p.add_argument("--no-recheck", action="store_true",
                    help="skip the closing solo pass (every zone alone again after the pairs), which measures the "
                         "drift and, with --confirm, the noise of one measurement the verdict weighs groups against")
-    p.add_argument("--budget", type=float, default=0, help="stop measuring after this many seconds (0 = no limit)")
+    p.add_argument("--budget", type=bounded("budget"), default=0,
+                   help="stop measuring after this many seconds (0 = no limit)")
     p.add_argument("--rw", choices=("read", "write"), default=d.rw, help="measure reads or writes (default read)")
     p.add_argument("--bs", default=f"{d.block_bytes // 1024}k", help="block size (default %(default)s)")
-    p.add_argument("--iodepth", type=int, default=d.iodepth, help="queue depth per zone (default %(default)s)")
-    p.add_argument("--seconds", type=float, default=d.seconds, help="seconds per measurement (default %(default)s)")
-    p.add_argument("--ramp", type=float, default=0.0, help="fio ramp_time before each measurement, seconds")
+    p.add_argument("--iodepth", type=bounded("profile-iodepth"), default=d.iodepth,
+                   help="queue depth per zone (default %(default)s)")
+    p.add_argument("--seconds", type=bounded("seconds"), default=d.seconds,
+                   help="seconds per measurement (default %(default)s)")
+    p.add_argument("--ramp", type=bounded("ramp"), default=0.0, help="fio ramp_time before each measurement, seconds")
     p.add_argument("--ioengine", default=d.ioengine, help="fio ioengine (default %(default)s)")
-    p.add_argument("--span-mib", type=float, default=0.0, help="read this much of each zone (default: all of it)")
+    p.add_argument("--span-mib", type=bounded("span-mib"), default=0.0,
+                   help="read this much of each zone (default: all of it)")
     p.add_argument("--fresh", action="store_true",
                    help="read blocks no earlier measurement read (a device read cache then never hits)")
     p.add_argument("--no-fill", action="store_true", help="do not reset and write the zones before read profiling")
@@ -184,25 +183,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--destructive", action="store_true", help="allow resets and writes on --device")
     add_backend_args(g, "VM device (default qemu)")
     add_geometry_args(g, zones_flag="--vm-zones", lba=False)
-    g.add_argument("--timeout", type=int, default=7200, help="kill the guest after this many seconds")
+    g.add_argument("--timeout", type=bounded("timeout"), default=7200, help="kill the guest after this many seconds")
     p.set_defaults(func=_profile)
 
     p = sub.add_parser("conflicts", help="commands colliding within a conflict group over time, and a "
                                          "group-aware dispatch what-if, for a zone-to-group table")
     add_run(p)
     p.add_argument("--groups", required=True, help="zone-to-group table: z2c.json or z2c.csv of `ztbp profile`")
-    p.add_argument("--bin-s", type=float, default=1.0, help="time bin, seconds (default %(default)s)")
-    p.add_argument("--queue-depth", type=int, default=32, help="what-if: commands in flight (default %(default)s)")
-    p.add_argument("--window", type=int, default=32, help="what-if: look-ahead of group-aware dispatch")
-    p.add_argument("--max-commands", type=int, default=200_000, help="what-if: commands simulated at most")
+    p.add_argument("--bin-s", type=bounded("bin-s"), default=1.0, help="time bin, seconds (default %(default)s)")
+    p.add_argument("--queue-depth", type=bounded("queue-depth"), default=32,
+                   help="what-if: commands in flight (default %(default)s)")
+    p.add_argument("--window", type=bounded("dispatch-window"), default=32,
+                   help="what-if: look-ahead of group-aware dispatch")
+    p.add_argument("--max-commands", type=bounded("max-commands"), default=200_000,
+                   help="what-if: commands simulated at most")
     p.set_defaults(func=_conflicts)
 
     p = sub.add_parser("resets", help="every zone reset (write pointer, fullness, free space, latency) and the "
                                       "FAR what-if against eager reset")
     add_run(p)
-    p.add_argument("--far-t", type=float, default=FAR_T, help="FAR's free-space threshold T (default %(default)s)")
-    p.add_argument("--far-slope", type=float, default=None,
+    p.add_argument("--far-t", type=bounded("far-t"), default=FAR_T,
+                   help="FAR's free-space threshold T (default %(default)s)")
+    p.add_argument("--far-slope", type=bounded("far-line"), default=None,
                    help="below T: T_wp = slope x free share + intercept, of the zone (default 1/T)")
-    p.add_argument("--far-intercept", type=float, default=FAR_INTERCEPT, help="(default %(default)s)")
-    p.add_argument("--rows", type=int, default=12, help="text output: resets listed (default %(default)s)")
+    p.add_argument("--far-intercept", type=bounded("far-line"), default=FAR_INTERCEPT, help="(default %(default)s)")
+    p.add_argument("--rows", type=bounded("rows"), default=12, help="text output: resets listed (default %(default)s)")
     p.set_defaults(func=_resets)

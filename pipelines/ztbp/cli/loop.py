@@ -10,7 +10,7 @@ from pathlib import Path
 from ..acquire.workload import PRESETS
 from ..analysis.params import AB_PAIRS, AB_READS, CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
 from .acquire import add_workload_options, workload_options
-from .common import add_backend_args, add_geometry_args, device_geometry
+from .common import add_backend_args, add_geometry_args, bounded, device_geometry
 
 
 def _loop(args: argparse.Namespace) -> int:
@@ -44,8 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "(nothing is sent) or when the measured gain falls below --min-gain.")
     p.add_argument("workload", nargs="?", default="paper80", help=f"one of {', '.join(PRESETS)} (default: paper80)")
     add_workload_options(p)
-    p.add_argument("--rounds", type=int, default=3, help="at most this many rounds (default: %(default)s)")
-    p.add_argument("--min-gain", type=float, default=RECOMMEND_GAIN,
+    p.add_argument("--rounds", type=bounded("rounds"), default=3,
+                   help="at most this many rounds (default: %(default)s)")
+    p.add_argument("--min-gain", type=bounded("min-gain"), default=RECOMMEND_GAIN,
                    help="stop when the model's hit ratio with the zones in force rises by less (default: "
                         "%(default)s); also the config's recommendation threshold")
     p.add_argument("--ab", type=int, default=0, metavar="PAIRS",
@@ -57,8 +58,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fio-file", default=None, metavar="FILE",
                    help="run this fio job each round instead of the preset (filename= set to the traced namespace; "
                         "the preset still chooses the zones reset and prefilled)")
-    p.add_argument("--cache-mib", type=int, default=CACHE_MIB, help="cache size of the model (default: %(default)s)")
-    p.add_argument("--page-kib", type=int, default=PAGE_KIB, help="cache page of the model (default: %(default)s)")
+    p.add_argument("--cache-mib", type=bounded("loop-cache-mib"), default=CACHE_MIB,
+                   help="cache size of the model (default: %(default)s)")
+    p.add_argument("--page-kib", type=bounded("page-kib"), default=PAGE_KIB,
+                   help="cache page of the model (default: %(default)s)")
     add_backend_args(p, "qemu (default: the device refuses SET; the loop evaluates the model only) or nvmevirt",
                      storage=False)
     p.add_argument("--host", metavar="DEV", default=None,
@@ -66,7 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "zones the workload resets and prefills)")
     add_geometry_args(p)
     p.add_argument("-o", "--out", default=None, help="loop directory (default: runs/<UTC time>-loop-<workload>)")
-    p.add_argument("--timeout", type=int, default=7200, help="kill the guest after this many seconds")
+    p.add_argument("--timeout", type=bounded("timeout"), default=7200, help="kill the guest after this many seconds")
     p.add_argument("--json", action="store_true", help="print loop.json instead of the summary")
     p.add_argument("-v", "--verbose", action="store_true", help="echo the guest console")
     p.set_defaults(func=_loop)

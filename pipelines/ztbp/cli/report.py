@@ -7,6 +7,7 @@ import sys
 
 from ..errors import ZtbpError
 from . import emit
+from .common import bounded
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -63,7 +64,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    help="one notebook parameter (value read as YAML); repeatable")
     p.add_argument("--only", help="comma-separated notebooks to run, by number or name (default: all)")
-    p.add_argument("--timeout", type=int, default=900, help="seconds per notebook cell (default 900)")
+    p.add_argument("--timeout", type=bounded("cell-timeout"), default=900,
+                   help="seconds per notebook cell (default 900)")
     p.add_argument("--send", action="store_true",
                    help="let the cache notebook send the configuration to its `device` parameter (default: a dry "
                         "run; nothing is sent while a report renders unless this is given)")

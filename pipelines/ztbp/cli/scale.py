@@ -9,9 +9,9 @@ from typing import Any
 from ..analysis.params import CACHE_MIB, PAGE_KIB
 from ..errors import ZtbpError
 from ..io.layout import DEFAULT_CHUNK_BYTES, DEFAULT_WINDOW_S, DEFAULT_ZONE_PARTS
-from ..units import parse_size, parse_zone_list
+from ..units import parse_zone_list
 from . import emit
-from .common import mib
+from .common import BoundedList, BoundedSize, bounded, mib
 
 IMPORT_FORMATS = ("blkparse", "fio-iolog", "alibaba", "tencent", "msr")
 #: stages.STREAMED (spelled out: building the parser loads no stage; tests/test_streaming.py checks they agree)
@@ -19,17 +19,15 @@ STREAM_ANALYSES = ("zones", "opcodes", "cells", "chains", "frag", "cluster", "ca
 
 
 def _stream_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--window-s", type=float, default=DEFAULT_WINDOW_S,
+    p.add_argument("--window-s", type=bounded("window-s"), default=DEFAULT_WINDOW_S,
                    help=f"time window of a partition, seconds (default {DEFAULT_WINDOW_S:g})")
-    p.add_argument("--zone-parts", type=int, default=DEFAULT_ZONE_PARTS,
+    p.add_argument("--zone-parts", type=bounded("zone-parts"), default=DEFAULT_ZONE_PARTS,
                    help=f"zone ranges the device is cut into (default {DEFAULT_ZONE_PARTS})")
-    p.add_argument("--chunk-mib", type=int, default=DEFAULT_CHUNK_BYTES >> 20,
+    p.add_argument("--chunk-mib", type=bounded("chunk-mib"), default=DEFAULT_CHUNK_BYTES >> 20,
                    help=f"CSV read per chunk, MiB (default {DEFAULT_CHUNK_BYTES >> 20})")
 
 
 def _stream_args(args: argparse.Namespace) -> dict[str, Any]:
-    if args.chunk_mib <= 0:
-        raise ZtbpError("--chunk-mib must be positive")
     return {"window_s": args.window_s, "zone_parts": args.zone_parts, "chunk_bytes": args.chunk_mib << 20}
 
 
@@ -41,7 +39,7 @@ def _import(args: argparse.Namespace) -> int:
     from ..present.scale import import_text
 
     run = RunPaths(Path(args.run))
-    rep = import_trace(args.source, run, args.format, zone_size_bytes=parse_size(args.zone_size),
+    rep = import_trace(args.source, run, args.format, zone_size_bytes=args.zone_size,
                        lba_bytes=args.lba_bytes, nr_zones=args.nr_zones, device=args.device, overwrite=args.force)
     out: dict[str, Any] = {"run": str(run.root), "import": rep.as_dict()}
     if args.stream:
@@ -84,10 +82,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("source", help="the trace file")
     p.add_argument("run", help="run directory to create")
     p.add_argument("--format", required=True, choices=IMPORT_FORMATS, help="layout of the trace file")
-    p.add_argument("--zone-size", required=True,
+    p.add_argument("--zone-size", required=True, type=BoundedSize("zone-size"),
                    help="zone size to cut the address space into, e.g. 256M (the traces have no zones)")
-    p.add_argument("--lba-bytes", type=int, default=512, help="LBA size of the run (default 512)")
-    p.add_argument("--nr-zones", type=int, help="zones of the device (default: enough for the highest LBA)")
+    p.add_argument("--lba-bytes", type=bounded("lba-bytes"), default=512, help="LBA size of the run (default 512)")
+    p.add_argument("--nr-zones", type=bounded("zones"),
+                   help="zones of the device (default: enough for the highest LBA)")
     p.add_argument("--device", help="keep only this device / volume / disk id (blkparse: MAJOR,MINOR)")
     p.add_argument("--force", action="store_true", help="replace a run already in the directory")
     g = p.add_mutually_exclusive_group()
@@ -116,19 +115,12 @@ def _shards(args: argparse.Namespace) -> int:
     from ..present.scale import shards_text
     from ..stages import check_zones
 
-    try:
-        rates = tuple(float(r) for r in args.rates.split(","))
-    except ValueError:
-        rates = ()
-    if not rates or any(not 0 < r <= 1 for r in rates):
-        raise ZtbpError("--rates: sampling rates in (0, 1], e.g. 0.01,0.001")
+    rates = args.rates
     run = load(args.run)
     hot = (list(parse_zone_list(args.hot_zones, "--hot-zones")) if args.hot_zones is not None
-           else list(run.meta.get("workload", {}).get("hot_zones", [])))
+           else list(run.meta.get("workload", {}).get("hot_zones") or []))
     from ..analysis.shards import compare
 
-    if args.seeds < 1:
-        raise ZtbpError("--seeds: at least 1 sample per rate")
     res = compare(run.events, run.meta, args.cache_mib, args.page_kib, check_zones(run, hot), rates,
                   seed=args.seed, seeds=args.seeds)
     res["run"] = run.run_id
@@ -139,12 +131,14 @@ def _shards(args: argparse.Namespace) -> int:
 def _register_shards(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("shards", help="SHARDS spatially sampled cache simulation vs the exact one, every policy")
     p.add_argument("run", help="run directory (or a run id under runs/)")
-    p.add_argument("--rates", default="0.01,0.001", help="sampling rates (default 0.01,0.001)")
+    p.add_argument("--rates", type=BoundedList("rate"), default="0.01,0.001",
+                   help="sampling rates (default 0.01,0.001)")
     p.add_argument("--cache-mib", type=mib, default=CACHE_MIB, help=f"cache size in MiB (default {CACHE_MIB})")
-    p.add_argument("--page-kib", type=int, default=PAGE_KIB, help=f"cache page in KiB (default {PAGE_KIB})")
+    p.add_argument("--page-kib", type=bounded("page-kib"), default=PAGE_KIB,
+                   help=f"cache page in KiB (default {PAGE_KIB})")
     p.add_argument("--hot-zones", help="hot zones for zone_lru (default: the workload's in meta.json)")
-    p.add_argument("--seed", type=int, default=0, help="hash seed of the sampler (default 0)")
-    p.add_argument("--seeds", type=int, default=1,
+    p.add_argument("--seed", type=bounded("seed"), default=0, help="hash seed of the sampler (default 0)")
+    p.add_argument("--seeds", type=bounded("seeds"), default=1,
                    help="samples per rate (seeds SEED, SEED+1, …) for the mean absolute error (default 1)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_shards)
@@ -215,7 +209,7 @@ def _register_batch(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tls-key", metavar="PEM", help="tls:// scheduler: this client's key (when not in --tls-cert)")
     p.add_argument("--insecure", action="store_true",
                    help="accept a plain tcp:// scheduler on another machine (no encryption, no authentication)")
-    p.add_argument("--workers", type=int, default=2, help="local cluster worker processes (default 2)")
+    p.add_argument("--workers", type=bounded("workers"), default=2, help="local cluster worker processes (default 2)")
     p.add_argument("--sequential", action="store_true", help="no cluster: one run after another in this process")
     p.add_argument("--analyses", default=",".join(BATCH_ANALYSES),
                    help=f"comma list of {','.join(BATCH_ANALYSES)} (default all)")

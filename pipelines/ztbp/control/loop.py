@@ -54,6 +54,7 @@ from ..io import loop as loopfiles
 from ..io.run import load
 from ..paths import RunPaths
 from ..present.loop import round_line
+from ..units import check_limit
 from ..writeback.config import write_config
 
 GUEST_SCRIPT = paths.VM / "guest" / "loop.sh"
@@ -88,18 +89,23 @@ class LoopRequest:
     ab_reads: int = AB_READS
 
     def validate(self) -> None:
-        if self.rounds < 1:
-            raise LoopError(f"--rounds {self.rounds}: give at least 1")
+        check_limit("rounds", self.rounds)
+        check_limit("min-gain", self.min_gain)
+        check_limit("loop-cache-mib", self.cache_mib, "--cache-mib")
+        check_limit("page-kib", self.page_kib)
+        check_limit("timeout", self.timeout)
         if self.ab_pairs and not AB_PAIRS[0] <= self.ab_pairs <= AB_PAIRS[1]:
             raise LoopError(f"--ab {self.ab_pairs}: give {AB_PAIRS[0]} to {AB_PAIRS[1]} pairs of blocks (an interval "
                             "needs at least 2), or 0 for no A/B blocks")
         if not AB_READ_RANGE[0] <= self.ab_reads <= AB_READ_RANGE[1]:
             raise LoopError(f"--ab-reads {self.ab_reads}: give {AB_READ_RANGE[0]:,} to {AB_READ_RANGE[1]:,} reads "
                             "per block")
-        if not 0 <= self.min_gain <= 1:
-            raise LoopError(f"--min-gain {self.min_gain}: give a hit-ratio gain in [0, 1], e.g. 0.01")
         if self.workload.name not in PRESETS:
             raise LoopError(f"unknown workload '{self.workload.name}'; choose one of: {', '.join(PRESETS)}")
+        if self.backend == "qemu":  # its namespace is known now: the workload must fit it before a boot
+            self.geometry.validate()
+            self.workload.build(device="/dev/nvme0n1", zone_bytes=self.geometry.zone_bytes,
+                                nr_zones=self.geometry.zones)
         if self.backend == "nvmevirt":
             nvmevirt_module(self.nvmevirt_ko, LoopError)
         if self.fio_file is not None and not self.fio_file.is_file():

@@ -1,76 +1,62 @@
 """Readers of an application run's raw files: raw/appops.csv, raw/cachestat.csv, raw/files.csv (probes/FORMAT.md)
-and the NVMe rows with the submitting thread. Header lines are checked; a row that does not parse stops the read
-with an error naming the file (these files are small and written in one piece at the end of a capture, so a bad
-row means a damaged file, not a lost event)."""
+and the NVMe rows with the submitting thread. They follow the rule of every probe file (io/rows.py): a wrong version
+line or header is refused with one line; a row that does not parse (garbage, not UTF-8, a field beyond its type, the
+last line cut without its newline) is skipped and counted with its line number, and each reader returns what it
+skipped (RowsReport) beside the rows."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 
-from ..contract import (
-    APPOPS_COLUMNS,
-    APPOPS_VERSION_LINE,
-    CACHESTAT_COLUMNS,
-    CACHESTAT_VERSION_LINE,
-    FILES_COLUMNS,
-    FILES_VERSION_LINE,
-    NVME_COLUMNS,
-    parse_version_line,
-)
+from ..contract import NVME_COLUMNS, OPS, PROBE_FILES, ZONE_ACTIONS
 from ..errors import FormatError, MissingRunError
 from ..paths import RunPaths
+from .rows import RowSpec, RowsReport, read_header, read_rows
 
-_TYPES: dict[str, pl.DataType] = {
-    "op": pl.String(), "path": pl.String(), "flags": pl.String(), "status": pl.Int64(), "dev_bytes": pl.Int64(),
-}
+_STRINGS = ("op", "path", "flags", "zone_action")
+CAPTURE_APP = "capture an application run with `ztbp capture-app rocksdb`"
 
 
-def _read(path: Path, probe: str, version: str, columns: tuple[str, ...], what_makes_it: str) -> pl.DataFrame:
+def _spec(columns: tuple[str, ...], enums: dict[str, tuple[str, ...]] | None = None) -> RowSpec:
+    """Every column an Int64 but the named strings."""
+    return RowSpec(columns, {c: pl.Int64() for c in columns if c not in _STRINGS}, enums or {})
+
+
+def _read(run: RunPaths, probe: str, spec: RowSpec, what_makes_it: str, file: str | None = None
+          ) -> tuple[pl.DataFrame, RowsReport]:
+    path = run.probe_csv(file or probe)
     if not path.is_file():
         raise MissingRunError(f"{path} is missing: {what_makes_it}")
-    with path.open() as f:
-        first, second = f.readline(), f.readline()
-    parse_version_line(first, probe, int(version.rsplit("v", 1)[1]), path)
-    cols = second.strip().split(",")
-    if tuple(cols[: len(columns)]) != columns:
-        raise FormatError(f"{path}: line 2 must be '{','.join(columns)}', found {second.strip()[:100]!r}")
-    schema = {c: _TYPES.get(c, pl.Int64()) for c in cols}
-    return _csv(path, schema).select(columns)
-
-
-def _csv(path: Path, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    header, offset = read_header(path, probe, 1, PROBE_FILES[probe][1])
+    if any(c not in header for c in spec.columns):
+        raise FormatError(f"{path} has no {spec.columns[-1]} column: operations cannot be attributed by thread. "
+                          "Capture with `ztbp capture-app` (its NVMe probe, nvme_zone_stream.bt, records the "
+                          "submitting thread).")
     try:
-        return pl.read_csv(path, skip_rows=1, schema=schema)
-    except (pl.exceptions.ComputeError, pl.exceptions.SchemaError) as e:
-        why = str(e).splitlines()[0][:160]
-        raise FormatError(f"{path}: a row does not parse ({why}); re-capture the run") from None
+        body = path.read_bytes()[offset:]
+    except OSError as e:
+        raise MissingRunError(f"cannot read {path}: {e.strerror}") from None
+    rows = read_rows(body, header, spec, 3)
+    report = RowsReport(file=f"raw/{path.name}")
+    report.add(rows)
+    return rows.frame, report
 
 
-def load_appops(run: RunPaths) -> pl.DataFrame:
-    return _read(run.probe_csv("appops"), "appops", APPOPS_VERSION_LINE, APPOPS_COLUMNS,
-                 "capture an application run with `ztbp capture-app rocksdb`")
+def load_appops(run: RunPaths) -> tuple[pl.DataFrame, RowsReport]:
+    return _read(run, "appops", _spec(PROBE_FILES["appops"][1]), CAPTURE_APP)
 
 
-def load_cachestat(run: RunPaths) -> pl.DataFrame:
-    return _read(run.probe_csv("cachestat"), "cachestat", CACHESTAT_VERSION_LINE, CACHESTAT_COLUMNS,
-                 "capture an application run with `ztbp capture-app rocksdb`")
+def load_cachestat(run: RunPaths) -> tuple[pl.DataFrame, RowsReport]:
+    return _read(run, "cachestat", _spec(PROBE_FILES["cachestat"][1]), CAPTURE_APP)
 
 
-def load_files(run: RunPaths) -> pl.DataFrame:
-    return _read(run.probe_csv("files"), "files", FILES_VERSION_LINE, FILES_COLUMNS,
-                 "capture an application run with `ztbp capture-app rocksdb` (it records every file's extents)")
+def load_files(run: RunPaths) -> tuple[pl.DataFrame, RowsReport]:
+    return _read(run, "files", _spec(PROBE_FILES["files"][1]),
+                 f"{CAPTURE_APP} (it records every file's extents)")
 
 
-def load_nvme_tid(run: RunPaths) -> pl.DataFrame:
+def load_nvme_tid(run: RunPaths) -> tuple[pl.DataFrame, RowsReport]:
     """raw/nvme.csv with its `tid` column (written by probes/nvme_zone_stream.bt); an error when it has none."""
-    path = run.nvme_csv
-    with path.open() as f:
-        f.readline()
-        cols = f.readline().strip().split(",")
-    if "tid" not in cols:
-        raise FormatError(f"{path} has no tid column: operations cannot be attributed by thread. Capture with "
-                          "`ztbp capture-app` (its NVMe probe, nvme_zone_stream.bt, records the submitting thread).")
-    schema = {c: (pl.String() if c in ("op", "zone_action") else pl.Int64()) for c in cols}
-    return _csv(path, schema).select([*NVME_COLUMNS, "tid"])
+    actions = tuple(a + s for a in ZONE_ACTIONS if a for s in ("", "_all")) + ("",)
+    spec = _spec((*NVME_COLUMNS, "tid"), {"op": OPS, "zone_action": actions})
+    return _read(run, "nvme", spec, "this run has no NVMe trace")

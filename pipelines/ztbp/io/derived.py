@@ -40,7 +40,7 @@ def _kept(path: Path, key: str) -> dict[str, Any] | None:
     recomputed and replaced)."""
     try:
         old = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+    except (ValueError, RecursionError, OSError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         return None
     if isinstance(old, dict) and old.get("cache_key") == key and isinstance(old.get("result"), dict):
         return old["result"]

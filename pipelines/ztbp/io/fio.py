@@ -28,8 +28,8 @@ def read_fio(path: Path) -> dict[str, Any]:
     start = text.find("{")
     try:
         data = json.loads(text[start:] if start > 0 else text)
-    except json.JSONDecodeError as e:
-        raise ZtbpError(f"{path.name} is not fio JSON output ({e})") from None
+    except (ValueError, RecursionError) as e:
+        raise ZtbpError(f"{path.name} is not fio JSON output ({type(e).__name__}: {str(e)[:80]})") from None
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
         raise ZtbpError(f"{path.name} has no 'jobs' list: is it fio --output-format=json output?")
     return data

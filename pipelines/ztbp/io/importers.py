@@ -34,7 +34,9 @@ of the trace for blkparse and fio); lat_ns is the source's latency where it has 
 meta records `"latency": "none"`); each source device (blkparse major,minor; a cloud trace's device / volume / disk
 id; a fio file) becomes one nsid 1, 2, ... in order of first appearance (meta.json `import.devices` maps them back);
 byte offsets become LBAs of `lba_bytes` (slba rounded down, the end rounded up; such commands are counted as
-`unaligned`); ctrl, qid and cid are 0, status is 0 except a blkparse completion with an error.
+`unaligned`); ctrl, qid and cid are 0, status is 0 except a blkparse completion with an error. A field beyond 64 bits,
+or one whose time in ns or byte range would pass 2^63 once converted, is a skipped line (counted), never a value
+that wraps around.
 """
 
 from __future__ import annotations
@@ -47,14 +49,17 @@ from typing import Any
 
 import polars as pl
 
-from ..contract import NVME_COLUMNS, NVME_VERSION_LINE, new_meta, write_meta
+from ..contract import NVME_COLUMNS, NVME_VERSION_LINE, check_new_run, new_meta, write_meta
 from ..errors import FormatError, MissingRunError, ZtbpError
 from ..files import atomic_path, make_dir
 from ..paths import RunPaths
+from ..units import MAX_NS
 from .stream import byte_chunks
 
 SHOW_SKIPPED = 5
 SECTOR = 512
+#: Every time in ns and every byte offset and end stays at or below this (units.MAX_NS - 1).
+LIMIT = MAX_NS - 1
 #: op -> NVMe opcode written to raw/nvme.csv (contract.OPCODE_OP, and 0xFF for "other").
 OP_OPCODE: dict[str, int] = {"read": 0x02, "write": 0x01, "flush": 0x00, "dsm": 0x09, "other": 0xFF}
 
@@ -126,8 +131,28 @@ def _extract(lines: pl.DataFrame, pattern: str, names: list[str]) -> pl.DataFram
     return lines.with_columns(g.struct.rename_fields(names).alias("_g")).unnest("_g")
 
 
+def _keep(df: pl.DataFrame, ok: pl.Expr, report: ImportReport, reason: str) -> pl.DataFrame:
+    """The rows where `ok` holds; the others are skipped for `reason` (counted with their lines)."""
+    df = df.with_columns(ok.fill_null(False).alias("_ok"))
+    report.skip_rows(df.filter(~pl.col("_ok")), reason)
+    return df.filter(pl.col("_ok")).drop("_ok")
+
+
+def _at_most(limits: dict[str, int]) -> pl.Expr:
+    """Every named column at or below its limit (the columns are typed)."""
+    return pl.all_horizontal(pl.col(c) <= lim for c, lim in limits.items())
+
+
+def _fits_u64(columns: tuple[str, ...]) -> pl.Expr:
+    """Every named string column that holds a number holds one that fits 64 bits."""
+    return pl.all_horizontal(pl.col(c).is_null() | (pl.col(c) == "") | pl.col(c).cast(pl.UInt64, strict=False)
+                             .is_not_null() for c in columns)
+
+
 def _to_commands(df: pl.DataFrame, lba_bytes: int, report: ImportReport) -> pl.DataFrame:
     """Rows with ts_ns, lat_ns, nsid, op, off (bytes), len (bytes), status -> the contract's columns."""
+    within = (pl.col("off").cast(pl.Float64) + pl.col("len").cast(pl.Float64)) < float(LIMIT)
+    df = _keep(df, _at_most({"off": LIMIT, "len": LIMIT}) & within, report, "offset + length beyond 2^63 bytes")
     off = pl.col("off").cast(pl.UInt64)
     end = off + pl.col("len").cast(pl.UInt64)
     slba = off // lba_bytes
@@ -220,6 +245,7 @@ class _Alibaba(_CsvFormat):
 
     def convert(self, df: pl.DataFrame) -> pl.DataFrame:
         df = _typed(df, {"off": pl.UInt64, "len": pl.UInt64, "ts": pl.UInt64}, self.report)
+        df = _keep(df, _at_most({"ts": LIMIT // 1000}), self.report, "timestamp beyond 2^63 ns")
         op = pl.col("opcode").str.to_uppercase()
         bad = df.filter(~op.is_in(["R", "W"]))
         self.report.skip_rows(bad, "opcode is not R or W")
@@ -235,6 +261,9 @@ class _Tencent(_CsvFormat):
 
     def convert(self, df: pl.DataFrame) -> pl.DataFrame:
         df = _typed(df, {"ts": pl.UInt64, "off": pl.UInt64, "len": pl.UInt64, "iotype": pl.UInt8}, self.report)
+        df = _keep(df, _at_most({"ts": LIMIT // 10**9}), self.report, "timestamp beyond 2^63 ns")
+        df = _keep(df, _at_most({"off": LIMIT // SECTOR, "len": LIMIT // SECTOR}), self.report,
+                   "offset or size beyond 2^63 bytes")
         bad = df.filter(~pl.col("iotype").is_in([0, 1]))
         self.report.skip_rows(bad, "IOType is not 0 (read) or 1 (write)")
         return df.filter(pl.col("iotype").is_in([0, 1])).with_columns(
@@ -255,6 +284,8 @@ class _Msr(_CsvFormat):
 
     def convert(self, df: pl.DataFrame) -> pl.DataFrame:
         df = _typed(df, {"ts": pl.UInt64, "off": pl.UInt64, "len": pl.UInt64, "resp": pl.UInt64}, self.report)
+        df = _keep(df, _at_most({"ts": FILETIME_UNIX_EPOCH + LIMIT // 100, "resp": LIMIT // 100}), self.report,
+                   "timestamp or response time beyond 2^63 ns")
         early = df.filter(pl.col("ts") < FILETIME_UNIX_EPOCH)
         self.report.skip_rows(early, "timestamp before 1970 (not a Windows file time)")
         t = pl.col("type").str.to_lowercase()
@@ -281,7 +312,7 @@ class _FioIolog:
         self.lba_bytes = lba_bytes
         self.devices = _Devices(report, device)
         self.version = 0
-        self.clock_us = 0  # v2: sum of the wait actions so far
+        self.clock_us = 0.0  # v2: sum of the wait actions so far
 
     def _version(self, lines: pl.DataFrame) -> pl.DataFrame:
         if self.version == 0:
@@ -306,6 +337,7 @@ class _FioIolog:
         df = df.filter(~blank)
         self.report.skip_rows(df.filter(pl.col("action").is_null()), "not an iolog line")
         df = df.filter(pl.col("action").is_not_null())
+        df = _keep(df, _fits_u64(("ts", "off", "len")), self.report, "a number beyond 64 bits")
         mgmt = pl.col("action").is_in(list(FIO_FILE_ACTIONS))
         self.report.ignore("file actions (add/open/close)", df.filter(mgmt).height)
         if self.version == 2:
@@ -313,8 +345,9 @@ class _FioIolog:
         else:
             wait = df.filter(pl.col("action") == "wait")
             self.report.skip_rows(wait, "wait is not allowed in iolog v3")
-            df = df.filter(~mgmt & (pl.col("action") != "wait")).with_columns(
-                (pl.col("ts").cast(pl.UInt64) * 1000).alias("ts_ns"))
+            df = df.filter(~mgmt & (pl.col("action") != "wait"))
+            df = _keep(df, pl.col("ts").cast(pl.UInt64) <= LIMIT // 1000, self.report, "timestamp beyond 2^63 ns")
+            df = df.with_columns((pl.col("ts").cast(pl.UInt64) * 1000).alias("ts_ns"))
         unknown = ~pl.col("action").is_in(list(FIO_ACTIONS))
         self.report.skip_rows(df.filter(unknown), "unknown iolog action")
         df = df.filter(~unknown)
@@ -328,12 +361,14 @@ class _FioIolog:
 
     def _v2_clock(self, df: pl.DataFrame) -> pl.DataFrame:
         """v2 has no timestamps: a command's time is the sum of the waits before it (microseconds)."""
-        wait = pl.when(pl.col("action") == "wait").then(pl.col("off").cast(pl.UInt64)).otherwise(0)
-        df = df.with_columns((wait.cum_sum() + self.clock_us).alias("_clock"))
+        wait = pl.when(pl.col("action") == "wait").then(pl.col("off").cast(pl.Float64)).otherwise(0.0)
+        df = df.with_columns((wait.cum_sum() + self.clock_us).alias("_clock"))  # exact below 2^53 us
         if df.height:
-            self.clock_us = int(df["_clock"][-1])
+            self.clock_us = float(df["_clock"][-1])
         self.report.ignore("wait actions", df.filter(pl.col("action") == "wait").height)
-        return df.filter(pl.col("action") != "wait").with_columns((pl.col("_clock") * 1000).alias("ts_ns"))
+        df = _keep(df.filter(pl.col("action") != "wait"), pl.col("_clock") < float(LIMIT // 1000), self.report,
+                   "time (the sum of the waits before it) beyond 2^63 ns")
+        return df.with_columns((pl.col("_clock").cast(pl.UInt64) * 1000).alias("ts_ns"))
 
     def finish(self) -> pl.DataFrame | None:
         return None
@@ -382,6 +417,11 @@ class _Blkparse:
         for a, n in df.filter(~dc).group_by("action").len().iter_rows():
             self.report.ignore(f"action {a}", n)
         df = df.filter(dc)
+        df = _keep(df, _fits_u64(("sec", "sector", "nsect")), self.report, "a number beyond 64 bits")
+        sec, sector, nsect = (pl.col(c).cast(pl.UInt64) for c in ("sec", "sector", "nsect"))
+        ok = ((sec <= LIMIT // 10**9 - 1) & (sector <= LIMIT // SECTOR).fill_null(True)
+              & (nsect <= LIMIT // SECTOR).fill_null(True))
+        df = _keep(df, ok, self.report, "time beyond 2^63 ns or sectors beyond 2^63 bytes")
         ts = pl.col("sec").cast(pl.UInt64) * 1_000_000_000 + pl.col("frac").str.pad_end(9, "0").str.slice(
             0, 9).cast(pl.UInt64)
         df = df.with_columns(ts.alias("ts_ns"), pl.format("{},{}", "maj", "min").alias("dev"),
@@ -460,8 +500,7 @@ def import_trace(src: str | Path, run: RunPaths, fmt: str, *, zone_size_bytes: i
         raise ZtbpError(f"--lba-bytes {lba_bytes}: use a multiple of 512, e.g. 512 or 4096")
     if zone_size_bytes <= 0 or zone_size_bytes % lba_bytes:
         raise ZtbpError(f"--zone-size {zone_size_bytes}: must be a positive multiple of the LBA size ({lba_bytes})")
-    if run.meta.exists() and not overwrite:
-        raise ZtbpError(f"{run.root} already holds a run; choose a new directory or pass --force to replace it.")
+    check_new_run(run, overwrite)
     report = ImportReport(format=fmt, source=str(src))
     make_dir(run.raw)
     with atomic_path(run.nvme_csv) as tmp:

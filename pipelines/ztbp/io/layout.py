@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ZtbpError
+from ..units import check_limit
 
 DEFAULT_WINDOW_S = 60.0
 DEFAULT_ZONE_PARTS = 16
@@ -26,8 +26,8 @@ class Layout:
     @classmethod
     def for_meta(cls, meta: dict[str, Any], window_s: float = DEFAULT_WINDOW_S,
                  zone_parts: int = DEFAULT_ZONE_PARTS) -> Layout:
-        if window_s <= 0 or zone_parts <= 0:
-            raise ZtbpError("--window-s and --zone-parts must be positive")
+        check_limit("window-s", window_s)
+        check_limit("zone-parts", zone_parts)
         per = max(1, -(-int(meta["nr_zones"]) // zone_parts))
         return cls(int(window_s * 1e9), per, int(meta["nr_zones"]), int(meta["zone_size_lba"]),
                    int(meta["lba_bytes"]))

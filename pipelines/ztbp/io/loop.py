@@ -31,7 +31,7 @@ def is_loop_dir(path: str | os.PathLike[str]) -> bool:
         return False
     try:
         return json.loads(f.read_text()).get("format") == LOOP_FORMAT
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return False
 
 
@@ -61,8 +61,8 @@ def read_loop(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise LoopFileError(f"{root} is not a loop directory: no {LOOP_FILE}{hint}")
     try:
         doc = json.loads(f.read_text())
-    except ValueError as e:
-        raise LoopFileError(f"{f} is not valid JSON ({e}); a loop writes it whole after each round: "
+    except (ValueError, RecursionError) as e:
+        raise LoopFileError(f"{f} is not valid JSON ({type(e).__name__}); a loop writes it whole after each round: "
                             "rerun the loop") from None
     if not isinstance(doc, dict) or doc.get("format") != LOOP_FORMAT:
         got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__

@@ -1,15 +1,26 @@
 """Ingest: raw/nvme.csv -> derived/events.parquet (typed, sorted by submission time).
 
-Two paths, one result. The fast path lets polars parse the whole file with the contract's schema; when the file
-has anything it cannot take as it is (a truncated last line, a garbage row, an unknown op), the careful path reads
-it line by line, keeps every row that parses, and reports each skipped line's number and reason. Nothing is
-dropped silently: `derived/ingest.json` and the command's output count every skipped line.
+The rows are read as io/rows.py reads every probe file: the fast polars parse, else the careful line-by-line one
+that keeps every row that parses and reports each skipped line's number and reason. Nothing is dropped silently:
+`derived/ingest.json` and the command's output count every skipped line. Besides the contract's types, a row must
+address a zone below 2^24 (units.MAX_ZONES) and keep ts_ns + lat_ns and slba + nlb below 2^63, so that every analysis
+can compute in int64.
+
+events.parquet is reused only while it matches what made it: ingest.json keeps the stamp (io/stamp.py: size, times,
+inode, digest) of raw/nvme.csv, read once for the parse and the digest, the stamp of events.parquet as written, and
+meta.json's geometry. Anything that does not match — the trace edited (even keeping its size and mtime), the
+geometry changed, events.parquet replaced — re-ingests, and the reason is kept in ingest.json (`reingest`);
+derived data that no longer matches its record is also said on the log (a warning).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,19 +28,40 @@ from typing import Any
 
 import polars as pl
 
-from ..contract import NVME_COLUMNS, NVME_VERSION_LINE, OPS, ZONE_ACTIONS, parse_version_line, read_meta
-from ..errors import FormatError, MissingRunError
-from ..files import atomic_path, locked, make_dir, write_json
+from ..contract import NVME_COLUMNS, OPS, ZONE_ACTIONS, read_meta
+from ..errors import MissingRunError
+from ..files import atomic_writer, locked, make_dir, write_atomic
 from ..paths import RunPaths, resolve_run
+from ..units import MAX_NS, MAX_ZONES
+from . import stamp as stamps
+from .rows import SHOW_SKIPPED, Rows, RowSpec, examples, read_header, read_rows, reason_counts
 
+log = logging.getLogger("ztbp")
 OP_DTYPE = pl.Enum(list(OPS))
 ACTION_DTYPE = pl.Enum([a + s for a in ZONE_ACTIONS if a for s in ("", "_all")] + [""])
 #: Column -> polars type in events.parquet (the op / zone_action enums are applied after validation).
 INT_TYPES: dict[str, pl.DataType] = {
-    "ts_ns": pl.UInt64, "lat_ns": pl.UInt64, "ctrl": pl.UInt32, "qid": pl.UInt32, "cid": pl.UInt32,
-    "nsid": pl.UInt32, "opcode": pl.UInt8, "slba": pl.UInt64, "nlb": pl.UInt32, "status": pl.UInt16,
+    "ts_ns": pl.UInt64(), "lat_ns": pl.UInt64(), "ctrl": pl.UInt32(), "qid": pl.UInt32(), "cid": pl.UInt32(),
+    "nsid": pl.UInt32(), "opcode": pl.UInt8(), "slba": pl.UInt64(), "nlb": pl.UInt32(), "status": pl.UInt16(),
 }
-SHOW_SKIPPED = 5
+
+
+def row_spec(zone_size_lba: int) -> RowSpec:
+    """What a row of nvme.csv must hold, for a run of this zone size."""
+    slba, nlb, ts, lat = pl.col("slba"), pl.col("nlb"), pl.col("ts_ns"), pl.col("lat_ns")
+    zone = slba // zone_size_lba
+    checks = (
+        (zone >= MAX_ZONES, pl.format(f"bad value: slba {{}} is in zone {{}}, beyond the {MAX_ZONES} zones a run may "
+                                      "have", slba, zone)),
+        ((ts >= MAX_NS) | (lat >= pl.lit(MAX_NS, pl.UInt64) - ts),
+         pl.lit("bad value: ts_ns + lat_ns is beyond 2^63 ns")),
+        (slba >= pl.lit(MAX_NS, pl.UInt64) - nlb, pl.lit("bad value: slba + nlb is beyond 2^63 LBAs")),
+    )
+    top = pl.lit(MAX_NS, pl.UInt64)
+    quick = (slba.max() // zone_size_lba < MAX_ZONES, ts.max() < MAX_NS, lat.max() < top - ts.max(),
+             slba.max() < top - nlb.max())
+    return RowSpec(NVME_COLUMNS, INT_TYPES, {"op": OPS, "zone_action": tuple(ACTION_DTYPE.categories)}, checks, quick,
+                   enum_types=True)
 
 
 @dataclass
@@ -44,131 +76,63 @@ class IngestReport:
     lost_events: dict[str, int] = field(default_factory=dict)
     source_size: int = 0
     source_mtime_ns: int = 0
+    #: raw/nvme.csv's full stamp (io/stamp.py) and events.parquet's as written: what later loads check
+    source_stamp: dict[str, Any] = field(default_factory=dict)
+    events_stamp: dict[str, Any] = field(default_factory=dict)
     #: meta.json's geometry the zone ids were computed with: a change re-ingests (the zone column depends on it)
     geometry: dict[str, int] = field(default_factory=dict)
     path: str = "fast"
+    #: why the derived data there before was not reused ("" for a first ingest or an unchanged one)
+    reingest: str = ""
 
-    def skip(self, line_no: int, reason: str, count_only: bool = False) -> None:
-        self.skipped += 1
-        key = reason.split(":")[0]
-        self.skip_reasons[key] = self.skip_reasons.get(key, 0) + 1
-        if not count_only and len(self.skipped_examples) < SHOW_SKIPPED:
-            self.skipped_examples.append({"line": line_no, "reason": reason})
-
-
-def _check_header(path: Path) -> list[str]:
-    """Validate the version line and header; return the header's column names."""
-    try:
-        with path.open("rb") as f:
-            first = f.readline().decode("utf-8", "replace")
-            second = f.readline().decode("utf-8", "replace")
-    except OSError as e:
-        raise MissingRunError(f"cannot read {path}: {e.strerror}") from None
-    if not first:
-        raise FormatError(f"{path} is empty: expected '{NVME_VERSION_LINE}' and a header. "
-                          "The probe wrote nothing — was it attached? Check console.log of the run.")
-    parse_version_line(first, "nvme", 1, path)
-    cols = [c.strip() for c in second.strip().split(",")]
-    if tuple(cols[: len(NVME_COLUMNS)]) != NVME_COLUMNS:
-        raise FormatError(f"{path}: line 2 must be the header '{','.join(NVME_COLUMNS)}' "
-                          f"(extra columns may follow), found {second.strip()[:120]!r}.")
-    return cols
+    def add(self, rows: Rows) -> None:
+        """Count what reading a body skipped (its first lines kept as examples)."""
+        self.blank_lines += rows.blank
+        self.skipped += rows.bad.height
+        for why, n in reason_counts(rows.bad).items():
+            self.skip_reasons[why] = self.skip_reasons.get(why, 0) + n
+        self.skipped_examples += examples(rows.bad, SHOW_SKIPPED - len(self.skipped_examples))
+        if rows.careful:
+            self.path = "careful"
 
 
 def _validate(df: pl.DataFrame) -> pl.DataFrame:
-    """Apply the enum types; raises if an op / zone_action is not in the contract."""
+    """Apply the enum types (the rows are checked: every op and zone_action is in the contract)."""
     return df.with_columns(
         pl.col("op").cast(OP_DTYPE),
-        pl.col("zone_action").cast(ACTION_DTYPE).fill_null(""),
+        pl.col("zone_action").fill_null("").cast(ACTION_DTYPE),
     )
 
 
-def _fast_path(path: Path | bytes, header: list[str]) -> pl.DataFrame | None:
-    """Parse the whole file (or a chunk of its data lines, as bytes) with the schema; None when anything needs the
-    careful path."""
-    typed = {**INT_TYPES, "op": OP_DTYPE, "zone_action": ACTION_DTYPE}
-    schema = {c: typed.get(c, pl.String) for c in header}
-    whole = isinstance(path, Path)
-    try:
-        df = pl.read_csv(path, skip_rows=1 if whole else 0, has_header=whole, schema=schema,
-                         columns=list(NVME_COLUMNS) if whole else None).select(NVME_COLUMNS)
-    except Exception:  # noqa: BLE001 - any parse failure means: take the careful path
-        return None
-    required = [c for c in NVME_COLUMNS if c != "zone_action"]
-    if df.select(pl.any_horizontal(pl.col(required).is_null()).any()).item():
-        return None
-    try:
-        return _validate(df)
-    except Exception:  # noqa: BLE001 - unknown op / action: careful path reports the lines
-        return None
+def body_rows(body: bytes, header: list[str], zone_size_lba: int, first_line_no: int, report: IngestReport
+              ) -> pl.DataFrame:
+    """The typed rows of data lines `body` (the first is line `first_line_no`); what is skipped is counted."""
+    rows = read_rows(body, header, row_spec(zone_size_lba), first_line_no)
+    report.add(rows)
+    return _validate(rows.frame)
 
 
-def _careful_path(path: Path, report: IngestReport) -> pl.DataFrame:
-    """Line-by-line: keep what parses, count and explain the rest."""
-    raw = path.read_bytes()
-    lines = raw.split(b"\n")
-    truncated_last = not raw.endswith(b"\n") and len(lines) > 2
-    if lines and lines[-1] == b"":
-        lines.pop()
-    body = [ln.decode("utf-8", "replace").rstrip("\r") for ln in lines[2:]]
-    return careful_rows(body, 3, truncated_last, report)
+def with_zone(df: pl.DataFrame, zone_size_lba: int) -> pl.DataFrame:
+    """The rows with their zone id (every row's zone is below MAX_ZONES: row_spec checked it)."""
+    return df.with_columns((pl.col("slba") // zone_size_lba).cast(pl.UInt32).alias("zone"))
 
 
-def careful_rows(body: list[str], first_line_no: int, truncated_last: bool, report: IngestReport) -> pl.DataFrame:
-    """The rows of data lines `body` (the first is line `first_line_no` of the file) that parse; the rest are
-    counted in `report`. `truncated_last`: the last line of `body` is the file's last and has no newline."""
-    s = pl.DataFrame({"line": body}, schema={"line": pl.String}).with_row_index("line_no", offset=first_line_no)
-    blank = s.filter(pl.col("line").str.strip_chars() == "")
-    report.blank_lines += blank.height
-    s = s.filter(pl.col("line").str.strip_chars() != "")
-    parts = pl.col("line").str.split(",")
-    s = s.with_columns(parts.list.len().alias("_n"), parts.alias("_p"))
-    n = len(NVME_COLUMNS)
-    exprs = []
-    for i, c in enumerate(NVME_COLUMNS):
-        e = pl.col("_p").list.get(i, null_on_oob=True).str.strip_chars(" \"")
-        if c in INT_TYPES:
-            e = e.cast(INT_TYPES[c], strict=False)
-        exprs.append(e.alias(c))
-    s = s.with_columns(exprs)
-    last_no = first_line_no + len(body) - 1
-    reason = (
-        pl.when(pl.col("_n") < n)
-        .then(pl.when(pl.lit(truncated_last) & (pl.col("line_no") == last_no))
-              .then(pl.format("truncated last line: {} of {} fields", pl.col("_n"), pl.lit(n)))
-              .otherwise(pl.format("wrong field count: {} of {}", pl.col("_n"), pl.lit(n))))
-    )
-    for c in INT_TYPES:
-        reason = reason.when(pl.col(c).is_null()).then(pl.lit(f"bad value: {c} is not a valid {INT_TYPES[c]}"))
-    reason = (reason.when(~pl.col("op").is_in(list(OPS)))
-              .then(pl.format("unknown op: {}", pl.col("op")))
-              .when(~pl.col("zone_action").is_in(list(ACTION_DTYPE.categories)))
-              .then(pl.format("unknown zone_action: {}", pl.col("zone_action")))
-              .otherwise(None))
-    s = s.with_columns(reason.alias("_why"))
-    bad = s.filter(pl.col("_why").is_not_null()).select("line_no", "_why")
-    for line_no, why in bad.head(SHOW_SKIPPED).iter_rows():
-        report.skip(int(line_no), str(why))
-    for why in bad["_why"].slice(SHOW_SKIPPED):
-        report.skip(0, str(why), count_only=True)
-    report.path = "careful"
-    good = s.filter(pl.col("_why").is_null()).select(NVME_COLUMNS)
-    return _validate(good)
-
-
-def open_source(run: RunPaths) -> tuple[dict[str, Any], list[str], IngestReport]:
-    """meta.json, the header of raw/nvme.csv (checked) and an empty report keyed by the file's size and mtime."""
+def open_source(run: RunPaths) -> tuple[dict[str, Any], list[str], int, IngestReport]:
+    """meta.json, the header of raw/nvme.csv (checked), the byte offset of its data lines, and an empty report."""
     meta = read_meta(run)
     src = run.nvme_csv
     if not src.is_file():
         raise MissingRunError(f"{src} is missing: this run has no NVMe trace. Was the nvme probe attached? "
                               "See console.log of the run.")
-    header = _check_header(src)
-    st = src.stat()
-    report = IngestReport(source=str(src), source_size=st.st_size, source_mtime_ns=st.st_mtime_ns,
-                          lost_events={k: int(v) for k, v in meta.get("lost_events", {}).items()},
-                          geometry=geometry_of(meta))
-    return meta, header, report
+    header, offset = read_header(src, "nvme", 1, NVME_COLUMNS, "The probe wrote nothing — was it attached? Check "
+                                 "console.log of the run.")
+    report = IngestReport(source=str(src), lost_events=dict(meta.get("lost_events", {})), geometry=geometry_of(meta))
+    return meta, header, offset, report
+
+
+def set_source_stamp(report: IngestReport, stamp: stamps.Stamp) -> None:
+    report.source_size, report.source_mtime_ns = stamp.size, stamp.mtime_ns
+    report.source_stamp = stamp.as_dict()
 
 
 def geometry_of(meta: dict[str, Any]) -> dict[str, int]:
@@ -186,17 +150,27 @@ def derived_lock(run: RunPaths) -> Iterator[bool]:
         yield waited
 
 
-def ingest(run: RunPaths) -> IngestReport:
+def _read_source(src: Path) -> tuple[bytes, os.stat_result]:
+    """raw/nvme.csv's bytes and its stat, taken before the read (a file changed meanwhile is ingested again)."""
+    try:
+        st = src.stat()
+        return src.read_bytes(), st
+    except OSError as e:
+        raise MissingRunError(f"cannot read {src}: {e.strerror}") from None
+
+
+def ingest(run: RunPaths, why: str | None = None) -> IngestReport:
     """Read raw/nvme.csv of a run and write derived/events.parquet and derived/ingest.json, under the run's
-    derived_lock; a command that waited for another one's ingest of the same trace keeps that one's result."""
+    derived_lock; a command that waited for another one's ingest of the same trace keeps that one's result. `why`:
+    what stale_reason said (found again when not given), kept as the report's `reingest`."""
     with derived_lock(run) as waited:
         done = _fresh_report(run) if waited else None
-        return done or _ingest(run)
+        return done or _ingest(run, why)
 
 
 def _fresh_report(run: RunPaths) -> IngestReport | None:
     """derived/ingest.json as a report, when events.parquet is fresh (None: ingest again)."""
-    if not _is_fresh(run):
+    if stale_reason(run):
         return None
     try:
         return IngestReport(**json.loads(run.ingest_report.read_text()))
@@ -204,44 +178,90 @@ def _fresh_report(run: RunPaths) -> IngestReport | None:
         return None
 
 
-def _ingest(run: RunPaths) -> IngestReport:
-    meta, header, report = open_source(run)
-    src = run.nvme_csv
-    df = _fast_path(src, header)
-    if df is None:
-        df = _careful_path(src, report)
-    zone = (pl.col("slba") // meta["zone_size_lba"]).cast(pl.UInt32)
-    df = df.with_columns(zone.alias("zone"))
+def _ingest(run: RunPaths, why: str | None) -> IngestReport:
+    why = stale_reason(run) if why is None else why
+    meta, header, offset, report = open_source(run)
+    report.reingest = "" if why == "first ingest" else why
+    data, st = _read_source(run.nvme_csv)
+    with ThreadPoolExecutor(1) as pool:  # the digest (it releases the GIL) while polars parses the same bytes
+        digest = pool.submit(stamps.digest_bytes, data)
+        df = with_zone(body_rows(data[offset:], header, meta["zone_size_lba"], 3, report), meta["zone_size_lba"])
+        set_source_stamp(report, stamps.Stamp.of(st, digest.result()))
     # Probes print in completion order; the contract of events.parquet is submission order.
     df = df.set_sorted("ts_ns") if df["ts_ns"].is_sorted() else df.sort("ts_ns", maintain_order=True)
     report.rows = df.height
     report.out_of_range_zones = int(df.select((pl.col("zone") >= meta["nr_zones"]).sum()).item())
     make_dir(run.derived)
-    with atomic_path(run.events) as tmp:
-        df.write_parquet(tmp, compression="uncompressed", statistics=False)  # fastest to write and to read back
-    write_json(run.ingest_report, asdict(report))  # last: a fresh ingest.json means events.parquet is whole
+    report.events_stamp = _write_events(df, run.events).as_dict()
+    write_atomic(run.ingest_report, json.dumps(asdict(report), indent=2) + "\n")
     return report
 
 
-def _is_fresh(run: RunPaths) -> bool:
-    """events.parquet was made from this raw/nvme.csv with this meta.json geometry."""
-    if not run.events.is_file() or not run.ingest_report.is_file():
-        return False
+def _write_events(df: pl.DataFrame, path: Path) -> stamps.Stamp:
+    """events.parquet written whole, and its stamp (the digest of the bytes written)."""
+    import io
+
+    buf = io.BytesIO()
+    df.write_parquet(buf, compression="uncompressed", statistics=False)  # fastest to write and to read back
+    data = buf.getvalue()
+    with atomic_writer(path) as f:
+        f.write(data)
+    return stamps.Stamp.of(path.stat(), stamps.digest_bytes(data))
+
+
+def _record(run: RunPaths) -> dict[str, Any] | None:
     try:
-        rep = json.loads(run.ingest_report.read_text())
-        st = run.nvme_csv.stat()
-        geometry = geometry_of(read_meta(run))
-    except (OSError, json.JSONDecodeError):
-        return False
-    return (isinstance(rep, dict) and rep.get("source_size") == st.st_size
-            and rep.get("source_mtime_ns") == st.st_mtime_ns and rep.get("geometry") == geometry)
+        rec = json.loads(run.ingest_report.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def stale_reason(run: RunPaths) -> str:
+    """Why events.parquet cannot be reused ("" when it can): it was made from this raw/nvme.csv with this meta.json
+    geometry and is the file the ingest wrote. A stamp that moved while the bytes did not is written back."""
+    if not run.events.exists():
+        return "first ingest"
+    rec = _record(run)
+    if rec is None:
+        return "derived/ingest.json is missing or unreadable"
+    if "events_stamp" not in rec:
+        return "derived/ingest.json has no stamps (an earlier version of ztbp wrote it)"
+    if rec.get("geometry") != geometry_of(read_meta(run)):
+        return "meta.json's geometry changed"
+    src = stamps.check(run.nvme_csv, stamps.Stamp.from_dict(rec.get("source_stamp")))
+    if isinstance(src, str):
+        return {"content": "raw/nvme.csv changed although its size did not"}.get(src, "raw/nvme.csv changed")
+    ev = stamps.check(run.events, stamps.Stamp.from_dict(rec.get("events_stamp")))
+    if isinstance(ev, str):
+        return "derived/events.parquet is not the file the last ingest wrote"
+    if (src.as_dict(), ev.as_dict()) != (rec["source_stamp"], rec["events_stamp"]):
+        _restamp(run, rec, src, ev)
+    return ""
+
+
+def _restamp(run: RunPaths, rec: dict[str, Any], src: stamps.Stamp, ev: stamps.Stamp) -> None:
+    """Keep the stamps of files whose stat moved but whose bytes did not (a copied run), so the next load does not
+    read them again; a run folder that cannot be written is only read again."""
+    rec.update(source_stamp=src.as_dict(), events_stamp=ev.as_dict(), source_mtime_ns=src.mtime_ns)
+    with contextlib.suppress(OSError):
+        write_atomic(run.ingest_report, json.dumps(rec, indent=2) + "\n")
+
+
+#: Reasons that mean derived data was changed behind the package's back (said as a warning when re-ingesting).
+SUSPICIOUS = ("derived/events.parquet is not the file the last ingest wrote",
+              "raw/nvme.csv changed although its size did not", "derived/ingest.json is missing or unreadable")
 
 
 def load_events(run: RunPaths | str | Path) -> pl.DataFrame:
-    """events.parquet of a run, ingesting first when it is missing or older than raw/nvme.csv."""
+    """events.parquet of a run, ingesting first when it is missing or does not match raw/nvme.csv (stale_reason)."""
     rp = run if isinstance(run, RunPaths) else resolve_run(run)
-    if not _is_fresh(rp):
+    why = stale_reason(rp)
+    if why:
         with derived_lock(rp):
-            if not _is_fresh(rp):  # another command may have ingested it meanwhile
-                _ingest(rp)
+            why = stale_reason(rp)  # another command may have ingested it meanwhile
+            if why:
+                if why in SUSPICIOUS:
+                    log.warning("%s: %s; ingesting raw/nvme.csv again", rp.root, why)
+                _ingest(rp, why)
     return pl.read_parquet(rp.events)

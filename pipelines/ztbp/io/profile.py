@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import ProfileError
 from ..files import write_atomic
 from ..paths import resolve_run
+from ..units import MAX_ZONES
 
 PROFILE_FORMAT = "ztbp-profile/1"
 Z2C_FORMAT = "ztbp-z2c/1"
@@ -38,9 +39,10 @@ def read_profile(folder: str | os.PathLike[str]) -> dict[str, Any]:
     path = resolve_run(folder).root
     path = path / "profile.json" if path.is_dir() else path
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ProfileError(f"{path}: cannot read a profile ({e}); give the folder `ztbp profile` wrote") from None
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError) as e:
+        raise ProfileError(f"{path}: cannot read a profile ({type(e).__name__}); give the folder `ztbp profile` "
+                           "wrote") from None
     if not isinstance(doc, dict) or doc.get("format") != PROFILE_FORMAT:
         raise ProfileError(f"{path} is not a {PROFILE_FORMAT} document")
     return doc
@@ -62,9 +64,18 @@ def read_z2c(path: str | os.PathLike[str]) -> dict[int, int]:
                 out[int(parts[0])] = int(parts[1])
             except (ValueError, IndexError):
                 raise ProfileError(f"{path}:{n}: expected 'zone,group' integers, found {line!r}") from None
-        return out
+        return _checked_groups(path, out)
     try:
         data = json.loads(text)
-        return {int(k): int(v) for k, v in data["groups"].items()}
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+        return _checked_groups(path, {int(k): int(v) for k, v in data["groups"].items()})
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError):
         raise ProfileError(f"{path} is not a zone-to-group table (z2c.json with a 'groups' object)") from None
+
+
+def _checked_groups(path: Path, groups: dict[int, int]) -> dict[int, int]:
+    """A zone-to-group table whose zone ids are below MAX_ZONES and groups non-negative 32-bit numbers."""
+    bad = next(((z, g) for z, g in groups.items() if not (0 <= z < MAX_ZONES and 0 <= g < 2**31)), None)
+    if bad is not None:
+        raise ProfileError(f"{path}: zone {bad[0]} -> group {bad[1]}: zones are in [0, {MAX_ZONES - 1}], groups in "
+                           f"[0, {2**31 - 1}]")
+    return groups

@@ -6,12 +6,17 @@ its `zone` and a `row` number (the row's position among the file's kept rows), a
 per partition it touches:
 
     derived/events-parts/tw=<ts_ns // window_ns, 16 digits>/zr=<zone // zones_per_part, 4 digits>/part-<chunk>.parquet
-    derived/events-parts/dataset.json        (layout, rows, partitions, the source's size and mtime, what was skipped)
+    derived/events-parts/dataset.json        (layout, rows, partitions, the source's stamp and meta.json's geometry,
+                                             what was skipped)
 
 Time windows keep order-dependent passes (chains, the cache model) streaming: a window's files are read together
 and sorted by (ts_ns, row), which is exactly the in-memory ingest's stable sort by submission time, window after
 window. Zone ranges let per-zone passes (fragmentation) read one range of zones at a time. Order-free aggregates
 (zones, opcodes, cells) are lazy polars queries over the whole dataset on the streaming engine.
+
+The dataset is current while raw/nvme.csv holds the bytes it was made from (its stamp, io/stamp.py, the digest taken
+from the chunks as they are read), meta.json has the geometry it was made with, and its Parquet files are the ones
+written (their number and total size): `ztbp stream` and load_parts make it again otherwise.
 """
 
 from __future__ import annotations
@@ -25,25 +30,40 @@ from typing import Any
 
 import polars as pl
 
+from ..contract import read_meta
 from ..errors import MissingRunError
 from ..files import atomic_dir
 from ..paths import RunPaths, resolve_run
+from . import stamp as stamps
 from .layout import DATASET_FORMAT, DEFAULT_CHUNK_BYTES, DEFAULT_WINDOW_S, DEFAULT_ZONE_PARTS, Layout
-from .nvme import IngestReport, _fast_path, careful_rows, derived_lock, open_source
+from .nvme import (
+    body_rows,
+    derived_lock,
+    geometry_of,
+    open_source,
+    set_source_stamp,
+    with_zone,
+)
 
 
-def byte_chunks(path: Path, chunk_bytes: int, skip_lines: int = 0) -> Iterator[tuple[bytes, int]]:
-    """Chunks of whole lines of a file (about chunk_bytes each) and the 1-based line number each starts at.
+def byte_chunks(path: Path, chunk_bytes: int, skip_lines: int = 0, digest: Any = None
+                ) -> Iterator[tuple[bytes, int]]:
+    """Chunks of whole lines of a file (about chunk_bytes each) and the 1-based line number each starts at;
+    `digest` (a hashlib object), when given, is fed every byte of the file read.
 
     Only the file's last chunk can lack a trailing newline (a truncated last line)."""
+    feed = digest.update if digest is not None else (lambda _b: None)
     with path.open("rb") as f:
         line_no = 1
         for _ in range(skip_lines):
-            if f.readline():
+            line = f.readline()
+            feed(line)
+            if line:
                 line_no += 1
         rest = b""
         while True:
             buf = f.read(chunk_bytes)
+            feed(buf)
             if not buf:
                 if rest:
                     yield rest, line_no
@@ -79,9 +99,8 @@ class PartsWriter:
 
     def write(self, df: pl.DataFrame) -> None:
         lo = self.layout
-        zone = (pl.col("slba") // lo.zone_size_lba).cast(pl.UInt32)
-        df = df.with_columns(zone.alias("zone"), pl.int_range(self.rows, self.rows + df.height, dtype=pl.UInt64)
-                             .alias("row"))
+        df = with_zone(df, lo.zone_size_lba).with_columns(
+            pl.int_range(self.rows, self.rows + df.height, dtype=pl.UInt64).alias("row"))
         self.out_of_range_zones += int(df.select((pl.col("zone") >= lo.nr_zones).sum()).item())
         self.rows += df.height
         parts = df.with_columns((pl.col("ts_ns") // lo.window_ns).alias("_tw"),
@@ -108,32 +127,24 @@ class PartsWriter:
         return m
 
 
-def _chunk_rows(chunk: bytes, first_line: int, header: list[str], report: IngestReport) -> pl.DataFrame:
-    df = _fast_path(chunk, header)
-    if df is not None:
-        return df
-    lines = chunk.split(b"\n")
-    truncated = not chunk.endswith(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    body = [ln.decode("utf-8", "replace").rstrip("\r") for ln in lines]
-    return careful_rows(body, first_line, truncated, report)
-
-
 def ingest_stream(run: RunPaths, window_s: float = DEFAULT_WINDOW_S, zone_parts: int = DEFAULT_ZONE_PARTS,
                   chunk_bytes: int = DEFAULT_CHUNK_BYTES, compression: str = "lz4") -> dict[str, Any]:
     """raw/nvme.csv -> derived/events-parts/ in chunks; returns the dataset manifest (also written as dataset.json).
 
     The dataset is written into a temporary folder that replaces derived/events-parts/ when it is whole, under the
     run's derived_lock: an interrupted or failed ingest leaves the earlier dataset (or none), never a part of one."""
-    meta, header, report = open_source(run)
+    meta, header, _, report = open_source(run)
     src = run.nvme_csv
+    layout = Layout.for_meta(meta, window_s, zone_parts)
     with derived_lock(run), atomic_dir(run.events_parts) as root:
-        writer = PartsWriter(root, Layout.for_meta(meta, window_s, zone_parts), compression)
-        for chunk, first_line in byte_chunks(src, chunk_bytes, skip_lines=2):
-            df = _chunk_rows(chunk, first_line, header, report)
+        st = src.stat()
+        digest = stamps.hasher()
+        writer = PartsWriter(root, layout, compression)
+        for chunk, first_line in byte_chunks(src, chunk_bytes, skip_lines=2, digest=digest):
+            df = body_rows(chunk, header, layout.zone_size_lba, first_line, report)
             if df.height:
                 writer.write(df)
+        set_source_stamp(report, stamps.Stamp.of(st, digest.hexdigest()))
         report.rows = writer.rows
         report.out_of_range_zones = writer.out_of_range_zones
         report.path = "stream-careful" if report.path == "careful" else "stream-fast"  # careful: some chunk needed it
@@ -141,14 +152,20 @@ def ingest_stream(run: RunPaths, window_s: float = DEFAULT_WINDOW_S, zone_parts:
 
 
 def is_fresh(run: RunPaths) -> bool:
-    """The dataset exists and was made from the current raw/nvme.csv."""
+    """The dataset exists, was made from the current raw/nvme.csv with meta.json's geometry, and holds the files it
+    was written with (their number and total size)."""
     try:
-        m = json.loads(run.events_parts_manifest.read_text())
-        st = run.nvme_csv.stat()
-    except (OSError, json.JSONDecodeError):
+        m = json.loads(run.events_parts_manifest.read_bytes())
+        ing = m["ingest"]
+        files = sorted(run.events_parts.glob("*/*/*.parquet"))
+        size = sum(f.stat().st_size for f in files)
+    except (OSError, ValueError, RecursionError, KeyError, TypeError):
         return False
-    ing = m.get("ingest", {})
-    return ing.get("source_size") == st.st_size and ing.get("source_mtime_ns") == st.st_mtime_ns
+    if not isinstance(ing, dict) or ing.get("geometry") != geometry_of(read_meta(run)):
+        return False
+    if (m.get("files"), m.get("bytes")) != (len(files), size):
+        return False
+    return isinstance(stamps.check(run.nvme_csv, stamps.Stamp.from_dict(ing.get("source_stamp"))), stamps.Stamp)
 
 
 class Parts:
@@ -158,11 +175,11 @@ class Parts:
     def __init__(self, root: Path) -> None:
         self.root = root
         try:
-            self.manifest = json.loads((root / "dataset.json").read_text())
-        except (OSError, json.JSONDecodeError):
+            self.manifest = json.loads((root / "dataset.json").read_bytes())
+            self.layout = Layout(**self.manifest["layout"])
+        except (OSError, ValueError, RecursionError, KeyError, TypeError):
             raise MissingRunError(f"{root} holds no events dataset; make one with `ztbp import --stream` or "
                                   "`ztbp stream RUN`.") from None
-        self.layout = Layout(**self.manifest["layout"])
 
     @property
     def rows(self) -> int:

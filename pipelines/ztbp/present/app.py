@@ -31,7 +31,18 @@ def appops_text(r: dict[str, Any]) -> str:
         lines.append(f"  while the operations ran ({c['seconds']:.0f} s of whole probe intervals): " + caches_line(c)
                      if c["intervals"] else "  while the operations ran: no whole probe interval (a row a second); "
                      "run more operations to measure the caches during them")
-    return "\n".join(lines)
+    return "\n".join(lines + skipped_lines(r.get("read", {})))
+
+
+def skipped_lines(read: dict[str, Any]) -> list[str]:
+    """One line per raw file of which reading skipped lines: how many, why, the first line numbers."""
+    out = []
+    for file, rep in read.items():
+        if rep["skipped"]:
+            why = ", ".join(f"{k} {v}" for k, v in rep["reasons"].items())
+            first = ", ".join(str(x["line"]) for x in rep["first_skipped_lines"])
+            out.append(f"  {file}: skipped {rep['skipped']} lines that do not parse ({why}; first: line {first})")
+    return out
 
 
 def caches_line(c: dict[str, Any]) -> str:
@@ -50,7 +61,7 @@ def files_text(r: dict[str, Any]) -> str:
         zones = ",".join(map(str, t["zones"] or [])) or "-"
         lines.append(f"  {t['path']:<22} {t['file_bytes']:>10,} {t['extents']:>4} {t['fragments']:>4} {zones:<14} "
                      f"{t['gap_max_bytes'] or 0:>10,.0f} {t['reads']:>7,}")
-    return "\n".join(lines)
+    return "\n".join(lines + skipped_lines(r.get("read", {})))
 
 
 def ios_histogram(r: dict[str, Any]) -> go.Figure | Note:

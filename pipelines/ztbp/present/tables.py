@@ -124,9 +124,10 @@ def overhead_view(run: Run) -> pl.DataFrame | Note:
 
 def ingest_report(run: Run) -> dict[str, Any]:
     try:
-        return json.loads(run.paths.ingest_report.read_text())
-    except (OSError, json.JSONDecodeError):
+        rep = json.loads(run.paths.ingest_report.read_bytes())
+    except (OSError, ValueError, RecursionError):
         return {}
+    return rep if isinstance(rep, dict) else {}
 
 
 def quality_warnings(run: Run) -> list[str]:

@@ -34,6 +34,8 @@ def ingest_text(rep: IngestReport) -> str:
         out.append(f"ingest: warning: {rep.out_of_range_zones} rows address a zone ≥ nr_zones of meta.json")
     lost = ", ".join(f"{k}={v}" for k, v in rep.lost_events.items()) or "not recorded"
     out.append(f"ingest: lost events (from meta.json): {lost}")
+    if rep.reingest:
+        out.append(f"ingest: the derived events there before were not reused: {rep.reingest}")
     return "\n".join(out)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..io.run import Run
+from ..units import check_limit
 
 
 def zone_report(run: Run) -> dict[int, int] | None:
@@ -24,9 +25,11 @@ def resets(run: Run, far: Any = None) -> dict[str, Any]:
     from ..analysis.device_params import FarParams
     from ..analysis.resets import far_replay, reset_table
 
+    far = far or FarParams()
+    far.check()
     report = zone_report(run)
     table, summary = reset_table(run.events, run.meta, report)
-    what_if = far_replay(run.events, run.meta, far or FarParams(), report)
+    what_if = far_replay(run.events, run.meta, far, report)
     return {"run": run.run_id, "summary": summary, "table": table, "far": what_if,
             "zone_report": report is not None}
 
@@ -36,6 +39,9 @@ def conflicts(run: Run, groups: dict[int, int], bin_s: float = 1.0, model: Any =
     (analysis/dispatch.py) for a zone-to-group table."""
     from ..analysis.dispatch import DispatchModel, collision_table, dispatch_whatif
 
+    model = model or DispatchModel()
+    check_limit("bin-s", bin_s)
+    model.check()
     per_bin, summary = collision_table(run.events, groups, bin_s)
     return {"run": run.run_id, "summary": summary, "per_bin": per_bin,
-            "whatif": dispatch_whatif(run.events, groups, model or DispatchModel())}
+            "whatif": dispatch_whatif(run.events, groups, model)}

@@ -13,7 +13,8 @@ import polars as pl
 
 from ..analysis.params import CACHE_MIB, CHAIN_WINDOW, NTS_MIB, PAGE_KIB, SWEEP_MIB
 from ..io.run import Run
-from ..units import MIB
+from ..units import MIB, check_limit
+from .trace import check_cache_params, check_chain_params
 
 #: columns the ordered and per-zone passes read
 PASS_COLUMNS = ["op", "nsid", "slba", "nlb", "zone"]
@@ -21,7 +22,7 @@ PASS_COLUMNS = ["op", "nsid", "slba", "nlb", "zone"]
 
 def _workload_hot(meta: dict[str, Any], hot_zones: list[int] | None) -> list[int]:
     """Hot zones: given, else the workload's (meta.json), else none."""
-    return hot_zones if hot_zones is not None else list(meta.get("workload", {}).get("hot_zones", []))
+    return hot_zones if hot_zones is not None else list(meta.get("workload", {}).get("hot_zones") or [])
 
 
 def _reads() -> pl.Expr:
@@ -69,20 +70,22 @@ def cluster(run: Run, params: Any = None) -> dict[str, Any]:
 def chains(run: Run, op: str = "read", nts_mib: float = NTS_MIB, window: int = CHAIN_WINDOW) -> dict[str, Any]:
     from ..analysis.streaming import chains_report_stream
 
+    check_chain_params(nts_mib, window)
     where = (pl.col("op").cast(pl.String) == op) & (pl.col("nlb") > 0)
     return chains_report_stream(run.parts.ordered(PASS_COLUMNS, where), op, int(nts_mib * MIB), run.lba_bytes,
                                 window)
 
 
 def frag(run: Run) -> pl.DataFrame:
+    from ..analysis.frag import table_zones
     from ..analysis.streaming import frag_table_stream
 
     parts, meta = run.parts, run.meta
-    top = parts.scan().select(pl.col("zone").max()).collect(engine="streaming").item()
-    n_zones = max(meta["nr_zones"], int(top) + 1) if top is not None else meta["nr_zones"]
+    nr = meta["nr_zones"]
+    beyond = parts.scan().filter(pl.col("zone") >= nr).select(pl.col("zone").unique()).collect(engine="streaming")
     where = pl.col("op").cast(pl.String).is_in(["read", "write", "write_zeroes", "zone_append"])
-    return frag_table_stream(parts.by_zone_range(PASS_COLUMNS, where), n_zones, meta["lba_bytes"],
-                             meta["zone_size_lba"])
+    return frag_table_stream(parts.by_zone_range(PASS_COLUMNS, where), table_zones(nr, beyond["zone"].to_numpy()),
+                             meta["lba_bytes"], meta["zone_size_lba"])
 
 
 def cachesim(run: Run, cache_mib: float = CACHE_MIB, page_kib: int = PAGE_KIB, hot_zones: list[int] | None = None,
@@ -91,6 +94,7 @@ def cachesim(run: Run, cache_mib: float = CACHE_MIB, page_kib: int = PAGE_KIB, h
     Hot zones: given, else the workload's (meta.json), else none."""
     from ..analysis.streaming import cachesim_stream
 
+    check_cache_params(cache_mib, page_kib)
     return cachesim_stream(run.parts.ordered(PASS_COLUMNS, _reads()), run.meta, cache_mib, page_kib,
                            _workload_hot(run.meta, hot_zones), SWEEP_MIB if sweep else ())
 
@@ -102,5 +106,8 @@ def shards(run: Run, rate: float, cache_mib: float = CACHE_MIB, page_kib: int = 
     from ..analysis.cachesim import POLICIES
     from ..analysis.shards import estimate
 
+    check_cache_params(cache_mib, page_kib)
+    check_limit("rate", rate, "--rates")
+    check_limit("seed", seed)
     return estimate(run.parts.unordered(["op", "slba", "nlb"], _reads()), run.meta, cache_mib, page_kib,
                     _workload_hot(run.meta, hot_zones), rate, seed, tuple(p for p in POLICIES if p != "belady"))

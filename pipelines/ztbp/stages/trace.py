@@ -15,7 +15,7 @@ from ..analysis.params import CHAIN_WINDOW, NTS_MIB, RECOMMEND_GAIN, TRAIN_SHARE
 from ..errors import ZtbpError
 from ..io.derived import cached
 from ..io.run import Run
-from ..units import KIB, MIB
+from ..units import KIB, MIB, check_limit
 
 
 def zones(run: Run) -> pl.DataFrame:
@@ -37,11 +37,23 @@ def chains(run: Run, op: str = "read", nts_mib: float = NTS_MIB, window: int = C
     """Sequential chains of `op` and their share at or above the Natural Transfer Size (analysis/chains.py)."""
     from ..analysis.chains import chains_report
 
-    if not nts_mib > 0:
-        raise ZtbpError("--nts-mib must be positive (the object-storage study uses 4)")
-    if window < 0:
-        raise ZtbpError("--window must be ≥ 0 (0 = unlimited)")
+    check_chain_params(nts_mib, window)
     return chains_report(run.events, op, int(nts_mib * MIB), run.lba_bytes, window)
+
+
+def check_chain_params(nts_mib: float, window: int) -> None:
+    """The Natural Transfer Size (MiB) and the chain window in their ranges (units.LIMITS)."""
+    check_limit("nts-mib", nts_mib)
+    check_limit("chain-window", window, "--window")
+
+
+def check_cache_params(cache_mib: float, page_kib: int) -> None:
+    """A cache size and page in their ranges (units.LIMITS), the cache holding at least one page."""
+    check_limit("cache-mib", cache_mib)
+    check_limit("page-kib", page_kib)
+    if not cache_mib * MIB >= page_kib * KIB:
+        raise ZtbpError(f"a cache of {cache_mib} MiB holds no page of {page_kib} KiB: give a cache of at least one "
+                        "page (the paper's device cache is 64 MiB of 4 KiB pages)")
 
 
 def frag(run: Run) -> pl.DataFrame:
@@ -73,9 +85,7 @@ def simulate(run: Run, cache_mib: float, page_kib: int, hot_zones: list[int], wi
     from ..analysis.cachesim import Trace
     from ..analysis.cachesim import simulate as sim
 
-    if not cache_mib * MIB >= page_kib * KIB > 0:
-        raise ZtbpError(f"a cache of {cache_mib} MiB holds no page of {page_kib} KiB: give a cache of at least one "
-                        "page (the paper's device cache is 64 MiB of 4 KiB pages)")
+    check_cache_params(cache_mib, page_kib)
     hot = check_zones(run, hot_zones)
     if policies is not None:
         return Trace(run.events, run.meta, page_kib).hit_ratios(cache_mib, hot, policies)
@@ -92,8 +102,9 @@ def config(run: Run, cache_mib: float, page_kib: int, params: ClusterParams = Cl
     from ..analysis.cluster import run_cluster
     from ..writeback.config import make_config, sent_zones
 
-    if min_gain < 0 or min_gain > 1:
-        raise ZtbpError(f"--min-gain {min_gain}: give a hit-ratio gain in [0, 1], e.g. 0.01")
+    check_limit("min-gain", min_gain)
+    check_limit("train-share", train_share)
+    check_cache_params(cache_mib, page_kib)
     train, _, train_reads, test_reads = time_split(run.events, train_share)
     cl = run_cluster(train, run.meta, params)
     zones = [s["zone"] for s in sent_zones(cl.get("zone_scores", []))]

@@ -99,12 +99,12 @@ def read_config(path: Path) -> dict[str, Any]:
         raise ZtbpError(f"config {path} does not exist; make one with `ztbp config RUN -o {path}`") from None
     except OSError as e:
         raise ZtbpError(f"config {path} cannot be read ({e.strerror}); give a cache-config.json file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise FormatError(f"config {path} is not valid JSON ({e})") from None
+    except (ValueError, RecursionError) as e:  # not JSON, not UTF-8, or nested too deep
+        raise FormatError(f"config {path} is not valid JSON ({type(e).__name__}: {str(e)[:80]})") from None
     if not isinstance(cfg, dict) or cfg.get("format") != CONFIG_FORMAT:
         raise FormatError(f"config {path}: 'format' must be '{CONFIG_FORMAT}'")
     zones = cfg.get("hot_zones")
-    if not isinstance(zones, list) or not all(isinstance(z, int) and not isinstance(z, bool) and z >= 0
+    if not isinstance(zones, list) or not all(isinstance(z, int) and not isinstance(z, bool) and 0 <= z < 2**32
                                               for z in zones):
         raise FormatError(f"config {path}: 'hot_zones' must be a list of zone ids (non-negative integers)")
     return cfg

@@ -1,0 +1,600 @@
+"""Bad input, every user-facing command: broken runs (meta.json, raw/, derived/), broken application and layer
+files, broken traces to import, a run that is a file, and every numeric option at 0, negative, NaN, inf and huge.
+
+For each case the command either refuses — a non-zero exit and exactly one `ztbp CMD: error: ...` line on stderr
+that names the problem — or it runs, exit 0, and counts what it skipped. Never a traceback, and never a half-written
+file that a later command trusts (no temporary file left behind, no output file written by a command that failed,
+derived data always matching its record).
+
+The commands that boot QEMU or need a zoned device (capture, capture-host, capture-layers, capture-app, profile, loop)
+and the two that hand over to an outside program (report runs the notebooks with papermill, apply runs ztbp-ctl) are
+not run: the functions that would start the VM, a workload on this machine, papermill or ztbp-ctl are replaced by a
+sentinel (NotStarted), so their argument checks run and a bad value must be refused before the sentinel is reached.
+Everything runs in-process through ztbp.cli.main.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ztbp.cli import build_parser, main
+from ztbp.cli.common import Bounded, BoundedList, BoundedSize
+from ztbp.contract import probe_header
+from ztbp.errors import ZtbpError
+from ztbp.paths import TEST_DATA
+
+BAD_NUMBERS = ("0", "-1", "nan", "inf", "1e300")
+ERROR_LINE = re.compile(r"^ztbp [\w-]+: error: \S")
+#: Commands that start something outside the process; their starting function is the sentinel.
+STARTERS = ("capture", "capture-host", "capture-layers", "capture-app", "profile", "loop", "report", "apply")
+
+
+class NotStarted(ZtbpError):
+    """Raised where a command would boot the VM, run a workload here, papermill or ztbp-ctl."""
+
+    code = 97
+
+
+def _never(*_a: object, **_k: object) -> None:
+    raise NotStarted("the test stops here: the command would start the VM, a workload, papermill or ztbp-ctl")
+
+
+PARSER = build_parser()
+
+
+@pytest.fixture(autouse=True)
+def nothing_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ztbp.acquire.app
+    import ztbp.acquire.capture
+    import ztbp.acquire.channel
+    import ztbp.acquire.vm
+    import ztbp.cli
+    import ztbp.control.loop
+    import ztbp.control.profile
+    import ztbp.report.render
+    import ztbp.writeback.ctl  # noqa: F401 - loaded so that every binding of a starter is replaced
+
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("ztbp."):
+            for attr in ("start_run", "run_in_guest", "run_here", "run_loop", "run_profile", "ensure_ctl"):
+                if hasattr(mod, attr):
+                    monkeypatch.setattr(mod, attr, _never)
+    monkeypatch.setattr(ztbp.report.render, "_run_pages", _never)  # after the run is loaded: papermill never starts
+    monkeypatch.setattr(ztbp.cli, "build_parser", lambda: PARSER)  # built once: ~1,000 commands run here
+
+
+# --- running a command ---------------------------------------------------------------------------------------------
+def run_cli(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
+    capsys.readouterr()
+    rc = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def assert_refused(rc: int, err: str, *names: str) -> str:
+    """A non-zero exit and exactly one error line, no traceback; the line names each of `names`."""
+    assert "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if ERROR_LINE.match(ln)]
+    assert rc != 0 and len(lines) == 1, (rc, err)
+    assert all(n in lines[0] for n in names), (names, lines[0])
+    return lines[0]
+
+
+def assert_ok_or_refused(rc: int, err: str) -> None:
+    """Exit 0, or a refusal as above (the sentinel counts as one)."""
+    assert "Traceback" not in err, err
+    if rc != 0:
+        assert_refused(rc, err)
+
+
+def assert_no_temporary_file(run: Path) -> None:
+    left = list(run.rglob(".*.tmp")) if run.is_dir() else []
+    assert not left, left
+
+
+def assert_later_commands_see_the_trace(run: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """What a later command reads from the run's derived/ is what a clean ingest of raw/ gives."""
+    clean = tmp_path / "clean"
+    shutil.copytree(run, clean, ignore=shutil.ignore_patterns("derived"))
+    for cmd in (["zones", "--json"], ["stream", "--json", "--analyses", "zones,opcodes"]):
+        later = run_cli(capsys, [cmd[0], run, *cmd[1:]])
+        fresh = run_cli(capsys, [cmd[0], clean, *cmd[1:]])
+        assert later[0] == fresh[0] == 0, later[2]
+        keep = ("zones", "opcodes", "rows")
+        assert {k: v for k, v in json.loads(later[1]).items() if k in keep} == \
+            {k: v for k, v in json.loads(fresh[1]).items() if k in keep}
+
+
+# --- the runs -------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small synthetic run: meta.json and raw/nvme.csv."""
+    root = tmp_path_factory.mktemp("plain") / "run"
+    assert main(["synth", str(root), "--reads", "1500", "--zones", "32", "--no-prefill"]) == 0
+    return root
+
+
+@pytest.fixture(scope="module")
+def base(plain: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small run ingested, clustered and streamed once (so derived/ is there to be broken)."""
+    root = tmp_path_factory.mktemp("base") / "run"
+    shutil.copytree(plain, root)
+    assert main(["ingest", str(root)]) == 0
+    assert main(["cluster", str(root), "--eps", "0.02", "--min-samples", "20", "--no-widen"]) == 0
+    assert main(["stream", str(root), "--analyses", "zones"]) == 0
+    return root
+
+
+@pytest.fixture(scope="module")
+def groups(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("z2c") / "z2c.json"
+    path.write_text(json.dumps({"groups": {str(z): z % 4 for z in range(32)}}))
+    return path
+
+
+def fresh_copy(base: Path, tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(base, run)
+    return run
+
+
+def _meta(run: Path, **changes: object) -> None:
+    meta = json.loads((run / "meta.json").read_text())
+    meta.update(changes)
+    (run / "meta.json").write_text(json.dumps(meta))
+
+
+def _append(path: Path, data: bytes) -> None:
+    with path.open("ab") as f:
+        f.write(data)
+
+
+NVME = Path("raw") / "nvme.csv"
+GOOD_ROW = b"2000000000,1000,0,1,1,1,2,read,8,1,,0\n"
+
+
+def _deep(run: Path) -> None:
+    (run / "meta.json").write_text("[" * 100_000 + "]" * 100_000)
+
+
+#: breakage -> (what it does to a run, the words the error line must hold); None: the run stays usable.
+BROKEN_RUNS: dict[str, tuple[Callable[[Path], None], tuple[str, ...] | None]] = {
+    "meta-missing": (lambda r: (r / "meta.json").unlink(), ("meta.json is missing",)),
+    "meta-not-json": (lambda r: (r / "meta.json").write_text("{not json"), ("not valid JSON",)),
+    "meta-not-utf8": (lambda r: (r / "meta.json").write_bytes(b'{"format": "\xff"}'), ("not valid JSON",)),
+    "meta-nested-100000-deep": (_deep, ("nested too deep",)),
+    "meta-a-list": (lambda r: (r / "meta.json").write_text("[1, 2]"), ("must hold a JSON object",)),
+    "meta-nr-zones-10^12": (lambda r: _meta(r, nr_zones=10**12), ("'nr_zones'", "[1, 16777216]")),
+    "meta-zone-size-2^64": (lambda r: _meta(r, zone_size_lba=2**64, zone_cap_lba=2**64), ("'zone_size_lba'",)),
+    "meta-zone-of-2^50-bytes": (lambda r: _meta(r, zone_size_lba=2**38, zone_cap_lba=2**38, lba_bytes=4096),
+                                ("beyond 2^48",)),
+    "meta-lba-3-bytes": (lambda r: _meta(r, lba_bytes=3), ("'lba_bytes'", "[512, 65536]")),
+    "meta-nr-zones-a-float": (lambda r: _meta(r, nr_zones=64.5), ("'nr_zones' must be int",)),
+    "meta-capacity-beyond-size": (lambda r: _meta(r, zone_cap_lba=10**6), ("'zone_cap_lba'",)),
+    "meta-lost-events-a-string": (lambda r: _meta(r, lost_events="none"), ("'lost_events' must be an object",)),
+    "meta-lost-events-negative": (lambda r: _meta(r, lost_events={"nvme": -3}), ("'lost_events' of 'nvme'",)),
+    "meta-lost-events-a-list": (lambda r: _meta(r, lost_events={"nvme": [1]}), ("'lost_events' of 'nvme'",)),
+    "meta-hot-zones-a-string": (lambda r: _meta(r, workload={"name": "x", "hot_zones": "1,2"}),
+                                ("'workload.hot_zones'",)),
+    "meta-workload-a-list": (lambda r: _meta(r, workload=[1]), ("'workload' must be an object",)),
+    "raw-missing": (lambda r: (r / NVME).unlink(), ("has no NVMe trace",)),
+    "raw-empty": (lambda r: (r / NVME).write_bytes(b""), ("is empty",)),
+    "raw-garbage-bytes": (lambda r: (r / NVME).write_bytes(b"\x00\xff\xfe garbage\n" * 10),
+                          ("expected '# ztbp nvme v1'",)),
+    "raw-version-2": (lambda r: (r / NVME).write_text("# ztbp nvme v2\nts_ns\n"), ("'nvme v2' is not supported",)),
+    "raw-wrong-header": (lambda r: (r / NVME).write_text("# ztbp nvme v1\nts,lat\n"), ("line 2 must be the header",)),
+    "raw-a-directory": (lambda r: ((r / NVME).unlink(), (r / NVME).mkdir()), ("has no NVMe trace",)),
+    "run-is-a-file": (lambda r: (shutil.rmtree(r), r.write_text("not a run\n")), ("is a file, not a run directory",)),
+    "run-missing": (lambda r: shutil.rmtree(r), ("does not exist",)),
+    # the run stays usable: what is wrong is skipped and counted, or made again
+    "raw-u64-row": (lambda r: _append(r / NVME, b"1,1,0,1,1,1,2,read,18446744073709551615,1,,0\n"), None),
+    "raw-cut-last-line": (lambda r: _append(r / NVME, GOOD_ROW[:-4]), None),
+    "raw-far-zone": (lambda r: _append(r / NVME, f"1,1,0,1,1,1,2,read,{((1 << 24) - 1) * 8192},1,,0\n".encode()), None),
+    "raw-garbage-rows": (lambda r: _append(r / NVME, b"garbage\n\xff\xfe\n1,2,3\n" + GOOD_ROW), None),
+    "raw-same-size-edit": (lambda r: _same_size_edit(r / NVME), None),
+    "derived-junk-events": (lambda r: (r / "derived" / "events.parquet").write_bytes(b"PAR1 junk PAR1"), None),
+    "derived-half-events": (lambda r: _cut_half(r / "derived" / "events.parquet"), None),
+    "derived-junk-ingest-json": (lambda r: (r / "derived" / "ingest.json").write_text("{"), None),
+    "derived-deep-ingest-json": (lambda r: (r / "derived" / "ingest.json").write_text("[" * 100_000), None),
+    "derived-junk-dataset": (lambda r: (r / "derived" / "events-parts" / "dataset.json").write_text("[]"), None),
+    "derived-junk-part": (lambda r: next((r / "derived" / "events-parts").glob("*/*/*.parquet")).write_bytes(b"x"),
+                          None),
+    "derived-junk-cluster": (lambda r: (r / "derived" / "cluster.json").write_text("{]"), None),
+    "geometry-changed": (lambda r: _meta(r, zone_size_lba=4096, zone_cap_lba=4096, nr_zones=128), None),
+}
+
+
+def _same_size_edit(path: Path) -> None:
+    import os
+
+    st = path.stat()
+    data = path.read_bytes()
+    i = data.rindex(b",read,") + len(b",read,")
+    path.write_bytes(data[:i] + (b"9" if data[i:i + 1] != b"9" else b"8") + data[i + 1:])
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _cut_half(path: Path) -> None:
+    import os
+
+    st = path.stat()
+    path.write_bytes(path.read_bytes()[: st.st_size // 2])
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def run_commands(run: Path, out: Path, groups: Path) -> dict[str, list[object]]:
+    """Every command that takes a run, with the options that keep it small."""
+    grid = ["--eps", "0.02", "--min-samples", "20", "--no-widen"]
+    return {
+        "ingest": ["ingest", run, "--json"],
+        "zones": ["zones", run, "--json"],
+        "chains": ["chains", run, "--json"],
+        "frag": ["frag", run, "--json"],
+        "opcodes": ["opcodes", run, "--json"],
+        "cluster": ["cluster", run, "--json", *grid],
+        "cachesim": ["cachesim", run, "--json", "--hot-zones", "1", "--no-general"],
+        "config": ["config", run, "-o", out / "cache-config.json", *grid],
+        "apply": ["apply", run, "--json", *grid],
+        "resets": ["resets", run, "--json"],
+        "conflicts": ["conflicts", run, "--json", "--groups", groups, "--max-commands", "500"],
+        "perfetto": ["perfetto", run, "-o", out / "run.pftrace"],
+        "stream": ["stream", run, "--json", "--analyses", "zones,opcodes,chains"],
+        "shards": ["shards", run, "--json", "--rates", "0.5", "--hot-zones", "1"],
+        "layers": ["layers", run, "--json"],
+        "appops": ["appops", run, "--json"],
+        "files": ["files", run, "--json"],
+        "report": ["report", run, "-o", out / "report"],
+        "batch": ["batch", run, "--sequential", "--analyses", "zones", "--json"],
+    }
+
+
+#: What a usable run is asked (every analysis once, on the trace with garbage rows).
+USABLE = ("ingest", "zones", "stream")
+HEAVY_ON = {"raw-garbage-rows": ("chains", "frag", "opcodes", "cluster", "cachesim", "config", "resets", "conflicts",
+                                 "perfetto", "shards"),
+            "derived-junk-cluster": ("cluster",),
+            "raw-far-zone": ("frag", "cluster", "cachesim", "resets", "perfetto")}
+CASES = [(b, c) for b, (_, words) in BROKEN_RUNS.items() if words is not None
+         for c in run_commands(Path(), Path(), Path())]
+CASES += [(b, c) for b, (_, words) in BROKEN_RUNS.items() if words is None for c in USABLE + HEAVY_ON.get(b, ())]
+
+
+@pytest.mark.parametrize(("breakage", "command"), CASES, ids=[f"{b}-{c}" for b, c in CASES])
+def test_a_broken_run(plain: Path, base: Path, groups: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                      breakage: str, command: str) -> None:
+    run = fresh_copy(base if breakage.startswith(("derived", "geometry", "raw-same")) else plain, tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    breaks, words = BROKEN_RUNS[breakage]
+    breaks(run)
+    rc, stdout, err = run_cli(capsys, run_commands(run, out, groups)[command])
+    assert "Traceback" not in err + stdout
+    assert_no_temporary_file(run)
+    if words is None:
+        assert rc == 0, err
+        assert_counted(breakage, command, run, stdout, err)
+        assert_later_commands_see_the_trace(run, capsys, tmp_path)
+        return
+    if run.is_dir():  # a command that failed left no derived data behind
+        assert not (run / "derived").exists() or command == "stream", list((run / "derived").iterdir())
+    elif command == "batch":  # a batch names each failed run in its output and goes on with the others
+        assert rc == 1 and any(all(w in ln for w in words) for ln in stdout.splitlines()), stdout
+    elif command in ("appops", "files", "layers") and not breakage.startswith(("meta", "run")):
+        assert_refused(rc, err)  # a trace-less run has no application or layer file: that is said first
+    else:
+        assert_refused(rc, err, *words)
+        assert list(out.iterdir()) == []  # a command that failed wrote nothing
+
+
+def assert_counted(breakage: str, command: str, run: Path, stdout: str, err: str) -> None:
+    """A usable broken run: what was skipped is counted, what was found changed is said."""
+    rec = json.loads((run / "derived" / "ingest.json").read_text()) if command != "stream" else \
+        json.loads((run / "derived" / "events-parts" / "dataset.json").read_text())["ingest"]
+    skipped = {"raw-u64-row": 1, "raw-cut-last-line": 1, "raw-garbage-rows": 3}.get(breakage, 0)
+    assert rec["skipped"] == skipped, rec
+    if command == "ingest":
+        assert json.loads(stdout)["skipped"] == skipped
+    changed = "derived/events.parquet is not the file the last ingest wrote"
+    if breakage in ("derived-junk-events", "derived-half-events") and command == "ingest":
+        assert json.loads(stdout)["reingest"] == changed
+    elif breakage in ("derived-junk-events", "derived-half-events") and command != "stream":
+        assert f"warning: {run}: {changed}; ingesting raw/nvme.csv again" in err
+    if breakage == "raw-same-size-edit" and command != "stream":
+        assert rec["reingest"] == "raw/nvme.csv changed although its size did not"
+    if breakage in ("derived-junk-dataset", "derived-junk-part", "raw-same-size-edit", "geometry-changed"):
+        assert command != "stream" or "ingest" in json.loads(stdout)  # the dataset was made again
+
+
+# --- application and layer files ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def app_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("app") / "run"
+    shutil.copytree(TEST_DATA / "runs" / "sample-rocksdb-btrfs", root)
+    return root
+
+
+RAW = Path("raw")
+#: breakage of an application run -> (the file it breaks, what it does, the error's words; None: counted and skipped)
+BROKEN_APP: dict[str, tuple[str, Callable[[Path], None], tuple[str, ...] | None]] = {
+    "appops-garbage": ("appops.csv", lambda r: _append(r / RAW / "appops.csv", b"garbage\n1,2,x,4,get,0\n"), None),
+    "appops-not-utf8": ("appops.csv", lambda r: _append(r / RAW / "appops.csv", b"1,2,3,4,g\xffet,0\n"), None),
+    "appops-cut": ("appops.csv", lambda r: _append(r / RAW / "appops.csv", b"4407173316609,1026,69630"), None),
+    "appops-overflow": ("appops.csv", lambda r: _append(r / RAW / "appops.csv", b"99999999999999999999,1,2,3,g,0\n"),
+                        None),
+    "cachestat-garbage": ("cachestat.csv", lambda r: _append(r / RAW / "cachestat.csv", b"\x00\x01\x02\n"), None),
+    "files-cut": ("files.csv", lambda r: _append(r / RAW / "files.csv", b"000001.sst,12,0,0,0,4096,1,4096,la"), None),
+    "nvme-tid-garbage": ("nvme.csv", lambda r: _append(r / RAW / "nvme.csv", b"1,2,3\n"), None),
+    "appops-version-2": ("appops.csv", lambda r: (r / RAW / "appops.csv").write_text("# ztbp appops v2\nop_id\n"),
+                         ("'appops v2' is not supported",)),
+    "cachestat-empty": ("cachestat.csv", lambda r: (r / RAW / "cachestat.csv").write_text(""), ("is empty",)),
+    "files-wrong-header": ("files.csv", lambda r: (r / RAW / "files.csv").write_text("# ztbp files v1\npath\n"),
+                           ("line 2 must be the header",)),
+    "appops-missing": ("appops.csv", lambda r: (r / RAW / "appops.csv").unlink(), ("appops.csv is missing",)),
+    "nvme-without-tid": ("nvme.csv", lambda r: (r / RAW / "nvme.csv").write_text(probe_header("nvme")),
+                         ("no tid column",)),
+    "meta-phases-a-string": ("meta.json", lambda r: _meta(r, app={"phases": "readrandom"}), ("'app.phases'",)),
+    "meta-phase-without-times": ("meta.json", lambda r: _meta(r, app={"phases": [{"phase": "readrandom"}]}),
+                                 ("'app.phases'",)),
+}
+#: the files each application command reads
+APP_READS = {"appops": ("meta.json", "appops.csv", "cachestat.csv", "nvme.csv"),
+             "files": ("meta.json", "files.csv", "nvme.csv")}
+APP_CASES = [(b, c) for b in BROKEN_APP for c in APP_READS]
+
+
+@pytest.mark.parametrize(("breakage", "command"), APP_CASES, ids=[f"{b}-{c}" for b, c in APP_CASES])
+def test_a_broken_application_run(app_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], breakage: str,
+                                  command: str) -> None:
+    run = fresh_copy(app_run, tmp_path)
+    file, breaks, words = BROKEN_APP[breakage]
+    breaks(run)
+    rc, stdout, err = run_cli(capsys, [command, run, "--json"])
+    assert "Traceback" not in err + stdout
+    if file not in APP_READS[command]:
+        assert rc == 0, err
+    elif words is not None:
+        assert_refused(rc, err, *words)
+    else:
+        assert rc == 0, err
+        read = json.loads(stdout)["read"][f"raw/{file}"]
+        assert read["skipped"] >= 1 and read["rows"] > 0, read
+
+
+def _layers_run(base: Path, tmp_path: Path, body: bytes, header: str | None = None) -> Path:
+    run = fresh_copy(base, tmp_path)
+    row = b"1000,7,sync,read,4096,259:0,0,0,1,900,10,10,10,10,10,10,800,40,bdev\n"
+    (run / RAW / "layers.csv").write_bytes((header or probe_header("layers")).encode() + row * 3 + body)
+    return run
+
+
+@pytest.mark.parametrize(("body", "header", "words"), [
+    (b"garbage\n", None, None),
+    (b"1,2,sync,read\n", None, None),
+    (b"1000,7,sync,read,4096,259:0,0,0,1,900,10,10,10,10,10,10,800,40,bd", None, None),
+    (b"99999999999999999999,7,sync,read,4096,259:0,0,0,1,900,10,10,10,10,10,10,800,40,bdev\n", None, None),
+    (b"1000,7,s\xffync,read,4096,259:0,0,0,1,900,10,10,10,10,10,10,800,40,bdev\n", None, None),
+    (b"", "# ztbp layers v9\nts_ns\n", ("'layers v9' is not supported",)),
+    (b"", "# ztbp layers v1\nts_ns,tid\n", ("line 2 must be the header",)),
+], ids=["garbage", "short", "cut", "overflow", "not-utf8", "version-9", "wrong-header"])
+def test_a_broken_layer_file(base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], body: bytes,
+                             header: str | None, words: tuple[str, ...] | None) -> None:
+    run = _layers_run(base, tmp_path, body, header)
+    rc, stdout, err = run_cli(capsys, ["layers", run, "--json"])
+    if words is not None:
+        assert_refused(rc, err, *words)
+        return
+    assert rc == 0 and "Traceback" not in err, err
+    read = json.loads(stdout)["read"]
+    assert (read["rows"], read["skipped"]) == (3, 1), read
+
+
+# --- importing ------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("setup", "words"), [
+    ("missing-source", ("does not exist",)),
+    ("empty-source", ("no alibaba command found",)),
+    ("garbage-source", ("no alibaba command found",)),
+    ("binary-source", ("no alibaba command found",)),
+    ("run-is-a-file", ("exists and is not a directory",)),
+    ("run-exists", ("already holds a run", "--force")),
+    ("overflowing-rows", None),
+])
+def test_a_broken_import(base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], setup: str,
+                         words: tuple[str, ...] | None) -> None:
+    src, run = tmp_path / "trace.csv", tmp_path / "imported"
+    good = "2,R,4096,4096,1577808000000100\n"
+    content = {"empty-source": b"", "garbage-source": b"garbage\nmore,garbage\n", "binary-source": b"\x00\xff" * 64,
+               "overflowing-rows": f"{good}2,R,{2**64 - 1},4096,1\n2,R,4096,4096,{2**64 - 1}\n".encode()}
+    if setup != "missing-source":
+        src.write_bytes(content.get(setup, good.encode()))
+    if setup == "run-is-a-file":
+        run.write_text("a file\n")
+    if setup == "run-exists":
+        shutil.copytree(base, run)
+    rc, stdout, err = run_cli(capsys, ["import", src, run, "--format", "alibaba", "--zone-size", "1M", "--json"])
+    if words is not None:
+        assert_refused(rc, err, *words)
+        assert setup != "run-exists" or (run / "raw" / "nvme.csv").read_bytes() == (base / NVME).read_bytes()
+        assert not (run / "raw" / "nvme.csv").exists() or setup == "run-exists"
+        return
+    assert rc == 0, err
+    assert json.loads(stdout)["import"]["skipped"] == 2
+
+
+def test_synth_over_a_run_and_onto_a_file(base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = fresh_copy(base, tmp_path)
+    before = (run / NVME).read_bytes()
+    assert_refused(*run_cli(capsys, ["synth", run, "--reads", "10"])[::2], "already holds a run", "--force")
+    assert (run / NVME).read_bytes() == before
+    f = tmp_path / "file"
+    f.write_text("x\n")
+    assert_refused(*run_cli(capsys, ["synth", f, "--reads", "10"])[::2], "is not a directory")
+
+
+# --- numbers ----------------------------------------------------------------------------------------------------------
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    sub = next(a for a in PARSER._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+BOUNDED = (Bounded, BoundedList, BoundedSize)
+
+
+def test_every_numeric_option_is_bounded_and_its_default_inside() -> None:
+    numeric = []
+    for name, p in _subparsers().items():
+        for a in p._actions:
+            assert a.type not in (int, float), f"ztbp {name} {a.option_strings}: a bare {a.type.__name__}"
+            if isinstance(a.type, BOUNDED):
+                numeric.append((name, a.option_strings[0]))
+                if a.default is not None:
+                    value = a.type(a.default) if isinstance(a.default, str) else a.default
+                    values = value if isinstance(value, tuple) else (value,)
+                    assert all(a.type.bound.contains(v) for v in values), (name, a.option_strings, a.default)
+            elif isinstance(a.default, int | float) and not isinstance(a.default, bool):
+                pytest.fail(f"ztbp {name} {a.option_strings}: a number without a bound")
+    assert len(numeric) > 90
+
+
+def required_args(command: str, tmp: Path, run: Path, groups: Path) -> list[object]:
+    """What each command needs besides the option under test (small, so an accepted value runs quickly)."""
+    src = tmp / "trace.csv"
+    small = ["--eps", "0.02", "--min-samples", "20", "--no-widen"]
+    return {
+        "synth": [tmp / "new", "--reads", "300", "--zones", "16"],
+        "import": [src, tmp / "new", "--format", "alibaba", "--zone-size", "1M"],
+        "workload": ["paper80", "-o", tmp / "job.fio"],
+        "capture-host": ["/dev/ztbp-no-such-device", "paper80"],
+        "capture-app": ["rocksdb"],
+        "conflicts": [run, "--groups", groups, "--max-commands", "300"],
+        "config": [run, "-o", tmp / "cfg.json", *small],
+        "apply": [run, *small],
+        "cluster": [run, *small],
+        "cachesim": [run, "--no-general"],
+        "shards": [run, "--rates", "0.5"],
+        "stream": [run, "--analyses", "zones"],
+        "batch": [run, "--sequential", "--analyses", "zones"],
+        "perfetto": [run, "-o", tmp / "t.pftrace"],
+    }.get(command, [run] if command not in ("capture", "capture-layers", "profile", "loop") else [])
+
+
+def _parses(t: Bounded | BoundedList | BoundedSize, value: str) -> bool:
+    try:
+        t(value)
+    except argparse.ArgumentTypeError:
+        return False
+    return True
+
+
+NUMERIC = [(c, a.option_strings[0], v) for c, p in _subparsers().items() for a in p._actions
+           if isinstance(a.type, BOUNDED) for v in BAD_NUMBERS]
+#: Options that take numbers as text: lists of zones, sizes, regions, time windows.
+TEXT_NUMBERS = [(c, o, v) for c, o in (
+    ("synth", "--region"), ("synth", "--hot-zones"), ("cachesim", "--hot-zones"), ("shards", "--hot-zones"),
+    ("perfetto", "--window"), ("perfetto", "--zones"), ("profile", "--zones"), ("profile", "--bs"),
+    ("workload", "--region"), ("workload", "--hot-zones"), ("capture", "--zone-cap"), ("capture", "--conv-ns"),
+    ("capture", "--nvmevirt-storage"), ("capture-layers", "--size"), ("capture-app", "--cache-size"),
+    ("loop", "--hot-zones"),
+) for v in (*BAD_NUMBERS, "-1:inf", "1e300:", "0,nan", "99999999999999999999")]
+
+
+@pytest.mark.parametrize(("command", "option", "value"), NUMERIC + TEXT_NUMBERS,
+                         ids=[f"{c}{o}={v}" for c, o, v in NUMERIC + TEXT_NUMBERS])
+def test_a_bad_number(base: Path, groups: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str,
+                      option: str, value: str) -> None:
+    """Refused with one line naming the option and its range, or — when the value is inside the range (0 where 0
+    means "none" or "all") — the command runs as it would, and a starter stops at the sentinel."""
+    action = next(a for a in _subparsers()[command]._actions if option in a.option_strings)
+    refused = isinstance(action.type, BOUNDED) and not _parses(action.type, value)
+    run = tmp_path / "run"
+    if not refused:  # the command runs: it gets a real run and a real trace to import
+        shutil.copytree(base, run)
+        (tmp_path / "trace.csv").write_text("2,R,4096,4096,1577808000000100\n")
+    rc, stdout, err = run_cli(capsys, [command, *required_args(command, tmp_path, run, groups), option, value])
+    assert "Traceback" not in err + stdout
+    if refused:
+        line = assert_refused(rc, err, f"argument {option}", "give")
+        assert str(action.type.bound) in line or isinstance(action.type, BoundedSize), line
+        return
+    assert_ok_or_refused(rc, err)
+    assert_no_temporary_file(run)
+
+
+# --- the files a command is given besides the run -------------------------------------------------------------------
+CONFIG = {"format": "ztbp-cache-config/1", "hot_zones": [1]}
+
+
+@pytest.mark.parametrize(("command", "content", "words"), [
+    ("cachesim", b"{not json", ("is not valid JSON",)),
+    ("cachesim", b"[" * 100_000, ("is not valid JSON", "RecursionError")),
+    ("cachesim", b"\xff\xfe", ("is not valid JSON",)),
+    ("cachesim", json.dumps({**CONFIG, "format": "x"}).encode(), ("'format' must be",)),
+    ("cachesim", json.dumps({**CONFIG, "hot_zones": [2**70]}).encode(), ("'hot_zones' must be",)),
+    ("cachesim", json.dumps({**CONFIG, "hot_zones": [1e300]}).encode(), ("'hot_zones' must be",)),
+    ("cachesim", json.dumps({**CONFIG, "hot_zones": [40]}).encode(), ("beyond the device's 32 zones",)),
+    ("conflicts", b"{not json", ("not a zone-to-group table",)),
+    ("conflicts", b"{" * 100_000, ("not a zone-to-group table",)),
+    ("conflicts", json.dumps({"groups": {"1": 2**70}}).encode(), ("groups in [0, 2147483647]",)),
+    ("conflicts", json.dumps({"groups": {str(2**40): 1}}).encode(), ("zones are in [0, 16777215]",)),
+    ("conflicts", json.dumps({"groups": [1, 2]}).encode(), ("not a zone-to-group table",)),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_a_broken_side_file(base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str,
+                            content: bytes, words: tuple[str, ...]) -> None:
+    run = fresh_copy(base, tmp_path)
+    side = tmp_path / "side.json"
+    side.write_bytes(content)
+    flag = {"cachesim": "--config", "conflicts": "--groups"}[command]
+    rc, stdout, err = run_cli(capsys, [command, run, flag, side, "--json"])
+    assert_refused(rc, err, *words)
+
+
+# --- the library, as notebooks call it ------------------------------------------------------------------------------
+def _stage_calls() -> list[tuple[str, Callable[[object, float], object]]]:
+    """(the range of units.LIMITS the parameter has, a stage called with it)"""
+    from ztbp import stages
+    from ztbp.analysis.device_params import FarParams
+    from ztbp.analysis.dispatch import DispatchModel
+    from ztbp.analysis.params import ClusterParams
+    from ztbp.stages import streamed
+
+    return [
+        ("nts-mib", lambda run, x: stages.chains(run, nts_mib=x)),
+        ("chain-window", lambda run, x: stages.chains(run, window=x)),
+        ("cache-mib", lambda run, x: stages.simulate(run, x, 4, [1], general=False)),
+        ("page-kib", lambda run, x: stages.simulate(run, 64, x, [1], general=False)),
+        ("eps", lambda run, x: stages.cluster(run, ClusterParams(eps=(x,)))),
+        ("hot-factor", lambda run, x: stages.cluster(run, ClusterParams(hot_factor=x))),
+        ("seed", lambda run, x: stages.cluster(run, ClusterParams(seed=x))),
+        ("min-gain", lambda run, x: stages.config(run, 64, 4, min_gain=x)),
+        ("train-share", lambda run, x: stages.config(run, 64, 4, train_share=x)),
+        ("far-t", lambda run, x: stages.resets(run, FarParams(t=x))),
+        ("far-line", lambda run, x: stages.resets(run, FarParams(slope=x))),
+        ("bin-s", lambda run, x: stages.conflicts(run, {0: 0}, bin_s=x)),
+        ("queue-depth", lambda run, x: stages.conflicts(run, {0: 0}, model=DispatchModel(queue_depth=x))),
+        ("nts-mib", lambda run, x: streamed.chains(run, nts_mib=x)),
+        ("cache-mib", lambda run, x: streamed.cachesim(run, cache_mib=x)),
+        ("rate", lambda run, x: streamed.shards(run, rate=x)),
+    ]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, 1e300], ids=str)
+def test_the_stages_refuse_what_the_options_refuse(base: Path, tmp_path: Path, value: float) -> None:
+    """A notebook passing a parameter the command line would refuse gets the same one-line ZtbpError, not an empty
+    answer or a traceback from deep inside an analysis."""
+    from ztbp.io.run import load
+    from ztbp.units import LIMITS
+
+    run = load(fresh_copy(base, tmp_path))
+    for name, call in _stage_calls():
+        if LIMITS[name].contains(value):
+            continue
+        with pytest.raises(ZtbpError, match="out of range: give"):
+            call(run, value)
+            pytest.fail(f"{name} took {value}")
