@@ -76,9 +76,13 @@ def test_output_under_a_file(run: Path, tmp_path: Path, capsys: pytest.CaptureFi
 def test_synth_and_import_into_a_file(tmp_path: Path, where: str, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "a-file").write_text("x")
     target = str(tmp_path / where)
-    one_line(capsys, main(["synth", target, "--reads", "100"]), "a-file is a file, not a folder")
+    # the run itself a file: refused before anything is written (contract.check_new_run, a usage error); a file on
+    # the way to it: the file system's refusal
+    fragment, code = (("a-file exists and is not a directory", 2) if where == "a-file" else
+                      ("a-file is a file, not a folder", FileSystemError.code))
+    one_line(capsys, main(["synth", target, "--reads", "100"]), fragment, code)
     one_line(capsys, main(["import", "--format", "msr", "--zone-size", "256M", str(IMPORT_SAMPLE), target]),
-             "a-file is a file, not a folder")
+             fragment, code)
     assert (tmp_path / "a-file").read_text() == "x" and leftovers(tmp_path) == []
 
 
@@ -152,16 +156,33 @@ def test_full_disk_real(small_disk: Path, capsys: pytest.CaptureFixture[str]) ->
 
 def test_full_disk_simulated_in_polars(run: Path, monkeypatch: pytest.MonkeyPatch,
                                        capsys: pytest.CaptureFixture[str]) -> None:
-    def full(self: pl.DataFrame, file: Path, **_kw: object) -> None:
+    real = pl.DataFrame.write_parquet
+
+    def full(self: pl.DataFrame, file: object, **kw: object) -> None:
+        if not isinstance(file, (str, Path)):  # ingest writes events.parquet to memory first, then whole to disk
+            return real(self, file, **kw)  # type: ignore[arg-type]
         Path(file).write_bytes(b"PAR1 half")
         raise pl.exceptions.ComputeError("parquet: File out of specification: underlying IO error: No space left "
                                          "on device (os error 28)")
 
     monkeypatch.setattr(pl.DataFrame, "write_parquet", full)
-    one_line(capsys, main(["ingest", str(run)]), "no space left on its device")
     one_line(capsys, main(["stream", str(run)]), "no space left on its device")
+    assert leftovers(run) == [] and not (run / "derived" / "events-parts").exists()
+
+
+def test_full_disk_during_ingest(run: Path, monkeypatch: pytest.MonkeyPatch,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """events.parquet is written whole from memory: the disk fills at that write (a file opened new)."""
+    real_open = Path.open
+
+    def full_open(self: Path, mode: str = "r", *args: object, **kw: object):  # noqa: ANN202
+        if "x" in mode and self.name.startswith(".events.parquet"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+        return real_open(self, mode, *args, **kw)
+
+    monkeypatch.setattr(Path, "open", full_open)
+    one_line(capsys, main(["ingest", str(run)]), "no space left on its device")
     assert leftovers(run) == [] and not (run / "derived" / "events.parquet").exists()
-    assert not (run / "derived" / "events-parts").exists()
 
 
 def test_full_disk_simulated_in_a_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -212,7 +233,7 @@ def test_stream_ingest_failing_keeps_the_earlier_dataset(run: Path, monkeypatch:
 # ---- the last resort --------------------------------------------------------------------------------------------
 def test_an_unexplained_os_error_is_one_line(run: Path, monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    def refuse(_run: RunPaths) -> None:
+    def refuse(_run: RunPaths, _why: str | None = None) -> None:
         raise PermissionError(errno.EACCES, "Permission denied", "/somewhere/file")
 
     monkeypatch.setattr("ztbp.io.nvme._ingest", refuse)

@@ -147,7 +147,7 @@ def test_ab_next_switches_only_when_the_arm_changes() -> None:
 
 
 def test_ab_request_bounds() -> None:
-    for pairs, reads, what in ((1, 20_000, "--ab 1"), (51, 20_000, "--ab 51"), (2, 10, "--ab-reads 10")):
+    for pairs, reads, what in ((1, 20_000, "--ab 1:"), (51, 20_000, "--ab 51 "), (2, 10, "--ab-reads 10 ")):
         with pytest.raises(ZtbpError, match=what):
             LoopRequest(workload=WorkloadOptions(), ab_pairs=pairs, ab_reads=reads).validate()
     LoopRequest(workload=WorkloadOptions(), ab_pairs=5, ab_reads=5000).validate()

@@ -184,6 +184,8 @@ LIMITS: dict[str, Bound] = {
     "value-size": Bound(1, 1 << 24, integer=True),             # bytes, up to 16 MiB
     "app-reads": Bound(1, 10**9, integer=True),
     "rounds": Bound(1, 100, integer=True),
+    "ab": Bound(0, 50, integer=True),                          # A/B pairs of blocks; 0 = none, 1 is refused
+    "ab-reads": Bound(1_000, 10**7, integer=True),             # reads per A/B block
     "loop-cache-mib": Bound(1, 1 << 20, integer=True),
     "max-zones": Bound(2, 4096, integer=True),                 # zones profiled: pairs grow as its square
     "threshold": Bound(0, 2, open_lo=True, open_hi=True),      # share of the reference bandwidth

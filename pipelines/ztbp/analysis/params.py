@@ -64,11 +64,9 @@ RUN_NOISE_CV = 0.10
 COMPARE_ALPHA = 0.05
 
 # ---- the loop's A/B mode (`ztbp loop --ab PAIRS`) --------------------------------------------------------------
-#: pairs of blocks: at least 2 for an interval; 50 pairs of the default block are hours under emulation
-AB_PAIRS = (2, 50)
-#: reads per block: enough for a block's IOPS and latency percentiles, few enough for several blocks per arm
+#: reads per block: enough for a block's IOPS and latency percentiles, few enough for several blocks per arm (the
+#: bounds of --ab and --ab-reads are in units.LIMITS)
 AB_READS = 20_000
-AB_READ_RANGE = (1_000, 10_000_000)
 
 #: The ZTBP paper's measured effect of the configuration on its drive (Tables II and III), by the workload that
 #: reproduces each: read IOPS, fio p50 (us) and the drive's cache hit ratio, without -> with the configuration.

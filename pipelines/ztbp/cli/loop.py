@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..acquire.workload import PRESETS
-from ..analysis.params import AB_PAIRS, AB_READS, CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
+from ..analysis.params import AB_READS, CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
 from .acquire import add_workload_options, workload_options
 from .common import add_backend_args, add_geometry_args, bounded, device_geometry
 
@@ -49,11 +49,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-gain", type=bounded("min-gain"), default=RECOMMEND_GAIN,
                    help="stop when the model's hit ratio with the zones in force rises by less (default: "
                         "%(default)s); also the config's recommendation threshold")
-    p.add_argument("--ab", type=int, default=0, metavar="PAIRS",
+    p.add_argument("--ab", type=bounded("ab"), default=0, metavar="PAIRS",
                    help="A/B mode: after round 1, switch its configuration on (SET) and off (STOP) in PAIRS pairs of "
-                        f"blocks in ABBA order ({AB_PAIRS[0]}-{AB_PAIRS[1]}), and report each effect with its 95 %% "
+                        "blocks in ABBA order (2 or more), and report each effect with its 95 %% "
                         "interval and a verdict (default: 0, the plain loop)")
-    p.add_argument("--ab-reads", type=int, default=AB_READS, metavar="N",
+    p.add_argument("--ab-reads", type=bounded("ab-reads"), default=AB_READS, metavar="N",
                    help="reads per A/B block (default: %(default)s)")
     p.add_argument("--fio-file", default=None, metavar="FILE",
                    help="run this fio job each round instead of the preset (filename= set to the traced namespace; "

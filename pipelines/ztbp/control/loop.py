@@ -46,7 +46,7 @@ from ..acquire.vm import Geometry, nvmevirt_module, qemu_version, run_in_guest, 
 from ..acquire.workload import PRESETS, Workload, WorkloadOptions, user_job
 from ..analysis.device_model import CACHE_ENTRIES
 from ..analysis.loop import device_figures, latency_split, measured_gain, warm_hit_ratio
-from ..analysis.params import AB_PAIRS, AB_READ_RANGE, AB_READS, CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
+from ..analysis.params import AB_READS, CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
 from ..contract import LOOP_FORMAT, utc_now
 from ..errors import ZtbpError
 from ..files import env_int, hand_over_tree, write_json
@@ -94,12 +94,10 @@ class LoopRequest:
         check_limit("loop-cache-mib", self.cache_mib, "--cache-mib")
         check_limit("page-kib", self.page_kib)
         check_limit("timeout", self.timeout)
-        if self.ab_pairs and not AB_PAIRS[0] <= self.ab_pairs <= AB_PAIRS[1]:
-            raise LoopError(f"--ab {self.ab_pairs}: give {AB_PAIRS[0]} to {AB_PAIRS[1]} pairs of blocks (an interval "
-                            "needs at least 2), or 0 for no A/B blocks")
-        if not AB_READ_RANGE[0] <= self.ab_reads <= AB_READ_RANGE[1]:
-            raise LoopError(f"--ab-reads {self.ab_reads}: give {AB_READ_RANGE[0]:,} to {AB_READ_RANGE[1]:,} reads "
-                            "per block")
+        check_limit("ab", self.ab_pairs)
+        if self.ab_pairs == 1:
+            raise LoopError("--ab 1: give at least 2 pairs of blocks (an interval needs 2), or 0 for no A/B blocks")
+        check_limit("ab-reads", self.ab_reads)
         if self.workload.name not in PRESETS:
             raise LoopError(f"unknown workload '{self.workload.name}'; choose one of: {', '.join(PRESETS)}")
         if self.backend == "qemu":  # its namespace is known now: the workload must fit it before a boot
