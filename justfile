@@ -58,7 +58,8 @@ test:
     phase deps {{quote(just_executable())}} deps
     phase images bash -c 'bash vm/image.sh --suite bookworm >/dev/null && bash vm/image.sh --suite trixie >/dev/null'
     phase lint {{quote(just_executable())}} lint
-    phase tests bash -c 'set -o pipefail; "$0" -m pytest -q --durations=25 tests notebooks --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/nbval-sanitize.cfg | tee "$1"' {{PY}} "$log"
+    # two workers: one runs the VM tests in order (their shared guests), the other the unit tests and notebooks beside it
+    phase tests bash -c 'set -o pipefail; "$0" -m pytest -q -n 2 --durations=25 tests notebooks --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/nbval-sanitize.cfg | tee "$1"' {{PY}} "$log"
 
 # run only the fast tests (no VM)
 [group('test')]

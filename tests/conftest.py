@@ -6,7 +6,8 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,33 @@ def run_factory(tmp_path: Path):
 # --- the guest images: built in the background while the other tests run -------------------------------------
 #: the background build of every suite's guest image (None: nothing to build, or not started)
 _IMAGES: subprocess.Popen[bytes] | None = None
+#: the folder of the shared guests (vm/vmtest.sh's guest pool), once a VM test asked for it
+_POOL: Path | None = None
+
+
+def work_unit(nodeid: str) -> str:
+    """What one pytest-xdist worker runs as a whole, in order (`just test` runs two workers): every test of the
+    VM test files (tests/*_vm.py) together, so one worker runs them with their shared guests while the other runs
+    the unit tests beside it; a notebook's cells together (they share its kernel, in order); any other test
+    alone."""
+    path = nodeid.split("::", 1)[0]
+    if path.endswith("_vm.py"):
+        return "vm"
+    if path.endswith(".ipynb"):
+        return path
+    return nodeid
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """The scheduler of `work_unit` (xdist's own `--dist loadgroup` lost its groups on pytest 9.2: it renames node
+    ids through a field pytest no longer reads, pytest-xdist issue 1386)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkUnits(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return WorkUnits(config, log)
 
 
 @pytest.hookimpl(trylast=True)  # after `-m` has deselected what it deselects
@@ -66,13 +94,18 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     built waits for it. ZTBP_NO_IMAGE_PREBUILD=1 turns the background build off."""
     global _IMAGES
     vm = [i for i in items if i.get_closest_marker("vm") is not None]
+    if strays := [i.nodeid for i in vm if work_unit(i.nodeid) != "vm"]:
+        raise pytest.UsageError(f"VM tests belong in tests/*_vm.py (one worker runs those in order): {strays[:3]}")
     if not vm:
         return
     items[:] = [i for i in items if i.get_closest_marker("vm") is None] + vm
     from ztbp import paths
     from ztbp.acquire.vm import SUITES
 
+    config.ztbp_vm_selected = True  # type: ignore[attr-defined]
     if os.environ.get("ZTBP_NO_IMAGE_PREBUILD") == "1" or config.option.collectonly:
+        return
+    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":  # one worker builds them
         return
     script = paths.ROOT / "vm" / "image.sh"
     builds = " && ".join(f"bash {script} --suite {s}" for s in SUITES)
@@ -82,8 +115,64 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                                    start_new_session=True)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_guests(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Boot once, test many: every VM test's guest command whose output folder lies under this session's temporary
+    folder runs in a guest kept booted per configuration (vm/vmtest.sh's guest pool, vm/guest/pool.sh), so the
+    suites boot bookworm, trixie and NVMeVirt once each instead of once a test module. ZTBP_NO_GUEST_POOL=1 boots
+    a guest per command as before."""
+    global _POOL
+    if not getattr(request.config, "ztbp_vm_selected", False) or os.environ.get("ZTBP_NO_GUEST_POOL") == "1":
+        yield
+        return
+    base = tmp_path_factory.getbasetemp()
+    _POOL = base / "guest-pool"
+    _POOL.mkdir(exist_ok=True)
+    os.environ["ZTBP_GUEST_POOL"] = str(_POOL)
+    os.environ["ZTBP_GUEST_POOL_SHARE"] = str(base)
+    os.environ.setdefault("ZTBP_POOL_IDLE", "900")
+    yield
+    stop_shared_guests()
+
+
+def stop_shared_guests() -> None:
+    """Stop every guest of the pool (vmtest.sh kills QEMU on SIGTERM) and wait for each."""
+    if _POOL is None:
+        return
+    for pidfile in _POOL.glob("*/pid"):
+        try:
+            pid = int(pidfile.read_text())
+            os.kill(pid, signal.SIGTERM)
+        except (OSError, ValueError):
+            continue
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                break
+            time.sleep(0.1)
+
+
+def pool_summary() -> str | None:
+    """Boots, commands and hung boots of the shared guests, for the end of the run."""
+    if _POOL is None or not (_POOL / "jobs").exists():
+        return None
+    count = {f: len((_POOL / f).read_text().splitlines()) if (_POOL / f).exists() else 0
+             for f in ("boots", "jobs", "hung-boots")}
+    configs = len(list(_POOL.glob("*/config")))
+    return (f"shared guests: {count['jobs']} guest commands in {count['boots']} boots ({configs} configurations); "
+            f"hung boots killed and booted again: {count['hung-boots']}")
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if (line := pool_summary()) is not None:
+        terminalreporter.write_line(line)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Never leave the background image build behind (a run stopped early kills it; image.sh cleans its folder)."""
+    """Never leave the background image build behind (a run stopped early kills it; image.sh cleans its folder),
+    nor a shared guest."""
+    stop_shared_guests()
     if _IMAGES is not None and _IMAGES.poll() is None:
         os.killpg(_IMAGES.pid, signal.SIGTERM)
         _IMAGES.wait(timeout=60)

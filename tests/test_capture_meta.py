@@ -1,7 +1,7 @@
 """How a capture turns the guest's report (guest.env, fio JSON, the probes' CSVs) into meta.json, and its progress
 lines; how meta.json names the probe that ran and how it attaches.
 
-The files here are written in the formats vm/guest/probe-lib.sh and fio produce; the real path is in test_vm_capture
+The files here are written in the formats vm/guest/probe-lib.sh and fio produce; the real path is in test_capture_vm
 and test_layers_vm.
 """
 

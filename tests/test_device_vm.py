@@ -41,7 +41,7 @@ def ztbp(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def qemu_profile(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     out = tmp_path_factory.mktemp("profile") / "qemu"
-    proc = ztbp("profile", "--zones", "0-3", "--full-matrix", "--seconds", "2", "--vm-zones", "8",
+    proc = ztbp("profile", "--zones", "0-3", "--full-matrix", "--seconds", "2",
                 "--out", str(out), "--timeout", "900")
     assert proc.returncode == 0, proc.stderr
     return out, json.loads((out / "profile.json").read_text())
@@ -51,7 +51,7 @@ def test_qemu_profile_writes_the_zone_to_group_table_matrix_and_heatmap(qemu_pro
     out, doc = qemu_profile
     for name in ("profile.json", "z2c.json", "z2c.csv", "matrix.csv", "heatmap.html", "console.log"):
         assert (out / name).is_file(), name
-    assert doc["device"]["backend"] == "qemu" and doc["device"]["nr_zones"] == 8
+    assert doc["device"]["backend"] == "qemu" and doc["device"]["nr_zones"] == 64
     assert sorted(int(z) for z in doc["solo"]) == [0, 1, 2, 3] and all(v > 0 for v in doc["solo"].values())
     assert len(doc["pairs"]) == 6 and {p["measured"] for p in doc["pairs"]} == {2}  # the matrix twice (--confirm 1)
     assert sorted(doc["solo_after"]) == ["0", "1", "2", "3"]  # the closing solo pass

@@ -5,7 +5,7 @@ as every capture: meta.json written by the contract code), then `ztbp layers` on
 Checks: the layer means add up to the measured end-to-end syscall latency within 5 %; the device time of the layer
 probe agrees with `lat_ns` of the NVMe probe for the same requests within 10 % at the median; both probes' lost
 events are recorded in meta.json and are 0 with maps of the normal size, every fio read has its row (the negative
-control of test_vm_capture's tiny-map test); the file-system row is there and the rows name ext4.
+control of test_capture_vm's tiny-map test); the file-system row is there and the rows name ext4.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def ext4_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         pytest.fail("qemu-system-x86_64 is missing: run `just deps`")
     out = tmp_path_factory.mktemp(f"layers-vm-{request.param}") / "run"
     proc = subprocess.run([sys.executable, "-m", "ztbp.cli", "capture-layers", "--out", str(out), "--fs", "ext4",
-                           "--engine", "psync", "--runtime", "3", "--zones", "16", "--timeout", "1200",
+                           "--engine", "psync", "--runtime", "3", "--timeout", "1200",
                            "--suite", request.param],
                           capture_output=True, text=True, timeout=1300, check=False, cwd=ROOT)
     console = (out / "console.log").read_text(errors="replace") if (out / "console.log").exists() else ""

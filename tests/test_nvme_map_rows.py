@@ -1,7 +1,7 @@
 """The map-mode NVMe probe's output path: bpftrace's dump of @rows -> probes/nvme_zone.awk -> nvme.csv.
 
 Runs the guest probe library's own functions (vm/guest/probe-lib.sh, sourced) on a hand-written dump, on the
-host: the real probe is exercised in the VM tests (test_vm_capture.py)."""
+host: the real probe is exercised in the VM tests (test_capture_vm.py)."""
 from __future__ import annotations
 
 import subprocess

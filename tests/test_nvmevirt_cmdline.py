@@ -107,7 +107,7 @@ def test_capture_host_cli_refuses_before_touching_anything(tmp_path: Path, monke
 def test_capture_host_json_refusals_keep_stdout_clean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """--json: a refusal is an error on stderr with its exit code, never a half JSON document on stdout (the JSON
-    summary of a capture that ran is checked in the VM, tests/test_vm_capture.py)."""
+    summary of a capture that ran is checked in the VM, tests/test_capture_vm.py)."""
     monkeypatch.setenv("ZTBP_SYSFS", str(fake_block(tmp_path, "sda", "none")))
     assert main(["capture-host", "/dev/sda", "uniform", "--no-prefill", "--json"]) == 2
     out = capsys.readouterr()

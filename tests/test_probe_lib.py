@@ -2,7 +2,7 @@
 
 The start and stop rules are driven against a stand-in for bpftrace (a small Python process that prints a probe
 header and answers SIGINT the ways bpftrace has been seen to: at once, only the second time, never); the real
-bpftrace runs through the same functions in the VM tests (test_vm_capture.py, test_layers_vm.py).
+bpftrace runs through the same functions in the VM tests (test_capture_vm.py, test_layers_vm.py).
 """
 
 from __future__ import annotations

@@ -19,6 +19,13 @@ DEFAULT_ZONES=64
 DEFAULT_LBA_SIZE=4096
 KVM_PROBE_SECONDS=25
 STOP_GRACE=300
+POOL="${ZTBP_GUEST_POOL:-}"         # a folder: keep one guest booted per configuration there (see usage)
+POOL_SHARE="${ZTBP_GUEST_POOL_SHARE:-}"
+POOL_IDLE="${ZTBP_POOL_IDLE:-900}"  # a pooled guest powers off after this many seconds without a command
+POOL_LIFETIME=14400                 # and at the latest after this many
+POOL_BOOT_WAIT=600                  # seconds a pooled guest has to boot and say it is ready
+POOL_SILENT=150                     # seconds without a console line after which its boot counts as hung
+POOL_MAX="${ZTBP_POOL_MAX:-2}"      # guests kept at once: booting one more stops the least recently used
 EXIT_TIMEOUT=124     # the guest did not finish in time
 EXIT_NO_STATUS=125   # the guest stopped without reporting a status (crash, panic)
 
@@ -36,6 +43,8 @@ MAX_ACTIVE=0
 LBA_SIZE=$DEFAULT_LBA_SIZE
 CONV_SIZE=""
 NO_ZNS=0
+CTL_DIR=""
+SHARE_DIR=""
 ACCEL="auto"
 APPEND_EXTRA=""
 INTERACTIVE=0
@@ -49,6 +58,11 @@ QEMU_PID=""
 ACCEL_ARGS=()
 NVME_ARGS=()
 STOP_REQUESTED=0
+STOP_FILE=""
+JOB=""
+TAIL_PID=""
+KDIR=""
+RC=""
 
 usage() {
 	cat <<EOF
@@ -81,7 +95,18 @@ Options:
       --env NAME=VALUE   set a variable for COMMAND (repeatable)
       --interactive      give the guest console a login shell instead of COMMAND
   -q, --quiet            do not echo the console (it is still saved)
+      --ctl-dir DIR      use DIR as the control folder /ztbp/ctl (kept; default: a temporary one)
+      --share DIR        share DIR read-write with the guest as the 9p tag ztbp_share
   -h, --help             this text
+
+Guest pool (the test suite's shared guests): with ZTBP_GUEST_POOL=DIR and ZTBP_GUEST_POOL_SHARE=SHARE in the
+environment, a command whose OUTDIR lies inside SHARE runs in a guest kept booted in DIR, one per configuration
+(image, CPUs, memory, device, kernel command line), instead of a guest of its own: the first such command boots
+it (a boot silent for $POOL_SILENT s is killed and booted once more, counted in DIR/hung-boots), the next ones
+reuse it. Between commands the guest is put back as a boot leaves it (vm/guest/pool.sh: processes, mounts,
+NVMeVirt, zones, /tmp, caches, kernel log). Same contract: COMMAND's status, console.log in OUTDIR, Ctrl-C asks
+the command to stop; a timeout or SIGTERM kills the pooled guest. It powers off after ZTBP_POOL_IDLE seconds
+without a command (default $POOL_IDLE).
 
 Example:
   $0 -o /tmp/out --zones 16 -- 'blkzone report /dev/nvme0n1 > /ztbp/out/zones.txt'
@@ -111,6 +136,8 @@ parse_args() {
 			--lba-size) LBA_SIZE="$2"; shift ;;
 			--conv-ns) CONV_SIZE="$2"; shift ;;
 			--no-zns) NO_ZNS=1 ;;
+			--ctl-dir) CTL_DIR="$2"; shift ;;
+			--share) SHARE_DIR="$2"; shift ;;
 			--accel) ACCEL="$2"; shift ;;
 			--append) APPEND_EXTRA="$2"; shift ;;
 			--file) FILES+=("$2"); shift ;;
@@ -205,24 +232,30 @@ choose_accel() {
 
 prepare_work() {
 	WORK="$(mktemp -d "${TMPDIR:-/tmp}/ztbp-vm.XXXXXX")"
-	mkdir -p "$WORK/ctl"
+	[ -n "$CTL_DIR" ] || CTL_DIR="$WORK/ctl"
+	mkdir -p "$CTL_DIR"
+	STOP_FILE="$CTL_DIR/stop"
 	if [ -z "$OUTDIR" ]; then
 		OUTDIR="$(mktemp -d "${TMPDIR:-/tmp}/ztbp-out.XXXXXX")"
 	fi
 	mkdir -p "$OUTDIR"
 	OUTDIR="$(cd "$OUTDIR" && pwd)"
-	printf '%s\n' "$COMMAND" > "$WORK/ctl/cmd"
-	: > "$WORK/ctl/env"
-	local e f
+	write_command "$CTL_DIR"
+	[ "$INTERACTIVE" -eq 1 ] && touch "$CTL_DIR/interactive"
+	[ "$NO_ZNS" -eq 1 ] && touch "$CTL_DIR/no-nvme"
+	return 0
+}
+
+write_command() { # DIR: COMMAND, its variables and files, as the guest reads them from /ztbp/ctl
+	local dir="$1" e f
+	printf '%s\n' "$COMMAND" > "$dir/cmd"
+	: > "$dir/env"
 	for e in "${ENVS[@]}"; do
-		printf '%s=%q\n' "${e%%=*}" "${e#*=}" >> "$WORK/ctl/env"
+		printf '%s=%q\n' "${e%%=*}" "${e#*=}" >> "$dir/env"
 	done
 	for f in "${FILES[@]}"; do
-		cp "$f" "$WORK/ctl/"
+		cp "$f" "$dir/"
 	done
-	[ "$INTERACTIVE" -eq 1 ] && touch "$WORK/ctl/interactive"
-	[ "$NO_ZNS" -eq 1 ] && touch "$WORK/ctl/no-nvme"
-	return 0
 }
 
 # Sizes in QEMU syntax (32M, 1G, 4096) to bytes.
@@ -294,11 +327,12 @@ run_qemu() {
 		-drive "file=$IMAGE_DIR/rootfs.ext4,if=virtio,format=raw,snapshot=on"
 		-virtfs "local,path=$REPO,mount_tag=ztbp_src,security_model=none,readonly=on"
 		-virtfs "local,path=$OUTDIR,mount_tag=ztbp_out,security_model=none"
-		-virtfs "local,path=$WORK/ctl,mount_tag=ztbp_ctl,security_model=none"
+		-virtfs "local,path=$CTL_DIR,mount_tag=ztbp_ctl,security_model=none"
 		-chardev "stdio,id=con0,signal=off,logfile=$OUTDIR/console.log"
 		-serial chardev:con0
 		"${NVME_ARGS[@]}"
 	)
+	[ -n "$SHARE_DIR" ] && args+=(-virtfs "local,path=$SHARE_DIR,mount_tag=ztbp_share,security_model=none")
 	if [ "$INTERACTIVE" -eq 1 ]; then
 		"$QEMU" "${args[@]}"
 		return
@@ -317,7 +351,7 @@ on_interrupt() {
 	if [ "$STOP_REQUESTED" -eq 0 ]; then
 		STOP_REQUESTED=1
 		log "interrupted: asking the guest to stop and save its data (up to $STOP_GRACE s; again to kill)"
-		touch "$WORK/ctl/stop"
+		touch "$STOP_FILE"
 	else
 		log "killing the guest"
 		kill -KILL "$QEMU_PID" 2>/dev/null || true
@@ -355,8 +389,8 @@ wait_for_guest() {
 guest_status() {
 	if [ -f "$WORK/timed-out" ]; then
 		echo "$EXIT_TIMEOUT"
-	elif [ -s "$WORK/ctl/exit-status" ]; then
-		head -n 1 "$WORK/ctl/exit-status"
+	elif [ -s "$CTL_DIR/exit-status" ]; then
+		head -n 1 "$CTL_DIR/exit-status"
 	else
 		echo "$EXIT_NO_STATUS"
 	fi
@@ -371,10 +405,223 @@ cleanup() {
 	fi
 }
 
+# ---- the guest pool (ZTBP_GUEST_POOL): one booted guest per configuration serves many commands ----------------
+pool_wanted() {
+	[ -n "$POOL" ] && [ -n "$POOL_SHARE" ] && [ -n "$OUTDIR" ] && [ "$INTERACTIVE" -eq 0 ] || return 1
+	mkdir -p "$OUTDIR" "$POOL"
+	OUTDIR="$(cd "$OUTDIR" && pwd -P)"
+	POOL_SHARE="$(cd "$POOL_SHARE" && pwd -P)"
+	case "$OUTDIR/" in
+		"$POOL_SHARE"/*/) return 0 ;;
+	esac
+	log "pool: $OUTDIR is not inside $POOL_SHARE: booting a guest of its own"
+	return 1
+}
+
+pool_config() { # what makes two commands able to share a guest
+	printf 'repo=%s\nimage=%s\naccel=%s\nsmp=%s\nmemory=%s\nno_zns=%s\nappend=%s\n' \
+		"$REPO" "$IMAGE_DIR" "$ACCEL" "$SMP" "$MEMORY" "$NO_ZNS" "$APPEND_EXTRA"
+	# sizes in bytes: 32M and 33554432 are one device
+	[ "$NO_ZNS" -eq 1 ] || printf 'zone_size=%s\nzones=%s\nzone_cap=%s\nmax_open=%s\nmax_active=%s\nlba=%s\nconv=%s\n' \
+		"$(to_bytes "$ZONE_SIZE")" "$ZONES" "$(to_bytes "${ZONE_CAP:-$ZONE_SIZE}")" "$MAX_OPEN" "$MAX_ACTIVE" \
+		"$LBA_SIZE" "$([ -z "$CONV_SIZE" ] || to_bytes "$CONV_SIZE")"
+}
+
+pool_alive() { # KDIR: its guest runs and said it is ready
+	local pid
+	pid="$(cat "$1/pid" 2>/dev/null)" || return 1
+	kill -0 "$pid" 2>/dev/null && [ -e "$1/ctl/ready" ]
+}
+
+pool_kill() { # KDIR: stop its guest (vmtest.sh kills QEMU on SIGTERM) and wait until it is gone
+	local pid i
+	pid="$(cat "$1/pid" 2>/dev/null)" || return 0
+	kill -TERM "$pid" 2>/dev/null || true
+	for i in $(seq 1 100); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -KILL -- "-$pid" 2>/dev/null || true
+	rm -f "$1/pid"
+}
+
+follow() { # FILE: echo its lines as they come (not with --quiet)
+	[ "$QUIET" -eq 1 ] && return 0
+	tail -n +1 -F -s 0.2 "$1" 2>/dev/null &
+	TAIL_PID=$!
+}
+
+unfollow() {
+	[ -n "$TAIL_PID" ] || return 0
+	sleep 0.3  # the last lines
+	kill "$TAIL_PID" 2>/dev/null || true
+	wait "$TAIL_PID" 2>/dev/null || true
+	TAIL_PID=""
+}
+
+pool_make_room() { # KDIR: stop the least recently used other guests until one more may be booted
+	local k alive=()
+	for k in $(ls -td "$POOL"/*/ 2>/dev/null); do  # newest use first
+		k="${k%/}"
+		[ "$k" != "$1" ] && [ -e "$k/pid" ] && kill -0 "$(cat "$k/pid")" 2>/dev/null && alive+=("$k")
+	done
+	while [ "${#alive[@]}" -ge "$POOL_MAX" ]; do
+		k="${alive[-1]}"
+		unset 'alive[-1]'
+		# never one running a command (its lock is held)
+		if ( flock -n 8 || exit 1; pool_kill "$k" ) 8>"$k/lock"; then
+			log "pool: stopped the guest least recently used ($(basename "$k")) to make room"
+		fi
+	done
+}
+
+pool_boot() { # KDIR: boot its guest; 0 once it is ready
+	local kdir="$1" attempt start pid
+	local args=(-q -i "$IMAGE_DIR" -o "$kdir/console" -t "$POOL_LIFETIME" --ctl-dir "$kdir/ctl"
+		--share "$POOL_SHARE" -m "$MEMORY" -s "$SMP" --accel "$ACCEL" --env "ZTBP_POOL_IDLE=$POOL_IDLE")
+	if [ "$NO_ZNS" -eq 1 ]; then
+		args+=(--no-zns)
+	else
+		args+=(--zone-size "$ZONE_SIZE" --zones "$ZONES" --max-open "$MAX_OPEN" --max-active "$MAX_ACTIVE"
+			--lba-size "$LBA_SIZE")
+		[ -n "$ZONE_CAP" ] && args+=(--zone-cap "$ZONE_CAP")
+		[ -n "$CONV_SIZE" ] && args+=(--conv-ns "$CONV_SIZE")
+	fi
+	[ -n "$APPEND_EXTRA" ] && args+=(--append "$APPEND_EXTRA")
+	pool_make_room "$kdir"
+	for attempt in 1 2; do
+		pool_kill "$kdir"
+		rm -rf "$kdir/ctl" "$kdir/console"
+		mkdir -p "$kdir/ctl/jobs" "$kdir/console"
+		: > "$kdir/console/console.log"
+		log "pool: booting a guest to keep ($ACCEL, $SMP CPUs, $MEMORY; attempt $attempt); console -> $kdir/console/console.log"
+		ZTBP_GUEST_POOL="" setsid bash "$REPO/vm/vmtest.sh" "${args[@]}" -- "bash /ztbp/src/vm/guest/pool.sh" \
+			</dev/null >"$kdir/boot.log" 2>&1 9>&- &
+		pid=$!
+		echo "$pid" > "$kdir/pid"
+		echo "boot $(date -u +%FT%TZ) $ACCEL attempt $attempt" >> "$POOL/boots"
+		follow "$kdir/console/console.log"
+		start=$SECONDS
+		while :; do
+			if [ -e "$kdir/ctl/ready" ]; then
+				unfollow
+				return 0
+			fi
+			if ! kill -0 "$pid" 2>/dev/null; then
+				unfollow
+				log "pool: the guest stopped before it was ready: $(tail -n 3 "$kdir/boot.log" | tr '\n' ' ')"
+				return "$EXIT_NO_STATUS"
+			fi
+			if [ ! -s "$kdir/console/console.log" ] && [ $((SECONDS - start)) -ge "$POOL_SILENT" ]; then
+				echo "hung $(date -u +%FT%TZ) silent for $POOL_SILENT s, attempt $attempt" >> "$POOL/hung-boots"
+				log "pool: the guest printed nothing in $POOL_SILENT s (a hung boot): killing it"
+				break
+			fi
+			if [ $((SECONDS - start)) -ge "$POOL_BOOT_WAIT" ]; then
+				unfollow
+				pool_kill "$kdir"
+				log "pool: the guest was not ready within $POOL_BOOT_WAIT s; see $kdir/console/console.log"
+				return "$EXIT_TIMEOUT"
+			fi
+			sleep 0.2
+		done
+		unfollow
+	done
+	pool_kill "$kdir"
+	return "$EXIT_NO_STATUS"
+}
+
+pool_on_interrupt() {
+	if [ "$STOP_REQUESTED" -eq 0 ]; then
+		STOP_REQUESTED=1
+		log "interrupted: asking the command to stop and save its data (up to $STOP_GRACE s; again to kill)"
+		touch "$STOP_FILE"
+	else
+		log "killing the pooled guest"
+		pool_kill "$KDIR"
+	fi
+}
+
+pool_on_terminate() {
+	log "terminated: killing the pooled guest"
+	pool_kill "$KDIR"
+	exit 143
+}
+
+pool_cleanup() {
+	[ -n "$TAIL_PID" ] && kill "$TAIL_PID" 2>/dev/null
+	[ -n "$JOB" ] && rm -rf "$JOB"
+	return 0
+}
+
+pool_wait() { # wait for the job's status, into RC (in this shell: a trap must run while it waits)
+	local start=$SECONDS stop_at="" pid
+	pid="$(cat "$KDIR/pid")"
+	while [ ! -s "$JOB/exit-status" ]; do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			log "pool: the pooled guest stopped during the command (see $KDIR/console/console.log)"
+			RC=$EXIT_NO_STATUS
+			return
+		fi
+		if [ $((SECONDS - start)) -ge "$TIMEOUT" ]; then
+			log "timeout after $TIMEOUT s: killing the pooled guest (what it wrote to $OUTDIR stays)"
+			pool_kill "$KDIR"
+			RC=$EXIT_TIMEOUT
+			return
+		fi
+		if [ "$STOP_REQUESTED" -eq 1 ]; then
+			[ -z "$stop_at" ] && stop_at=$SECONDS
+			if [ $((SECONDS - stop_at)) -ge "$STOP_GRACE" ]; then
+				log "the command did not stop within $STOP_GRACE s: killing the pooled guest"
+				pool_kill "$KDIR"
+			fi
+		fi
+		sleep 0.2
+	done
+	RC="$(head -n 1 "$JOB/exit-status")"
+}
+
+pool_main() {
+	choose_accel
+	local key start
+	key="$(pool_config | sha256sum | cut -c1-12)"
+	KDIR="$POOL/$key"
+	mkdir -p "$KDIR"
+	pool_config > "$KDIR/config"
+	touch "$KDIR"  # last used (pool_make_room)
+	exec 9>"$KDIR/lock"
+	flock 9  # one command at a time in a guest
+	trap pool_cleanup EXIT
+	trap pool_on_interrupt INT
+	trap pool_on_terminate TERM HUP
+	if ! pool_alive "$KDIR"; then
+		pool_boot "$KDIR" || return $?
+	fi
+	JOB="$KDIR/ctl/jobs/$(date +%s%N)-$$"
+	mkdir -p "$JOB"
+	write_command "$JOB"
+	printf '%s\n' "${OUTDIR#"$POOL_SHARE"/}" > "$JOB/out"
+	STOP_FILE="$JOB/stop"
+	: > "$OUTDIR/console.log"
+	start=$SECONDS
+	log "running in the pooled guest $key ($ACCEL, $SMP CPUs, $MEMORY); console -> $OUTDIR/console.log"
+	echo "job $(date -u +%FT%TZ) $key" >> "$POOL/jobs"
+	follow "$OUTDIR/console.log"
+	touch "$JOB/go"
+	pool_wait
+	unfollow
+	log "guest finished in $((SECONDS - start)) s with status $RC; output in $OUTDIR"
+	return "$RC"
+}
+
 main() {
 	parse_args "$@"
 	check_deps
 	ensure_image
+	if pool_wanted; then
+		pool_main
+		return
+	fi
 	prepare_work
 	trap cleanup EXIT
 	build_nvme_args

@@ -119,7 +119,7 @@ set -u
 O=/ztbp/out
 cd /ztbp/src
 modprobe -q ext4; modprobe -q btrfs
-# 1. the harness (every probe is compiled and attached on both suites by tests/test_one_liners.py)
+# 1. the harness (every probe is compiled and attached on both suites by tests/test_one_liners_vm.py)
 uname -r > "$O/uname"
 # 2. capture-host on the guest's zoned namespace, as on a real drive: stdlib Python, the streaming probe, --json
 PYTHONPATH=/ztbp/src/pipelines PYTHONDONTWRITEBYTECODE=1 python3 -m ztbp.cli capture-host /dev/nvme0n1 uniform \
