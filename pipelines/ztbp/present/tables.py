@@ -57,7 +57,7 @@ def cell_text(value: Any, unit: str) -> str:
     if isinstance(value, float):
         if unit == "%":
             return f"{100 * value:.2f}"
-        if value == 0 or abs(value) >= 100:
+        if value == 0 or abs(value) >= 10:
             return f"{value:,.1f}"
         return f"{value:.4g}"
     if isinstance(value, list | tuple | pl.Series):
