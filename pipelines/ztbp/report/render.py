@@ -317,6 +317,9 @@ def _run_pages(nbs: list[Path], declared: dict[Path, set[str]], parameters: dict
         nb_params.update({k: v for k, v in first.items() if k in declared[path]})
         stamps[path.stem] = input_stamp(path, {**nb_params, "source": source}, _page_inputs(nb_params))
         work.append((path, nb_params))
+    reuse = sum(old.get(p.stem) == stamps[p.stem] for p in nbs)
+    log(f"report: {label}: {len(nbs)} notebook(s), {max(1, jobs)} at a time"
+        + (f"; {reuse} unchanged since the last report" if reuse else ""))
     with _env_all(KERNEL_ENV), ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         pages = list(pool.map(lambda w: _run_one(w[0], w[1], out, label, source, timeout, _exporter(),
                                                  stamps[w[0].stem], old.get(w[0].stem), log), work))
