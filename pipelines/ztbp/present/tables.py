@@ -11,7 +11,6 @@ from typing import Any
 import polars as pl
 
 from .. import stages
-from ..analysis.cluster import cell_labels
 from ..analysis.params import ClusterParams
 from ..errors import ZtbpError
 from ..io.run import Run
@@ -290,6 +289,8 @@ def frag_view(ft: pl.DataFrame) -> pl.DataFrame:
 
 def cluster_cells(run: Run, cl: dict[str, Any], params: ClusterParams = ClusterParams()) -> pl.DataFrame:
     """Read cells with the DBSCAN label of the chosen pair (all -1 when no pair was chosen; empty without reads)."""
+    from ..analysis.cluster import cell_labels  # scipy and scikit-learn: only the clustering notebook pays for them
+
     if not cl.get("reads"):
         return pl.DataFrame(schema={"cell": pl.Int64, "zone": pl.Int64, "lba": pl.Int64, "reads": pl.Int64,
                                     "x": pl.Float64, "y": pl.Float64, "label": pl.Int64})
