@@ -381,16 +381,21 @@ def render_loop(loop_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str
     declared = _check_parameters(nbs, parameters, False)
     out = Path(out_dir) if out_dir else REPORTS / root.name
     round_reports = []
+    jobs = default_jobs() if jobs is None else max(1, jobs)
     if rounds:
+        from concurrent.futures import ThreadPoolExecutor
+
         runs = [round_dir(root, e["run"]) for e in doc["rounds"]]  # every one checked before any kernel starts
-        for run_dir in runs:
-            res = render(run_dir, out / run_dir.name, log=log, perfetto=False, jobs=jobs,
-                         source_prefix=f"loop {root.name}, ")
-            round_reports.append(res)
+        # rounds side by side, each one notebook at a time: no kernel waits for the slowest page of a round
+        at_once = min(jobs, len(runs)) or 1
+        with ThreadPoolExecutor(max_workers=at_once) as pool:
+            round_reports = list(pool.map(lambda run_dir: render(
+                run_dir, out / run_dir.name, log=log, perfetto=False, jobs=max(1, jobs // at_once),
+                source_prefix=f"loop {root.name}, "), runs))
     source = (f"loop {root.name} · {len(doc['rounds'])} round(s) on {doc.get('backend') or 'an unknown device'} · "
               f"workload {(doc.get('workload') or {}).get('name') or 'unnamed'}")
     pages = _run_pages(nbs, declared, parameters, {"loop_dir": str(root)}, out, f"loop {root.name}", timeout, log,
-                       source, default_jobs() if jobs is None else jobs)
+                       source, jobs)
     index = out / "index.html"
     write_atomic(index, loop_index_html(root.name, doc, pages, {r["run"] for r in round_reports if r["ok"]}))
     ok = all(p.ok for p in pages) and all(r["ok"] for r in round_reports)
