@@ -184,3 +184,87 @@ def test_layers_page_of_a_layer_probe_run(tmp_path: Path, browser: Any) -> None:
         assert plot["rendered"] and plot["traces"] == 7 and plot["points"] > 0 and plot["axes_sane"], plot
     body = browser.find_element("tag name", "body").text
     assert "layer breakdown: 7 layers" in body and "not captured" not in body
+
+
+@pytest.fixture(scope="module")
+def qemu_loop_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path, Path]:
+    """`ztbp report LOOP --rounds` on a two-round QEMU loop made without a VM (tests/loop_fixture.py)."""
+    from loop_fixture import make_loop
+
+    base = tmp_path_factory.mktemp("loop-browser")
+    loop = make_loop(base / "loop-qemu", "qemu", reads=5000)
+    out = base / "report"
+    proc = subprocess.run([sys.executable, "-m", "ztbp.cli", "report", str(loop), "--rounds", "-o", str(out),
+                           "--json"], cwd=ROOT, capture_output=True, text=True, timeout=1200, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "without encryption" not in proc.stderr and "WARNING" not in proc.stderr, proc.stderr[-3000:]
+    return json.loads(proc.stdout), loop, out
+
+
+def _screenshot(browser: Any, path: Path) -> None:
+    height = int(browser.execute_script("return document.documentElement.scrollHeight"))
+    browser.set_window_size(1280, min(max(height, 800), 4000))
+    assert browser.save_screenshot(str(path)) and path.stat().st_size > 20_000
+    print(f"\nscreenshot: {path}")
+    browser.set_window_size(1280, 1000)
+
+
+def test_loop_front_page_answers_with_loop_json_figures(qemu_loop_report: tuple[dict[str, Any], Path, Path],
+                                                        browser: Any) -> None:
+    res, loop, out = qemu_loop_report
+    doc = json.loads((loop / "loop.json").read_text())
+    first, last = doc["rounds"][0], doc["rounds"][-1]
+    seen = _open(browser, out / "index.html")
+    assert not [e["message"] for e in seen["logs"] if e["level"] == "SEVERE"]
+
+    def value(key: str) -> str:
+        return browser.find_element("css selector", f"#headline-{key} .value").text
+
+    assert value("hit_model") == (f"{100 * first['model']['sent_hit_ratio']:.1f} % → "
+                                  f"{100 * last['model']['sent_hit_ratio']:.1f} %")
+    assert value("hit_device") == "not counted by this device"  # QEMU counts no hits
+    assert value("speed") == "no difference within noise"  # the device refused SET: nothing was in force
+    speed = browser.find_element("css selector", "#headline-speed .detail").text
+    assert "read IOPS (fio)" in speed and "95 % CI" in speed and "[" in speed
+    sent = ", ".join(map(str, first["config"]["hot_zones"]))
+    refused = last["applied_before"]["set_exit_code"]
+    assert value("zones") == f"sent {sent} → refused (ztbp-ctl set exit {refused})"
+    rows = sum(e["read_rows"] for e in doc["rounds"])
+    reads = sum(e["fio_reads"] for e in doc["rounds"])
+    lost = sum(e["lost"] for e in doc["rounds"])
+    assert value("rows") == f"{rows:,} read rows for {reads:,} fio reads, {lost:,} lost events"
+    body = browser.find_element("tag name", "body").text
+    assert "None" not in body and "refuses the ZTBP SET command" in body
+    links = [Path(a.get_attribute("href")).parent.name for a in browser.find_elements("css selector", "li a")
+             if a.get_attribute("href").endswith("/index.html")]
+    assert links == [e["run"] for e in doc["rounds"]]
+    # no horizontal scroll bar on the front page
+    assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+    _screenshot(browser, out.parent / "loop-index.png")
+
+
+def test_round_pages_show_tables_and_name_their_run(qemu_loop_report: tuple[dict[str, Any], Path, Path],
+                                                    browser: Any) -> None:
+    _, loop, out = qemu_loop_report
+    page = out / "round-01" / "1-overview.html"
+    seen = _open(browser, page)
+    assert not [e["message"] for e in seen["logs"] if e["level"] == "SEVERE"]
+    source = browser.find_element("id", "ztbp-source").text
+    assert "run round-01" in source and f"loop {loop.name}" in source and "(qemu)" in source
+    tables = browser.find_elements("css selector", ".ztbp-table table")
+    assert tables and all(t.is_displayed() for t in tables)
+    heads = [th.text for th in tables[0].find_elements("css selector", "th")]
+    assert "commands" in heads and "lat p50 (µs)" in heads, heads
+    body = browser.find_element("tag name", "body").text
+    assert "shape: (" not in body
+    _screenshot(browser, out.parent / "round-01-overview.png")
+
+
+def test_qemu_device_page_says_no_profile_exists(qemu_loop_report: tuple[dict[str, Any], Path, Path],
+                                                browser: Any) -> None:
+    _, _, out = qemu_loop_report
+    _open(browser, out / "round-02" / "7-device.html")
+    body = browser.find_element("tag name", "body").text
+    assert "no interference profile exists for this device" in body and "ztbp profile --backend qemu" in body
+    assert "run round-02" in browser.find_element("id", "ztbp-source").text
+    assert "interference profile of" not in body and "144 zones of" not in body  # the sample profile is not drawn

@@ -16,6 +16,41 @@ MAX_TEXT_MATRIX = 40
 
 
 # ---- interference profile ---------------------------------------------------------------------------------------
+def profile_mismatch(profile: dict[str, Any], meta: dict[str, Any]) -> str:
+    """Why a profile is not of the run's device ("" when it is): the backend, the zone count or the zone size."""
+    dev = profile.get("device") or {}
+    run_zone_bytes = meta["zone_size_lba"] * meta["lba_bytes"]
+    diffs = [f"{what} {theirs} against the run's {ours}" for what, theirs, ours in (
+        ("backend", dev.get("backend"), meta.get("backend")), ("zones", dev.get("nr_zones"), meta.get("nr_zones")),
+        ("zone size", f"{(dev.get('zone_bytes') or 0) >> 20} MiB", f"{run_zone_bytes >> 20} MiB")) if theirs != ours]
+    return "; ".join(diffs)
+
+
+def profile_for_run(profile_dir: str, meta: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """(the interference profile of the run's device, "") or (None, why there is none and how to make one): a
+    profile of another device (backend, zone count or size) is never shown as this one's."""
+    from ..errors import ZtbpError
+    from ..io.profile import read_profile
+
+    backend = meta.get("backend") or "unknown"
+    make = ("make one with `ztbp profile --backend " + backend + "`" if backend in ("qemu", "nvmevirt")
+            else "make one with `ztbp profile --device DEV` on the drive")
+    here = f"{meta.get('device') or 'the device'} ({backend}, {meta.get('nr_zones')} zones)"
+    if not profile_dir:
+        return None, (f"no interference profile exists for this device, {here}: {make} and give its folder as "
+                      "profile_dir")
+    try:
+        profile = read_profile(profile_dir)
+    except ZtbpError as e:
+        return None, f"no interference profile for this device, {here}: {e}; {make}"
+    why = profile_mismatch(profile, meta)
+    if why:
+        return None, (f"no interference profile exists for this device, {here}: the profile in {profile_dir} is of "
+                      f"another device ({why}), so its groups are not shown; {make} and give its folder as "
+                      "profile_dir")
+    return profile, ""
+
+
 def groups_frame(groups: dict[str, int] | dict[int, int]) -> pl.DataFrame:
     """One row per conflict group: its zones (UNCLASSIFIED = -1 last)."""
     rows: dict[int, list[int]] = {}

@@ -285,3 +285,106 @@ def speed_figure(doc: dict[str, Any]) -> go.Figure:
 
     res = speed(doc)
     return effects_figure(res if res and "error" not in res else {})
+
+
+# ---- the front page: the answer first ------------------------------------------------------------------------
+#: What each device does not model, in one line (the report's front page).
+NOT_MODELLED = {
+    "qemu": "QEMU's zoned namespace has no read cache and refuses the ZTBP SET command: its latency says nothing "
+            "about the configuration, and it counts no cache hits",
+    "nvmevirt": "NVMeVirt models the read cache and serves the listed zones with a shorter latency even on a miss; "
+                "a zone reset is a memory clear with no erase time, and there is no queueing model of the NAND",
+    "host": "a real drive: nothing is modelled, but its firmware may not implement the ZTBP commands",
+}
+
+
+DEVICE_NAMES = {"qemu": "QEMU's ZNS namespace", "nvmevirt": "NVMeVirt (ZTBP fork)", "host": "a zoned drive here"}
+
+
+def _pct_text(v: Any) -> str:
+    return "not measured" if not isinstance(v, int | float) else f"{100 * v:.1f} %"
+
+
+def _change(a: Any, b: Any) -> str:
+    return f"{_pct_text(a)} → {_pct_text(b)}"
+
+
+def _last_apply(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(the round whose configuration was sent, the round run after it) of the last `ztbp-ctl set`, or None."""
+    rs = doc["rounds"]
+    for before, e in zip(reversed(rs[:-1]), reversed(rs[1:]), strict=True):
+        app = e.get("applied_before") or {}
+        if app.get("action", "apply") == "apply" and "set_exit_code" in app:
+            return before, e
+    return None
+
+
+def headline(doc: dict[str, Any]) -> list[dict[str, str]]:
+    """The loop's answer in a few figures, first round against last: the hit ratio (model, and the device's own
+    counters where it counts), the speed effect with its interval and verdict, the zones sent and read back, the
+    rows traced and lost, and what the device does not model. Each item: key, label, value, detail — text only,
+    never None."""
+    rs = doc["rounds"]
+    first, last = rs[0], rs[-1]
+    backend = str(doc.get("backend") or "")
+    span = "one round only" if len(rs) == 1 else f"round 1 → round {last['round']}"
+    items = [{"key": "hit_model", "label": "hit ratio, model",
+              "value": _change(_get(first, "model", "sent_hit_ratio"), _get(last, "model", "sent_hit_ratio")),
+              "detail": f"{span}: the cache model replayed on each round's trace with the zones in force"}]
+    dev_a = _get(first, "device", "kernel_log_counters", "hit_ratio")
+    dev_b = _get(last, "device", "kernel_log_counters", "hit_ratio")
+    counted = dev_a is not None or dev_b is not None
+    items.append({"key": "hit_device", "label": "hit ratio, device",
+                  "value": _change(dev_a, dev_b) if counted else "not counted by this device",
+                  "detail": (f"{span}: the device's own hit and read counters (STATUS read counter "
+                             f"{_count(_get(last, 'device', 'status_reads'))} reads in round {last['round']})"
+                             if counted else "the device reports no cache counters (only NVMeVirt's ZTBP fork "
+                                             "does)")})
+    res = speed(doc)
+    if res is None or "error" in res:
+        value = "not measured"
+        detail = res["error"] if res else "one round only: `ztbp loop --rounds 2` or `--ab 5` compares"
+    else:
+        v = res["verdict"]
+        value = v["verdict"] or "not measured"
+        detail = v["line"]
+        if not doc.get("ab"):
+            detail += f"; {span}, run-to-run noise assumed (CV {RUN_NOISE_CV:.0%})"
+    if not any(e.get("zones_in_force") for e in rs[1:]) and len(rs) > 1:
+        detail += "; the device never held a configuration, so no difference is the expected answer"
+    items.append({"key": "speed", "label": "read speed", "value": value, "detail": detail})
+    sent = _last_apply(doc)
+    if sent is None:
+        zones = {"value": "nothing sent", "detail": "no round applied a configuration"}
+    else:
+        before, after = sent
+        app = after["applied_before"]
+        cfg = _zones(_get(before, "config", "hot_zones"))
+        if app.get("set_exit_code") == 0:
+            value = f"sent {cfg} → device holds {_zones(app.get('zones_reported'))}"
+        else:
+            value = f"sent {cfg} → refused (ztbp-ctl set exit {app.get('set_exit_code')})"
+        zones = {"value": value, "detail": f"before round {after['round']}; read back from the "
+                                           f"{app.get('zones_reported_from') or 'device'}"}
+    items.append({"key": "zones", "label": "zones sent and read back", **zones})
+    rows, reads, lost = (_total([e.get(k) for e in rs]) for k in ("read_rows", "fio_reads", "lost"))
+    bad = [str(e.get("round")) for e in rs if e.get("read_rows") != e.get("fio_reads") or e.get("lost")]
+    items.append({"key": "rows", "label": "rows traced",
+                  "value": f"{rows} read rows for {reads} fio reads, {lost} lost events",
+                  "detail": (f"incomplete trace in round {', '.join(bad)}" if bad
+                             else f"every read of all {len(rs)} rounds traced")})
+    items.append({"key": "not_modelled", "label": "device, and what it does not model",
+                  "value": DEVICE_NAMES.get(backend, backend or "unknown device"),
+                  "detail": NOT_MODELLED.get(backend, "unknown device: nothing is known of what it models")})
+    return items
+
+
+def _count(v: Any) -> str:
+    return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else "not measured"
+
+
+def _total(values: list[Any]) -> str:
+    """The sum of the rounds' counts with thousands separators; "not measured" when one is not a count."""
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return "not measured"
+    return f"{sum(values):,}"

@@ -4,13 +4,13 @@ an analysis of its own (each view calls the analysis room)."""
 
 from __future__ import annotations
 
+import html
 import json
 from typing import Any
 
 import polars as pl
 
 from .. import stages
-from ..analysis.cluster import cell_labels
 from ..analysis.params import ClusterParams
 from ..errors import ZtbpError
 from ..io.run import Run
@@ -19,6 +19,79 @@ from .text import scalar
 
 #: Relative tolerance between fio's completed reads and the traced read commands before a warning.
 FIO_READ_TOLERANCE = 0.01
+#: A column's unit from how its name ends (checked in this order): suffix, unit shown in the header.
+UNIT_SUFFIXES = (("_us", "µs"), ("_ns", "ns"), ("_ms", "ms"), ("_s", "s"), ("_mib", "MiB"), ("_kib", "KiB"),
+                 ("_bytes", "bytes"), ("_pct", "%"))
+#: Columns holding a fraction from 0 to 1, shown as a percentage (a name that ends with one of these).
+FRACTION_SUFFIXES = ("share", "_ratio")
+#: Rows of a frame shown in one HTML table; the rest are counted under it.
+MAX_HTML_ROWS = 500
+#: What a table shows for a missing value (never "None").
+MISSING = "–"
+
+
+# --- frames as HTML tables --------------------------------------------------------------------------------------
+
+def column_unit(name: str) -> tuple[str, str]:
+    """(label, unit) of a column from its name: `lat_p50_us` -> ("lat p50", "µs"); a fraction -> (name, "%")."""
+    low = name.lower()
+    for suffix, unit in UNIT_SUFFIXES:
+        if low.endswith(suffix) and len(low) > len(suffix):
+            return name[: -len(suffix)].replace("_", " "), unit
+    if low.endswith(FRACTION_SUFFIXES) or low in ("share", "ratio"):
+        return name.replace("_", " "), "%"
+    if low == "bytes" or low.endswith("bytes"):
+        return name.replace("_", " "), "bytes"
+    return name.replace("_", " "), ""
+
+
+def cell_text(value: Any, unit: str) -> str:
+    """One cell as text: thousands separators, fractions as percentages, lists joined, a missing value as MISSING."""
+    if value is None or (isinstance(value, float) and value != value):
+        return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if unit == "%":
+            return f"{100 * value:.2f}"
+        if value == 0 or abs(value) >= 10:
+            return f"{value:,.1f}"
+        return f"{value:.4g}"
+    if isinstance(value, list | tuple | pl.Series):
+        return ", ".join(cell_text(v, "") for v in value)
+    return str(value)
+
+
+def html_table(frame: pl.DataFrame, max_rows: int = MAX_HTML_ROWS) -> str:
+    """The frame as an HTML table: every column (its unit in the header, from its name), numbers formatted and
+    right-aligned, every cell escaped; the first `max_rows` rows, the rest counted below it."""
+    units = [column_unit(c) for c in frame.columns]
+    numeric = [dt.is_numeric() for dt in frame.dtypes]
+    head = "".join(f'<th title="{html.escape(c)}" style="text-align:{"right" if num else "left"}">'
+                   f"{html.escape(label)}{f' ({html.escape(unit)})' if unit and unit != label else ''}</th>"
+                   for c, (label, unit), num in zip(frame.columns, units, numeric, strict=True))
+    body = []
+    for row in frame.head(max_rows).iter_rows():
+        cells = "".join(f'<td style="text-align:{"right" if num else "left"}">{html.escape(cell_text(v, unit))}'
+                        "</td>" for v, (_, unit), num in zip(row, units, numeric, strict=True))
+        body.append(f"<tr>{cells}</tr>")
+    more = frame.height - min(frame.height, max_rows)
+    caption = (f"{frame.height:,} rows × {frame.width} columns"
+               + (f"; the first {max_rows:,} shown" if more else ""))
+    return (f'<div class="ztbp-table" style="overflow-x:auto"><table><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table><p style="color:#555;font-size:12px">{caption}</p></div>')
+
+
+def show(obj: Any) -> Any:
+    """What a notebook cell displays: a polars frame as an HTML table (html_table), anything else (a note, a
+    figure) as it is."""
+    if isinstance(obj, pl.DataFrame):
+        from IPython.display import HTML
+
+        return HTML(html_table(obj))
+    return obj
 
 
 def overview(run: Run) -> dict[str, Any]:
@@ -216,6 +289,8 @@ def frag_view(ft: pl.DataFrame) -> pl.DataFrame:
 
 def cluster_cells(run: Run, cl: dict[str, Any], params: ClusterParams = ClusterParams()) -> pl.DataFrame:
     """Read cells with the DBSCAN label of the chosen pair (all -1 when no pair was chosen; empty without reads)."""
+    from ..analysis.cluster import cell_labels  # scipy and scikit-learn: only the clustering notebook pays for them
+
     if not cl.get("reads"):
         return pl.DataFrame(schema={"cell": pl.Int64, "zone": pl.Int64, "lba": pl.Int64, "reads": pl.Int64,
                                     "x": pl.Float64, "y": pl.Float64, "label": pl.Int64})
@@ -247,3 +322,43 @@ def zone_scores_table(cfg: dict[str, Any]) -> pl.DataFrame | Note:
     return pl.DataFrame(cfg["zone_scores"])
 
 
+
+
+# --- the front page of a run's report ---------------------------------------------------------------------------
+
+def run_headline(run: Run) -> list[dict[str, str]]:
+    """A run's answer in a few figures: reads traced (against fio's), lost events, hot zones found, the device. Each
+    item: key, label, value, detail — text only, never None."""
+    m = run.meta
+    traced = int((run.events["op"] == "read").sum()) if run.events.height else 0
+    try:
+        fio_reads = sum(r["ios"] for r in run.fio_rows() or [] if r["dir"] == "read") if run.paths.fio_json.is_file() \
+            else None
+    except ZtbpError:
+        fio_reads = None
+    lost = m.get("lost_events") or {}
+    nvme_lost = lost.get("nvme")
+    try:
+        cl = stages.cluster(run)
+        hot = cl.get("hot_zones") or []
+        hot_value = ", ".join(map(str, hot)) if hot else "none"
+        hot_detail = (f"significant and dense under DBSCAN (eps {cl['eps']}, min_samples {cl['min_samples']})"
+                      if cl.get("eps") is not None else str(cl.get("note") or "no cluster found"))
+    except ZtbpError as e:
+        hot_value, hot_detail = "not measured", str(e)
+    zone_mib = m["zone_size_lba"] * m["lba_bytes"] / (1 << 20)
+    backend = str(m.get("backend") or "unknown")
+    return [
+        {"key": "reads", "label": "reads traced", "value": f"{traced:,}",
+         "detail": (f"fio completed {fio_reads:,} reads" if fio_reads is not None
+                    else "no fio output in this run to check them against")},
+        {"key": "lost", "label": "lost events",
+         "value": f"{nvme_lost:,}" if isinstance(nvme_lost, int) else "not recorded",
+         "detail": ("the nvme probe lost no event" if nvme_lost == 0 else
+                    "counts are lower bounds" if isinstance(nvme_lost, int) else
+                    "commands may be missing unnoticed")},
+        {"key": "hot_zones", "label": "hot zones found", "value": hot_value, "detail": hot_detail},
+        {"key": "device", "label": "device", "value": f"{m.get('device', 'unknown')} ({backend})",
+         "detail": (f"{m['nr_zones']:,} zones of {zone_mib:g} MiB, {m['lba_bytes']:,}-byte LBAs"
+                    + ("; synthetic run: generated, not traced" if m.get("synthetic") else ""))},
+    ]

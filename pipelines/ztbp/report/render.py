@@ -25,6 +25,8 @@ from ..files import check_target, hand_over_tree, make_dir, write_atomic
 from ..io.run import load
 from ..paths import NOTEBOOKS, REPORTS, ROOT, RUNS, RunPaths
 from ..present.figures import REPORT_ENV
+from ..present.loop import headline as loop_headline
+from ..present.tables import run_headline
 from ..units import MIB
 
 #: Default run of every notebook's parameters cell: the small real capture committed as test data.
@@ -48,6 +50,7 @@ class Page:
     error: str = ""
     seconds: float = 0.0
     summary: list[str] = field(default_factory=list)
+    reused: bool = False
 
 
 #: What a notebook reads, from its metadata `ztbp.input`: a run (the default), an application run (only for runs
@@ -152,16 +155,17 @@ def load_parameters(path: str | None, pairs: list[list[str]] | None) -> dict[str
 
 
 @contextmanager
-def _env(name: str, value: str) -> Iterator[None]:
-    old = os.environ.get(name)
-    os.environ[name] = value
+def _env_all(values: dict[str, str]) -> Iterator[None]:
+    old = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
         yield
     finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _exporter() -> Any:
@@ -197,47 +201,131 @@ def _check_parameters(nbs: list[Path], parameters: dict[str, Any], allow_send: b
     return declared
 
 
-def _run_pages(nbs: list[Path], declared: dict[Path, set[str]], parameters: dict[str, Any], first: dict[str, str],
-               out: Path, label: str, timeout: int, log: Callable[[str], None]) -> list[Page]:
-    """Execute each notebook with papermill into `out` and render its HTML page; a failing notebook is reported on
-    its page, never raised."""
+#: Arguments of every notebook's kernel: its own log at CRITICAL, so the terminal keeps one progress line per page
+#: (ipykernel warns "Kernel is running over TCP without encryption" at every start otherwise).
+KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
+#: What the kernels are told through the environment: figures as HTML without plotly.js, and no debugger notice.
+KERNEL_ENV = {REPORT_ENV: "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+#: The report folder's record of what each page was made from (input_stamp), to reuse the pages that did not change.
+STAMPS = ".stamps.json"
+
+
+def default_jobs() -> int:
+    """Notebooks run at once: one kernel per core, at most 2 (each kernel holds its run's frames)."""
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def _files_stamp(paths: list[Path]) -> list[tuple[str, int, int]]:
+    """(path, size, mtime) of every file under `paths` (folders walked; derived/ and hidden files left out: they
+    are made from the rest)."""
+    out = []
+    for p in paths:
+        found = [p] if p.is_file() else sorted(
+            f for f in p.rglob("*") if f.is_file() and "derived" not in f.relative_to(p).parts
+            and not any(part.startswith(".") for part in f.relative_to(p).parts)) if p.is_dir() else []
+        for f in found:
+            st = f.stat()
+            out.append((str(f), st.st_size, st.st_mtime_ns))
+    return out
+
+
+def input_stamp(notebook: Path, params: dict[str, Any], inputs: list[Path]) -> str:
+    """What a page is made from, as one hash: the notebook, its parameters, the input files (size and time) and the
+    package's own source (a changed analysis changes the page)."""
+    import hashlib
+    import json
+
+    package = Path(__file__).resolve().parents[1]
+    source = [f for f in sorted(package.rglob("*")) if f.suffix in (".py", ".j2")]
+    doc = {"notebook": hashlib.sha256(notebook.read_bytes()).hexdigest(), "params": params,
+           "inputs": _files_stamp(inputs), "package": _files_stamp(source)}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _read_stamps(out: Path) -> dict[str, str]:
+    import json
+
+    try:
+        doc = json.loads((out / STAMPS).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in doc.items()} if isinstance(doc, dict) else {}
+
+
+def _page_inputs(nb_params: dict[str, Any]) -> list[Path]:
+    """The files a page reads: the run or loop directory and the profile of its parameters."""
+    return [Path(str(v)) if Path(str(v)).is_absolute() else ROOT / str(v)
+            for k, v in nb_params.items() if k in ("run_dir", "loop_dir", "profile_dir") and v]
+
+
+def _run_one(path: Path, nb_params: dict[str, Any], out: Path, label: str, source: str, timeout: int,
+             exporter: Any, stamp: str, old_stamp: str | None, log: Callable[[str], None]) -> Page:
+    """One notebook: executed with papermill into `out` and rendered to its HTML page, or reused when its stamp
+    did not change since the page was made; a failing notebook is reported on its page, never raised."""
     import nbformat
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
+    executed = check_target(out / path.name)
+    page_file = check_target(out / f"{path.stem}.html")
+    t0 = time.monotonic()
+    if stamp == old_stamp and executed.is_file() and page_file.is_file():
+        nb = nbformat.read(str(executed), as_version=4)
+        title, desc = _title(nb, path.stem)
+        page = Page(path.stem, title, desc, error=_error_of(nb), summary=_summary_text(nb), reused=True)
+        page.ok = not page.error
+        log(f"report: {label}: {path.stem}.html unchanged (reused)")
+        return page
+    err = ""
+    try:
+        papermill.execute_notebook(str(path), str(executed), parameters=nb_params, kernel_name="python3",
+                                   cwd=str(ROOT), progress_bar=False, log_output=False,
+                                   execution_timeout=timeout, extra_arguments=KERNEL_ARGUMENTS)
+    except PapermillExecutionError as e:
+        err = f"{e.ename}: {e.evalue}"
+    except Exception as e:  # noqa: BLE001 - kernel died, timeout, ...: report it on the page
+        err = f"{type(e).__name__}: {e}"
+    nb = nbformat.read(str(executed), as_version=4) if executed.is_file() else nbformat.read(
+        str(path), as_version=4)
+    title, desc = _title(nb, path.stem)
+    page = Page(path.stem, title, desc, ok=not err, error=err or _error_of(nb),
+                seconds=time.monotonic() - t0, summary=_summary_text(nb))
+    page.ok = not page.error
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": f"{title} — {label}"},
+                                                         "ztbp_title": f"{title} — {label}",
+                                                         "ztbp_source": source})
+    write_atomic(page_file, body)
+    log(f"report: {label}: {path.stem}.html {'ok' if page.ok else 'FAILED: ' + page.error} "
+        f"({page.seconds:.1f} s)")
+    return page
+
+
+def _run_pages(nbs: list[Path], declared: dict[Path, set[str]], parameters: dict[str, Any], first: dict[str, str],
+               out: Path, label: str, timeout: int, log: Callable[[str], None], source: str = "",
+               jobs: int = 1) -> list[Page]:
+    """Execute each notebook with papermill into `out` and render its HTML page, `jobs` at once (each in its own
+    kernel); a page whose inputs did not change since it was made (input_stamp) is reused."""
+    from concurrent.futures import ThreadPoolExecutor
+
     make_dir(out)
     write_plotlyjs(out)
-    exporter = _exporter()
-    pages: list[Page] = []
-    with _env(REPORT_ENV, "1"):
-        for path in nbs:
-            nb_params = {k: v for k, v in parameters.items() if k in declared[path]}
-            nb_params.update({k: v for k, v in first.items() if k in declared[path]})
-            executed = check_target(out / path.name)
-            page_file = check_target(out / f"{path.stem}.html")
-            t0 = time.monotonic()
-            log(f"report: {label}: running {path.name} ...")
-            err = ""
-            try:
-                papermill.execute_notebook(str(path), str(executed), parameters=nb_params, kernel_name="python3",
-                                           cwd=str(ROOT), progress_bar=False, log_output=False,
-                                           execution_timeout=timeout)
-            except PapermillExecutionError as e:
-                err = f"{e.ename}: {e.evalue}"
-            except Exception as e:  # noqa: BLE001 - kernel died, timeout, ...: report it on the page
-                err = f"{type(e).__name__}: {e}"
-            nb = nbformat.read(str(executed), as_version=4) if executed.is_file() else nbformat.read(
-                str(path), as_version=4)
-            title, desc = _title(nb, path.stem)
-            page = Page(path.stem, title, desc, ok=not err, error=err or _error_of(nb),
-                        seconds=time.monotonic() - t0, summary=_summary_text(nb))
-            page.ok = not page.error
-            body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": f"{title} — {label}"},
-                                                                 "ztbp_title": f"{title} — {label}"})
-            write_atomic(page_file, body)
-            log(f"report: {label}: {path.stem}.html {'ok' if page.ok else 'FAILED: ' + page.error} "
-                f"({page.seconds:.1f} s)")
-            pages.append(page)
+    old = _read_stamps(out)
+    stamps = {}
+    work = []
+    for path in nbs:
+        nb_params = {k: v for k, v in parameters.items() if k in declared[path]}
+        nb_params.update({k: v for k, v in first.items() if k in declared[path]})
+        stamps[path.stem] = input_stamp(path, {**nb_params, "source": source}, _page_inputs(nb_params))
+        work.append((path, nb_params))
+    reuse = sum(old.get(p.stem) == stamps[p.stem] for p in nbs)
+    log(f"report: {label}: {len(nbs)} notebook(s), {max(1, jobs)} at a time"
+        + (f"; {reuse} unchanged since the last report" if reuse else ""))
+    with _env_all(KERNEL_ENV), ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        pages = list(pool.map(lambda w: _run_one(w[0], w[1], out, label, source, timeout, _exporter(),
+                                                 stamps[w[0].stem], old.get(w[0].stem), log), work))
+    import json
+
+    write_atomic(out / STAMPS, json.dumps({p.stem: stamps[p.stem] for p in pages if p.ok}, indent=1))
     hand_over_tree(out)  # papermill's executed notebooks, made as root under sudo, go to the user too
     return pages
 
@@ -250,7 +338,7 @@ def _pages_json(pages: list[Page]) -> list[dict[str, Any]]:
 def render(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None,
            parameters: dict[str, Any] | None = None, only: list[str] | None = None, timeout: int = 900,
            log: Callable[[str], None] = print, allow_send: bool = False, perfetto: bool = True,
-           rounds: bool = False) -> dict[str, Any]:
+           rounds: bool = False, jobs: int | None = None, source_prefix: str = "") -> dict[str, Any]:
     """Run the notebooks on a run with papermill and write the HTML report. Returns what was written.
 
     A loop directory (`ztbp loop`) gets the loop's notebooks (render_loop; with `rounds`, its rounds' run
@@ -261,7 +349,7 @@ def render(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | No
     from ..io.loop import is_loop_dir
 
     if is_loop_dir(run_dir):
-        return render_loop(run_dir, out_dir, parameters, only, timeout, log, rounds=rounds)
+        return render_loop(run_dir, out_dir, parameters, only, timeout, log, rounds=rounds, jobs=jobs)
     run = load(run_dir)  # meta.json checked and the trace ingested here: a bad run fails before any kernel starts
     rp, meta = run.paths, run.meta
     parameters = dict(parameters or {})
@@ -270,17 +358,18 @@ def render(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | No
     declared = _check_parameters(nbs, parameters, allow_send)
     out = Path(out_dir) if out_dir else REPORTS / rp.run_id
     pages = _run_pages(nbs, declared, parameters, {"run_dir": str(rp.root.resolve())}, out, f"run {rp.run_id}",
-                       timeout, log)
+                       timeout, log, source_prefix + run_source(rp.run_id, meta),
+                       default_jobs() if jobs is None else jobs)
     trace = timeline_trace(run, out, log) if perfetto else None
     index = out / "index.html"
-    write_atomic(index, index_html(rp, meta, pages, trace))
+    write_atomic(index, index_html(rp, meta, pages, trace, run_headline(run)))
     return {"run": rp.run_id, "out": str(out), "index": str(index), "ok": all(p.ok for p in pages), "trace": trace,
             "pages": _pages_json(pages)}
 
 
 def render_loop(loop_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None,
                 parameters: dict[str, Any] | None = None, only: list[str] | None = None, timeout: int = 900,
-                log: Callable[[str], None] = print, rounds: bool = False) -> dict[str, Any]:
+                log: Callable[[str], None] = print, rounds: bool = False, jobs: int | None = None) -> dict[str, Any]:
     """The report of a loop directory: the loop notebook(s) and an index with the loop's rounds; with `rounds`,
     each round's run report too (the run notebooks, in round-NN/ of the report folder, linked from the index)."""
     from ..io.loop import read_loop, round_dir
@@ -292,12 +381,21 @@ def render_loop(loop_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str
     declared = _check_parameters(nbs, parameters, False)
     out = Path(out_dir) if out_dir else REPORTS / root.name
     round_reports = []
+    jobs = default_jobs() if jobs is None else max(1, jobs)
     if rounds:
+        from concurrent.futures import ThreadPoolExecutor
+
         runs = [round_dir(root, e["run"]) for e in doc["rounds"]]  # every one checked before any kernel starts
-        for run_dir in runs:
-            res = render(run_dir, out / run_dir.name, log=log, perfetto=False)
-            round_reports.append(res)
-    pages = _run_pages(nbs, declared, parameters, {"loop_dir": str(root)}, out, f"loop {root.name}", timeout, log)
+        # rounds side by side, each one notebook at a time: no kernel waits for the slowest page of a round
+        at_once = min(jobs, len(runs)) or 1
+        with ThreadPoolExecutor(max_workers=at_once) as pool:
+            round_reports = list(pool.map(lambda run_dir: render(
+                run_dir, out / run_dir.name, log=log, perfetto=False, jobs=max(1, jobs // at_once),
+                source_prefix=f"loop {root.name}, "), runs))
+    source = (f"loop {root.name} · {len(doc['rounds'])} round(s) on {doc.get('backend') or 'an unknown device'} · "
+              f"workload {(doc.get('workload') or {}).get('name') or 'unnamed'}")
+    pages = _run_pages(nbs, declared, parameters, {"loop_dir": str(root)}, out, f"loop {root.name}", timeout, log,
+                       source, jobs)
     index = out / "index.html"
     write_atomic(index, loop_index_html(root.name, doc, pages, {r["run"] for r in round_reports if r["ok"]}))
     ok = all(p.ok for p in pages) and all(r["ok"] for r in round_reports)
@@ -349,7 +447,24 @@ def _cards(pages: list[Page]) -> str:
     return "\n".join(cards)
 
 
-def _index_page(name: str, meta_line: str, items: str) -> str:
+def run_source(run_id: str, meta: dict[str, Any]) -> str:
+    """What every page of a run's report names: the run, its device and workload (text; the template escapes it)."""
+    zone_mib = meta["zone_size_lba"] * meta["lba_bytes"] / MIB
+    kind = "synthetic run" if meta.get("synthetic") else "run"
+    return (f"{kind} {run_id} · device {meta.get('device') or 'unknown'} ({meta.get('backend') or 'unknown'}), "
+            f"{meta['nr_zones']} zones of {zone_mib:g} MiB · workload "
+            f"{(meta.get('workload') or {}).get('name') or 'unnamed'}")
+
+
+def headline_html(items: list[dict[str, str]]) -> str:
+    """The front page's answer: one box per figure (label, value, detail), every text escaped."""
+    boxes = "".join(f'<div class="figure" id="headline-{_esc(i["key"])}"><div class="label">{_esc(i["label"])}</div>'
+                    f'<div class="value">{_esc(i["value"])}</div><div class="detail">{_esc(i["detail"])}</div></div>'
+                    for i in items)
+    return f'<section class="headline">{boxes}</section>'
+
+
+def _index_page(name: str, meta_line: str, items: str, headline: str = "") -> str:
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>ZTBP report — {html.escape(name)}</title>
 <style>
@@ -358,12 +473,20 @@ h1 {{ margin-bottom: 4px; }} .meta {{ color: #555; margin-top: 0; }}
 ul.pages {{ list-style: none; padding: 0; }}
 .card {{ border: 1px solid #ddd; border-radius: 6px; padding: 8px 16px; margin: 12px 0; }}
 .card h2 {{ font-size: 18px; margin: 6px 0; }}
-.card pre {{ background: #f7f7f7; padding: 6px 10px; font-size: 12px; overflow-x: auto; }}
+.card pre {{ background: #f7f7f7; padding: 6px 10px; font-size: 12px; white-space: pre-wrap;
+             overflow-wrap: anywhere; }}
+.headline {{ display: grid; grid-template-columns: repeat(auto-fit, minmax(320px, 1fr)); gap: 12px; margin: 16px 0; }}
+.figure {{ border: 1px solid #cfd8dc; border-radius: 6px; padding: 10px 14px; background: #fafcfd; }}
+.figure .label {{ font-size: 13px; color: #555; text-transform: uppercase; letter-spacing: .03em; }}
+.figure .value {{ font-size: 22px; font-weight: 600; margin: 4px 0; }}
+.figure .detail {{ font-size: 13px; color: #444; }}
 .ok {{ color: #2e7d32; font-size: 13px; }} .fail {{ color: #c62828; font-size: 13px; }}
 </style></head>
 <body>
 <h1>ZTBP report — {html.escape(name)}</h1>
 <p class="meta">{meta_line}</p>
+{headline}
+<h2>Pages</h2>
 <ul class="pages">
 {items}
 </ul>
@@ -378,7 +501,8 @@ def _esc(value: Any) -> str:
     return html.escape(str(value))
 
 
-def index_html(rp: RunPaths, meta: dict[str, Any], pages: list[Page], trace: dict[str, Any] | None = None) -> str:
+def index_html(rp: RunPaths, meta: dict[str, Any], pages: list[Page], trace: dict[str, Any] | None = None,
+               headline: list[dict[str, str]] | None = None) -> str:
     wl = meta.get("workload", {})
     kind = "synthetic" if meta.get("synthetic") else f"traced ({meta.get('backend', '?')})"
     zone_mib = meta["zone_size_lba"] * meta["lba_bytes"] / MIB
@@ -386,31 +510,34 @@ def index_html(rp: RunPaths, meta: dict[str, Any], pages: list[Page], trace: dic
                  f"{_esc(meta['nr_zones'])} zones of {_esc(format(zone_mib, 'g'))} MiB · "
                  f"{_esc(meta['lba_bytes'])}-byte LBAs ·\n"
                  f"device {_esc(meta.get('device', '?'))}")
-    return _index_page(rp.run_id, meta_line, _cards(pages) + "\n" + _trace_card(trace))
+    return _index_page(rp.run_id, meta_line, _cards(pages) + "\n" + _trace_card(trace), headline_html(headline or []))
 
 
 def loop_index_html(name: str, doc: dict[str, Any], pages: list[Page], round_pages: set[str] | None = None) -> str:
     wl = doc.get("workload") or {}
-    meta_line = (f"closed loop on {_esc(doc.get('backend'))} · workload "
-                 f"{_esc(wl.get('name', '?'))} · {len(doc['rounds'])} of {_esc(doc.get('rounds_asked'))} "
-                 f"rounds · stopped: {_esc(doc.get('stopped') or 'not by its rule')}")
+    meta_line = (f"closed loop on {_esc(doc.get('backend') or 'an unknown device')} · workload "
+                 f"{_esc(wl.get('name') or 'unnamed')} · {len(doc['rounds'])} of "
+                 f"{_esc(doc.get('rounds_asked') or len(doc['rounds']))} rounds · stopped: "
+                 f"{_esc(doc.get('stopped') or 'not by its rule')}")
     items = []
     for e in doc["rounds"]:
         run = _esc(e["run"])
         cfg = e.get("config") or {}
+        hot = cfg.get("hot_zones")
+        zones = ", ".join(map(str, hot)) if isinstance(hot, list) and hot else "none"
         what = (f"round {e['round']}: {_count(e['read_rows'])} read rows for {_count(e['fio_reads'])} fio reads, "
-                f"lost {_count(e['lost'])}; config {cfg.get('hot_zones')} "
+                f"lost {_count(e['lost'])}; config [{zones}] "
                 f"{'recommended' if cfg.get('recommend') else 'not recommended'}")
         link = (f'<a href="{run}/index.html">{run}</a>' if round_pages and e["run"] in round_pages
                 else f"<code>{run}/</code> (<code>ztbp report LOOP/{run}</code>)")
         items.append(f"<li>{link}: {_esc(what)}</li>")
     rounds_card = f'<li class="card"><h2>Rounds</h2><ul>{"".join(items)}</ul></li>'
-    return _index_page(name, meta_line, _cards(pages) + "\n" + rounds_card)
+    return _index_page(name, meta_line, _cards(pages) + "\n" + rounds_card, headline_html(loop_headline(doc)))
 
 
 def _count(value: Any) -> str:
     """A count with thousands separators; a value that is not a number (a hand-edited file) as it is."""
-    return f"{value:,}" if isinstance(value, int) else str(value)
+    return f"{value:,}" if isinstance(value, int) else "not measured" if value is None else str(value)
 
 
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
@@ -433,7 +560,8 @@ def update_notebook_outputs(only: list[str] | None = None, log: Callable[[str], 
         log(f"report: executing {path.name} on its defaults ...")
         with tempfile.TemporaryDirectory() as td:
             executed = papermill.execute_notebook(str(path), str(Path(td) / path.name), kernel_name="python3",
-                                                  cwd=str(NOTEBOOKS), progress_bar=False, log_output=False)
+                                                  cwd=str(NOTEBOOKS), progress_bar=False, log_output=False,
+                                                  extra_arguments=KERNEL_ARGUMENTS)
         by_id = {c.get("id"): c for c in executed.cells}
         nb = nbformat.read(str(path), as_version=4)
         code_cells = [c for c in nb.cells if c.cell_type == "code"]
