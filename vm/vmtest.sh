@@ -24,7 +24,7 @@ POOL_SHARE="${ZTBP_GUEST_POOL_SHARE:-}"
 POOL_IDLE="${ZTBP_POOL_IDLE:-900}"  # a pooled guest powers off after this many seconds without a command
 POOL_LIFETIME=14400                 # and at the latest after this many
 POOL_BOOT_WAIT=600                  # seconds a pooled guest has to boot and say it is ready
-POOL_SILENT=150                     # seconds without a console line after which its boot counts as hung
+POOL_SILENT=60                      # seconds without a new console line after which its boot counts as hung
 POOL_MAX="${ZTBP_POOL_MAX:-2}"      # guests kept at once: booting one more stops the least recently used
 EXIT_TIMEOUT=124     # the guest did not finish in time
 EXIT_NO_STATUS=125   # the guest stopped without reporting a status (crash, panic)
@@ -102,7 +102,8 @@ Options:
 Guest pool (the test suite's shared guests): with ZTBP_GUEST_POOL=DIR and ZTBP_GUEST_POOL_SHARE=SHARE in the
 environment, a command whose OUTDIR lies inside SHARE runs in a guest kept booted in DIR, one per configuration
 (image, CPUs, memory, device, kernel command line), instead of a guest of its own: the first such command boots
-it (a boot silent for $POOL_SILENT s is killed and booted once more, counted in DIR/hung-boots), the next ones
+it (verbose on its own console; a boot silent for $POOL_SILENT s is killed and booted once more, counted in
+DIR/hung-boots), the next ones
 reuse it. Between commands the guest is put back as a boot leaves it (vm/guest/pool.sh: processes, mounts,
 NVMeVirt, zones, /tmp, caches, kernel log). Same contract: COMMAND's status, console.log in OUTDIR, Ctrl-C asks
 the command to stop; a timeout or SIGTERM kills the pooled guest. It powers off after ZTBP_POOL_IDLE seconds
@@ -476,7 +477,7 @@ pool_make_room() { # KDIR: stop the least recently used other guests until one m
 }
 
 pool_boot() { # KDIR: boot its guest; 0 once it is ready
-	local kdir="$1" attempt start pid
+	local kdir="$1" attempt start pid size new quiet_since
 	local args=(-q -i "$IMAGE_DIR" -o "$kdir/console" -t "$POOL_LIFETIME" --ctl-dir "$kdir/ctl"
 		--share "$POOL_SHARE" -m "$MEMORY" -s "$SMP" --accel "$ACCEL" --env "ZTBP_POOL_IDLE=$POOL_IDLE")
 	if [ "$NO_ZNS" -eq 1 ]; then
@@ -487,7 +488,9 @@ pool_boot() { # KDIR: boot its guest; 0 once it is ready
 		[ -n "$ZONE_CAP" ] && args+=(--zone-cap "$ZONE_CAP")
 		[ -n "$CONV_SIZE" ] && args+=(--conv-ns "$CONV_SIZE")
 	fi
-	[ -n "$APPEND_EXTRA" ] && args+=(--append "$APPEND_EXTRA")
+	# a verbose boot on the pool's own console (pool.sh quiets it once up): a boot that hangs shows where, and
+	# is seen in seconds, not when the wait runs out
+	args+=(--append "${APPEND_EXTRA:+$APPEND_EXTRA }loglevel=7")
 	pool_make_room "$kdir"
 	for attempt in 1 2; do
 		pool_kill "$kdir"
@@ -502,7 +505,11 @@ pool_boot() { # KDIR: boot its guest; 0 once it is ready
 		echo "boot $(date -u +%FT%TZ) $ACCEL attempt $attempt" >> "$POOL/boots"
 		follow "$kdir/console/console.log"
 		start=$SECONDS
+		size=0
+		quiet_since=$SECONDS
 		while :; do
+			new="$(stat -c %s "$kdir/console/console.log" 2>/dev/null || echo 0)"
+			[ "$new" != "$size" ] && size="$new" && quiet_since=$SECONDS
 			if [ -e "$kdir/ctl/ready" ]; then
 				unfollow
 				return 0
@@ -512,9 +519,11 @@ pool_boot() { # KDIR: boot its guest; 0 once it is ready
 				log "pool: the guest stopped before it was ready: $(tail -n 3 "$kdir/boot.log" | tr '\n' ' ')"
 				return "$EXIT_NO_STATUS"
 			fi
-			if [ ! -s "$kdir/console/console.log" ] && [ $((SECONDS - start)) -ge "$POOL_SILENT" ]; then
-				echo "hung $(date -u +%FT%TZ) silent for $POOL_SILENT s, attempt $attempt" >> "$POOL/hung-boots"
-				log "pool: the guest printed nothing in $POOL_SILENT s (a hung boot): killing it"
+			if [ $((SECONDS - quiet_since)) -ge "$POOL_SILENT" ]; then
+				echo "hung $(date -u +%FT%TZ) silent for $POOL_SILENT s after $size bytes, attempt $attempt" \
+					>> "$POOL/hung-boots"
+				log "pool: the guest's boot printed nothing new in $POOL_SILENT s (a hung boot; its last line:" \
+					"$(tail -n 1 "$kdir/console/console.log")): killing it"
 				break
 			fi
 			if [ $((SECONDS - start)) -ge "$POOL_BOOT_WAIT" ]; then

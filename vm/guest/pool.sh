@@ -18,6 +18,7 @@ IDLE_S="${ZTBP_POOL_IDLE:-900}"
 say() { echo "ztbp-guest: $*"; }
 
 setup() {
+	dmesg -n 4  # the boot was verbose (vmtest.sh: a hang shows where); the commands' kernel messages stay quiet
 	mkdir -p "$POOL" "$SHARE"
 	mount --bind /ztbp/ctl "$POOL" || return 1
 	mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 ztbp_share "$SHARE" || return 1
