@@ -153,20 +153,36 @@ def stop_shared_guests() -> None:
             time.sleep(0.1)
 
 
-def pool_summary() -> str | None:
-    """Boots, commands and hung boots of the shared guests, for the end of the run."""
-    if _POOL is None or not (_POOL / "jobs").exists():
-        return None
-    count = {f: len((_POOL / f).read_text().splitlines()) if (_POOL / f).exists() else 0
-             for f in ("boots", "jobs", "hung-boots")}
-    configs = len(list(_POOL.glob("*/config")))
-    return (f"shared guests: {count['jobs']} guest commands in {count['boots']} boots ({configs} configurations); "
-            f"hung boots killed and booted again: {count['hung-boots']}")
+def pool_summary(pool: Path) -> list[str]:
+    """Boots, commands and hung boots of the shared guests, and what each guest ran, for the end of the run."""
+    if not (pool / "jobs").exists():
+        return []
+    logs = {f: (pool / f).read_text().splitlines() if (pool / f).exists() else [] for f in ("boots", "jobs",
+                                                                                             "hung-boots")}
+    lines = [f"shared guests: {len(logs['jobs'])} guest commands in {len(logs['boots'])} boots; hung boots killed "
+             f"and booted again: {len(logs['hung-boots'])}"]
+    for config in sorted(pool.glob("*/config")):
+        key = config.parent.name
+        conf = dict(line.split("=", 1) for line in config.read_text().splitlines() if "=" in line)
+        device = ("NVMeVirt (no QEMU namespace)" if conf.get("no_zns") == "1" else
+                  f"{conf.get('zones')} zones" + (" + conventional namespace" if conf.get("conv") else ""))
+        ran = [f.split()[3] for f in logs["jobs"] if len(f.split()) > 3 and f.split()[2] == key]
+        lines.append(f"  {Path(conf.get('image', '?')).name} ({device}, {conf.get('smp')} CPUs): {len(ran)} "
+                     f"commands: {', '.join(r.split('/')[0] for r in ran)}")
+    return lines
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    if (line := pool_summary()) is not None:
-        terminalreporter.write_line(line)
+    """The shared guests' summary: this process's pool, or under pytest-xdist its workers' (in their basetemps)."""
+    if _POOL is not None:
+        pools = [_POOL]
+    elif getattr(config, "workerinput", None) is None and hasattr(config, "_tmp_path_factory"):
+        pools = sorted(config._tmp_path_factory.getbasetemp().glob("*/guest-pool"))
+    else:
+        pools = []
+    for pool in pools:
+        for line in pool_summary(pool):
+            terminalreporter.write_line(line)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -614,7 +614,7 @@ pool_main() {
 	: > "$OUTDIR/console.log"
 	start=$SECONDS
 	log "running in the pooled guest $key ($ACCEL, $SMP CPUs, $MEMORY); console -> $OUTDIR/console.log"
-	echo "job $(date -u +%FT%TZ) $key" >> "$POOL/jobs"
+	echo "job $(date -u +%FT%TZ) $key ${OUTDIR#"$POOL_SHARE"/}" >> "$POOL/jobs"
 	follow "$OUTDIR/console.log"
 	touch "$JOB/go"
 	pool_wait
