@@ -59,6 +59,11 @@ def run_factory(tmp_path: Path):
 _IMAGES: subprocess.Popen[bytes] | None = None
 #: the folder of the shared guests (vm/vmtest.sh's guest pool), once a VM test asked for it
 _POOL: Path | None = None
+#: The VM test files in the order they run, so that the tests of one guest (its suite and device) follow each other
+#: and three guests kept at once (ZTBP_POOL_MAX) boot each once: bookworm and trixie with a conventional namespace
+#: beside the zoned one, then bookworm's default device, then NVMeVirt (the last two modules hold both).
+VM_ORDER = ("test_app_vm.py", "test_layers_vm.py", "test_one_liners_vm.py", "test_capture_vm.py",
+            "test_capture_fio_file_vm.py", "test_ztbp_ctl_vm.py", "test_device_vm.py", "test_loop_vm.py")
 
 
 def work_unit(nodeid: str) -> str:
@@ -98,6 +103,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         raise pytest.UsageError(f"VM tests belong in tests/*_vm.py (one worker runs those in order): {strays[:3]}")
     if not vm:
         return
+    vm.sort(key=lambda i: VM_ORDER.index(i.path.name) if i.path.name in VM_ORDER else VM_ORDER.index(
+        "test_ztbp_ctl_vm.py"))  # stable: a module's tests keep their order
     items[:] = [i for i in items if i.get_closest_marker("vm") is None] + vm
     from ztbp import paths
     from ztbp.acquire.vm import SUITES
@@ -131,6 +138,7 @@ def shared_guests(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     os.environ["ZTBP_GUEST_POOL"] = str(_POOL)
     os.environ["ZTBP_GUEST_POOL_SHARE"] = str(base)
     os.environ.setdefault("ZTBP_POOL_IDLE", "900")
+    os.environ.setdefault("ZTBP_POOL_MAX", "3")  # see VM_ORDER
     yield
     stop_shared_guests()
 
