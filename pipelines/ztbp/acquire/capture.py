@@ -30,7 +30,7 @@ from ..paths import RunPaths
 from ..units import MIB, parse_size
 from .channel import run_here
 from .vm import Geometry, GuestResult, VmDevice, ensure_image, nvmevirt_notes, qemu_version, run_in_guest, vm_device
-from .workload import PRESETS, Workload, WorkloadOptions
+from .workload import PRESETS, Workload, WorkloadOptions, read_user_job, user_job, user_job_meta
 
 GUEST_SCRIPT = paths.VM / "guest" / "capture.sh"
 STAGING = ".capture"
@@ -248,7 +248,10 @@ class Progress:
             print(f"  | {line}", file=sys.stderr, flush=True)
 
     def _countdown(self, done: int, traced: int) -> None:
-        if not self.expected or self.workload_start is None:
+        if self.workload_start is None:
+            return
+        if not self.expected:  # a user's job file: how many reads it does is fio's to say
+            self.say(f"workload: {done:,} reads done ({traced:,} commands traced)")
             return
         elapsed = time.monotonic() - self.workload_start
         left = max(0, self.expected - done)
@@ -315,6 +318,7 @@ class VmCapture:
     verbose: bool = False
     probe: str | None = None  # a file of NVME_PROBES; None: probes/nvme_zone.bt
     suite: str | None = None  # guest image suite (vm.SUITES); None: bookworm (or ZTBP_SUITE)
+    fio_file: Path | None = None  # a user's fio job run instead of the preset's (the preset resets and prefills)
 
 
 @dataclass
@@ -330,15 +334,25 @@ def run_capture(req: VmCapture) -> CaptureOutcome:
     """Trace req.workload in the VM into a new run directory (meta.json first, marked incomplete until done)."""
     if req.workload.name not in PRESETS:
         raise CaptureError(f"unknown workload '{req.workload.name}'; choose one of: {', '.join(PRESETS)}")
+    # a user's job is checked (there, allowed options only) before anything boots
+    user_text = None if req.fio_file is None else read_user_job(req.fio_file)
     dev = vm_device(req.backend, req.geometry, req.nvmevirt_ko, req.nvmevirt_storage_bytes, CaptureError)
     script = nvme_probe(req.probe)
     wl = req.workload.build(device="/dev/nvme0n1", zone_bytes=dev.zone_bytes, nr_zones=dev.nr_zones)
-    progress = Progress(wl.total_reads, req.verbose)
-    progress.say(f"capture {wl.name}: {wl.describe_line()}, backend {req.backend}")
-    meta = device_meta(dev, wl.meta(), {"nvme": script})
-    run = start_run(wl.name, req.out, meta, vm=True, echo=progress.say, suite=req.suite)
+    if req.fio_file is None:
+        name, what, workload = wl.name, wl.describe_line(), wl.meta()
+    else:
+        name, workload = "fio-file", user_job_meta(wl, req.fio_file)
+        what = (f"{req.fio_file} after {wl.name}'s reset and prefill of zones {wl.prefill_zones.start}.."
+                f"{wl.prefill_zones.stop - 1}, room for {wl.total_reads:,} reads in the probe's map")
+    progress = Progress(wl.total_reads if user_text is None else 0, req.verbose)
+    progress.say(f"capture {name}: {what}, backend {req.backend}")
+    meta = device_meta(dev, workload, {"nvme": script})
+    run = start_run(name, req.out, meta, vm=True, echo=progress.say, suite=req.suite)
     with tempfile.TemporaryDirectory(prefix="ztbp-jobs.") as tmp:
         job, pre = write_jobs(wl, Path(tmp))
+        if user_text is not None:
+            job.write_text(user_job(user_text, wl.device))
         env = capture_env(wl, f"/ztbp/ctl/{job.name}", f"/ztbp/ctl/{pre.name}" if pre else None,
                           probe=f"/ztbp/src/{script}")
         return run_vm_capture(run, meta, GuestCommand(

@@ -43,7 +43,7 @@ from ..acquire.capture import (
 )
 from ..acquire.channel import run_here
 from ..acquire.vm import Geometry, nvmevirt_module, qemu_version, run_in_guest, vm_device
-from ..acquire.workload import PRESETS, Workload, WorkloadOptions, user_job
+from ..acquire.workload import PRESETS, Workload, WorkloadOptions, read_user_job, user_job, user_job_meta
 from ..analysis.device_model import CACHE_ENTRIES
 from ..analysis.loop import device_figures, latency_split, measured_gain, warm_hit_ratio
 from ..analysis.params import AB_READS, CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
@@ -106,10 +106,8 @@ class LoopRequest:
                                 nr_zones=self.geometry.zones)
         if self.backend == "nvmevirt":
             nvmevirt_module(self.nvmevirt_ko, LoopError)
-        if self.fio_file is not None and not self.fio_file.is_file():
-            raise LoopError(f"--fio-file {self.fio_file}: no such file")
         if self.fio_file is not None:  # its options are checked before a VM boots or a device is touched
-            user_job(self.fio_file.read_text(errors="replace"), "/dev/null")
+            read_user_job(self.fio_file)
 
 
 # ---- the A/B mode ------------------------------------------------------------------------------------------
@@ -184,7 +182,7 @@ class LoopState:
 
 def job_text(st: LoopState, r: int) -> str:
     if st.req.fio_file is not None:
-        return user_job(st.req.fio_file.read_text(), st.workload.device)
+        return user_job(read_user_job(st.req.fio_file), st.workload.device)
     wl = replace(st.workload, seed=st.workload.seed + r - 1)
     if st.ab is not None and r > 1:
         wl = replace(wl, reads=st.ab.reads)
@@ -263,8 +261,7 @@ def decide(st: LoopState, entry: dict[str, Any]) -> tuple[str, str]:
 
 
 def loop_doc(st: LoopState, complete: bool) -> dict[str, Any]:
-    return {"format": LOOP_FORMAT, "backend": st.req.backend, "workload": st.workload.meta()
-            if st.req.fio_file is None else {"name": "fio-file", "file": str(st.req.fio_file)},
+    return {"format": LOOP_FORMAT, "backend": st.req.backend, "workload": st.meta_base["workload"],
             "rounds_asked": st.total_rounds, "min_gain": st.req.min_gain, "cache_mib": st.req.cache_mib,
             "page_kib": st.req.page_kib, "emulator": st.meta_base.get("emulator"),
             "rounds": st.rounds, "stopped": st.stopped, "complete": complete, "updated": utc_now(),
@@ -376,8 +373,9 @@ def after_apply(st: LoopState, res: dict[str, Any] | None) -> None:
 
 def _new_state(req: LoopRequest, root: Path, wl: Workload, lba: int, zone_bytes: int, nr: int,
                prefix: str, progress: Progress) -> LoopState:
+    workload = wl.meta() if req.fio_file is None else user_job_meta(wl, req.fio_file)
     meta = capture_meta(device=Path(wl.device).name, lba=lba, zone_bytes=zone_bytes, nr_zones=nr,
-                        workload=wl.meta(), backend=req.backend, probes={"nvme": LOOP_PROBE},
+                        workload=workload, backend=req.backend, probes={"nvme": LOOP_PROBE},
                         module=req.nvmevirt_ko)
     return LoopState(req=req, root=root, workload=wl, meta_base=meta, progress=progress, rounds=[],
                      guest_prefix=prefix, in_force=[], started=time.monotonic())
