@@ -38,6 +38,7 @@ from ..acquire.capture import (
     check_zoned,
     finish_meta,
     host_geometry,
+    map_rows_csv,
     start_run,
     write_jobs,
 )
@@ -58,7 +59,7 @@ from ..units import check_limit
 from ..writeback.config import write_config
 
 GUEST_SCRIPT = paths.VM / "guest" / "loop.sh"
-LOOP_PROBE = "probes/nvme_zone_stream.bt"
+LOOP_PROBE = "probes/nvme_zone.bt"
 STOP_NOTHING = "nothing recommended"
 STOP_INVALID = "incomplete trace"
 _READY = re.compile(r"^ZTBP: loop round (\d+) ready")
@@ -195,6 +196,9 @@ def _measure(st: LoopState, r: int, guest: loopfiles.RoundFiles, zones_model: li
     zones against the others, the device's counters, the cache model with `zones_model` (plain LRU when empty),
     from a cold cache. Returns (its loop.json entry so far, the loaded run, the simulation, its paths)."""
     run = RunPaths(st.rnd_dir(r))
+    conv, error = map_rows_csv(run)
+    st.progress.say(f"round {r}: {conv['probe_nvme_rows']:,} rows into nvme.csv in {conv['probe_nvme_convert_s']} s "
+                    f"on this machine" + (f"; {error}" if error else "") + "; analysing the round")
     meta = copy.deepcopy(st.meta_base)
     meta["loop"] = {"round": r, "loop_dir": "..", "zones_in_force": st.in_force, **loop_meta}
     summ = finish_meta(run, meta, 0, False, st.started, {"qemu": qemu_version()} if st.req.backend != "host" else {})
@@ -275,6 +279,7 @@ def on_round(st: LoopState, r: int, guest: loopfiles.RoundFiles) -> None:
     if st.req.ab_pairs and action == "apply":  # the A/B blocks start: block 1 runs with the configuration on
         st.ab = AbPlan(config=arg, listed=entry["config"]["hot_zones"], arms=abba(st.req.ab_pairs),
                        reads=st.req.ab_reads)
+        st.progress.expected = st.ab.reads if st.req.fio_file is None else 0
     elif st.req.ab_pairs:
         arg += "; no A/B blocks (nothing to switch on)"
     entry["decision"] = {"action": action, "detail": arg}
@@ -404,7 +409,9 @@ def new_loop_dir(req: LoopRequest, name: str, vm: bool, echo: Callable[[str], No
 
 
 def guest_env(wl: Workload, pre: str | None, rounds: int) -> dict[str, str]:
-    env = {"ZTBP_DEV": wl.device, "ZTBP_ROUNDS": str(rounds)}
+    # ZTBP_EXPECTED sizes the probe's map (vm/guest/probe-lib.sh, MAP SIZE): emptied after the set-up and after each
+    # round, it holds at most the set-up's commands or one round's (an A/B block has fewer reads than round 1)
+    env = {"ZTBP_DEV": wl.device, "ZTBP_ROUNDS": str(rounds), "ZTBP_EXPECTED": str(wl.expected_commands)}
     if pre:
         env["ZTBP_PREFILL"] = pre
     if len(wl.reset_zones):
@@ -458,6 +465,7 @@ def run_loop(req: LoopRequest) -> dict[str, Any]:
         dev = vm_device(req.backend, req.geometry, req.nvmevirt_ko, error=LoopError)
         place = Place("/dev/nvme0n1", dev.lba_bytes, dev.zone_bytes, dev.nr_zones, vm=dev)
     wl = req.workload.build(device=place.device, zone_bytes=place.zone_bytes, nr_zones=place.nr_zones)
+    progress.expected = wl.total_reads if req.fio_file is None else 0  # each round's countdown (A/B: on_round)
     root = new_loop_dir(req, wl.name if req.fio_file is None else "fio-file", place.vm is not None, progress.say)
     root = root if place.vm is not None else root.resolve()
     st = _new_state(req, root, wl, place.lba_bytes, place.zone_bytes, place.nr_zones, place.prefix(root), progress)
