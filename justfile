@@ -189,7 +189,7 @@ vm-shell ZONES="64": deps build
 bench-probe ROUNDS="5" READS="200000" PROBE="nvme_zone.bt": deps
     bash vm/bench-probe.sh --rounds {{quote(ROUNDS)}} --reads {{quote(READS)}} --probe {{quote(PROBE)}}
 
-# main job, the whole loop on the default set-up, sized for a first look (~3 min of loop on 2 idle cores under TCG, the image built): capture paper80 in the VM (READS reads a round: 200,000 find the paper's five hot zones and take the same decisions as the paper's 1,000,000, which `just run READS=1000000` runs, ~5 min of loop), analyse, decide, apply, capture again (ROUNDS rounds in one boot; QEMU's namespace refuses the send, so each configuration is scored out of sample on the next round; ARGS such as `--backend nvmevirt --nvmevirt-ko nvmev.ko` give a device that acts on it), then the HTML report (the loop's page, each round's pages) and where it is
+# main job, the whole loop on the default set-up, sized for a first look (2.5 min of loop here under TCG, the image built; measured with other guests running): capture paper80 in the VM (READS reads a round: 200,000 find the paper's five hot zones and take the same decisions as the paper's 1,000,000, which `just run READS=1000000` runs: 5 min of loop), analyse, decide, apply, capture again (ROUNDS rounds in one boot; QEMU's namespace refuses the send, so each configuration is scored out of sample on the next round; ARGS such as `--backend nvmevirt --nvmevirt-ko nvmev.ko` give a device that acts on it), then the HTML report (the loop's page, each round's pages) and where it is
 [group('capture')]
 [positional-arguments]
 run READS=RUN_READS ROUNDS=RUN_ROUNDS *ARGS: setup deps image build
