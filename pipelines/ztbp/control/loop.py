@@ -286,8 +286,9 @@ def on_round(st: LoopState, r: int, guest: loopfiles.RoundFiles) -> None:
     st.rounds.append(entry)
     if action == "apply":
         st.pending = {"round": r, "hot_zones": entry["config"]["hot_zones"], "held_out": entry["config"]["held_out"]}
-    else:
+    else:  # nothing is sent after this round: the last apply's answer is already folded in (no second "refused")
         st.stopped = arg
+        st.pending = None
     loopfiles.write_round(st.root, r, entry, loop_doc(st, complete=False), f"{action} {arg}",
                           job_text(st, r + 1) if action == "apply" else None)
     st.progress.say(round_line(entry))
