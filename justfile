@@ -3,6 +3,9 @@ set shell := ["bash", "-euo", "pipefail", "-c"]
 set positional-arguments := false
 
 VENV := justfile_directory() / ".venv"
+# `just run`'s reads a round (a first look; the paper's 1,000,000: `just run READS=1000000`) and rounds
+RUN_READS := "200000"
+RUN_ROUNDS := "2"
 PY := VENV / "bin" / "python"
 ZTBP := VENV / "bin" / "ztbp"
 
@@ -187,16 +190,30 @@ vm-shell ZONES="64": deps build
 bench-probe ROUNDS="5" READS="200000" PROBE="nvme_zone.bt": deps
     bash vm/bench-probe.sh --rounds {{quote(ROUNDS)}} --reads {{quote(READS)}} --probe {{quote(PROBE)}}
 
-# main job, the whole loop on the default set-up: capture paper80 in the VM (READS reads a round; the paper's 1,000,000 take a few minutes here under TCG), analyse, decide, apply, capture again (ROUNDS rounds in one boot; QEMU's namespace refuses the send, so each configuration is scored out of sample on the next round; ARGS such as `--backend nvmevirt --nvmevirt-ko nvmev.ko` give a device that acts on it), then the HTML report (the loop's page, each round's pages) and where it is
+# main job, the whole loop on the default set-up, sized for a first look (2.5 min of loop here under TCG, the image built; measured with other guests running): capture paper80 in the VM (READS reads a round: 200,000 find the paper's five hot zones and take the same decisions as the paper's 1,000,000, which `just run READS=1000000` runs: 5 min of loop), analyse, decide, apply, capture again (ROUNDS rounds in one boot; QEMU's namespace refuses the send, so each configuration is scored out of sample on the next round; ARGS such as `--backend nvmevirt --nvmevirt-ko nvmev.ko` give a device that acts on it), then the HTML report (the loop's page, each round's pages) and where it is
 [group('capture')]
 [positional-arguments]
-run READS="1000000" ROUNDS="2" *ARGS: setup deps image build
+run READS=RUN_READS ROUNDS=RUN_ROUNDS *ARGS: setup deps image build
     #!/usr/bin/env bash
     set -euo pipefail
+    # a parameter by its place (`just run 1000000 3`) or by its name (`just run READS=1000000`, `just run ROUNDS=3`)
+    reads={{quote(RUN_READS)}} rounds={{quote(RUN_ROUNDS)}} named=" "
+    for slot in READS:{{quote(READS)}} ROUNDS:{{quote(ROUNDS)}}; do
+        value="${slot#*:}"
+        case "$value" in
+            READS=*) reads="${value#READS=}"; named+="READS " ;;
+            ROUNDS=*) rounds="${value#ROUNDS=}"; named+="ROUNDS " ;;
+            *) case "$named" in *" ${slot%%:*} "*) ;; *) [ "${slot%%:*}" = READS ] && reads="$value" || rounds="$value" ;; esac ;;
+        esac
+    done
     runs="$({{PY}} -c 'from ztbp import paths; print(paths.RUNS)')"
     loop="$runs/$(date -u +%Y%m%dT%H%M%SZ)-loop-paper80"
-    {{ZTBP}} loop paper80 --rounds {{quote(ROUNDS)}} --reads {{quote(READS)}} --out "$loop" "${@:3}"
+    t0=$SECONDS
+    {{ZTBP}} loop paper80 --rounds "$rounds" --reads "$reads" --out "$loop" "${@:3}"
+    echo "run: loop done in $((SECONDS - t0)) s; writing the HTML report (every notebook on the loop and its rounds: a few minutes)" >&2
+    t1=$SECONDS
     {{ZTBP}} report "$loop" --rounds
+    echo "run: report written in $((SECONDS - t1)) s" >&2
     echo "run: the HTML report is $({{PY}} -c 'from ztbp import paths; print(paths.REPORTS)')/$(basename "$loop")/index.html"
 
 # capture a layer-by-layer run in the VM with `ztbp capture-layers` (FS raw|ext4|btrfs, ENGINE psync|io_uring|libaio, IODEPTH empty = 1 for psync, 4 otherwise) and print its Table-I breakdown

@@ -109,3 +109,85 @@ def test_cli_loop_refuses_the_job_before_anything_starts(tmp_path: Path, capsys:
     err = capsys.readouterr().err
     assert rc != 0 and len(err.strip().splitlines()) == 1 and "'exec_prerun' is not allowed" in err, err
     assert not (tmp_path / "loop").exists()
+
+
+# ---- ztbp capture --fio-file: the same checks as the loop's, one line and a non-zero exit each --------------------
+BAD_JOBS = {
+    "a refused option": ("[a]\nrw=randread\nexec_prerun=touch /tmp/pwned\n", "'exec_prerun' is not allowed"),
+    "an engine plug-in": ("[a]\nrw=randread\nioengine=external:/tmp/evil.so\n", "ioengine=external:/tmp/evil.so"),
+    "no section": ("rw=randread\nbs=4k\n", "no [section] in the job file"),
+    "another file": ("[a]\nrw=randread\nread_iolog=/etc/shadow\n", "'read_iolog' is not allowed"),
+}
+
+
+def _no_boot(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ztbp.acquire.capture as capture
+
+    def boom(*_: object, **__: object) -> None:
+        raise AssertionError("the capture started")
+
+    monkeypatch.setattr(capture, "vm_device", boom)
+    monkeypatch.setattr(capture, "start_run", boom)
+
+
+@pytest.mark.parametrize("case", sorted(BAD_JOBS))
+def test_cli_capture_refuses_a_bad_job_in_one_line(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    _no_boot(monkeypatch)
+    text, says = BAD_JOBS[case]
+    job = tmp_path / "job.fio"
+    job.write_text(text)
+    rc = main(["capture", "paper80", "--fio-file", str(job), "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and says in err and "Traceback" not in err, err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("where", ["missing", "folder", "unreadable"])
+def test_cli_capture_refuses_a_job_file_it_cannot_read(where: str, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    _no_boot(monkeypatch)
+    job = tmp_path / "job.fio"
+    if where == "folder":
+        job.mkdir()
+    elif where == "unreadable":
+        job.write_text("[a]\nrw=read\n")
+        monkeypatch.setattr(Path, "read_text", lambda *_a, **_k: (_ for _ in ()).throw(PermissionError(13, "denied")))
+    rc = main(["capture", "--fio-file", str(job)])
+    err = capsys.readouterr().err
+    says = {"missing": "no such file", "folder": "is a folder", "unreadable": "cannot read it"}[where]
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and says in err and "Traceback" not in err, err
+
+
+def test_capture_runs_the_users_job_on_the_traced_namespace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A good job reaches the guest with its filename= pointed at the namespace, after the preset's reset and
+    prefill; meta.json says the run was driven by the file, not by the preset (no hot zones claimed)."""
+    import json
+
+    import ztbp.acquire.capture as capture
+    from ztbp.acquire.workload import WorkloadOptions
+
+    seen: dict[str, object] = {}
+
+    def fake_run(run: object, meta: dict, cmd: capture.GuestCommand, progress: object) -> capture.CaptureOutcome:
+        seen["jobs"] = {f.name: f.read_text() for f in cmd.files}
+        seen["env"] = cmd.env
+        seen["meta"] = json.loads(json.dumps(meta))
+        return capture.CaptureOutcome({}, 0)
+
+    monkeypatch.setattr(capture, "run_vm_capture", fake_run)
+    monkeypatch.setattr(capture, "ensure_image", lambda **_: None)
+    job = tmp_path / "mine.fio"
+    job.write_text("[global]\nfilename=/dev/sda\nioengine=psync\n[r]\nrw=randread\nbs=4k\nsize=64M\nnumber_ios=3000\n")
+    req = capture.VmCapture(workload=WorkloadOptions(name="paper80", reads=3000), out=str(tmp_path / "run"),
+                            fio_file=job)
+    assert capture.run_capture(req).exit_code == 0
+    jobs = seen["jobs"]
+    assert isinstance(jobs, dict) and set(jobs) == {"paper80.fio", "prefill.fio"}
+    assert "filename=/dev/nvme0n1" in jobs["paper80.fio"] and "/dev/sda" not in jobs["paper80.fio"]
+    assert "number_ios=3000" in jobs["paper80.fio"] and "zoned_abs" not in jobs["paper80.fio"]
+    wl = seen["meta"]["workload"]  # type: ignore[index]
+    assert wl["name"] == wl["kind"] == "fio-file" and wl["preset"] == "paper80" and "hot_zones" not in wl
+    assert wl["file"] == str(job) and wl["prefill_zones"] == [0, 32]
+    assert (tmp_path / "run").name == "run"

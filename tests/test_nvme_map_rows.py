@@ -90,3 +90,59 @@ def test_a_dump_cut_short_fails_the_capture(tmp_path: Path) -> None:
     assert "did not print its map of rows" in res.stdout
     assert "status=failed counter=6" in res.stdout
     assert (tmp_path / "nvme.csv").read_text().splitlines() == HEADER
+
+
+# ---- the loop's rounds: the rows handed over raw (mapdump.py --raw), converted on the host ----------------------
+def raw_rows(lines: list[str], batches: int = 2) -> bytes:
+    """What vm/guest/mapdump.py --raw writes for these dump lines: its header, then `batches` batches of rows."""
+    import re
+    import struct
+
+    rows = [[int(x) for x in re.findall(r"\d+", line)] for line in lines if line.startswith("@rows[")]
+    out = struct.pack("<8sII", b"ZTBPROWS", 4, 8)
+    step = -(-len(rows) // batches)
+    for i in range(0, len(rows), step):
+        part = rows[i:i + step]
+        out += struct.pack("<Q", len(part)) + b"".join(struct.pack("<4Q", *r[:4]) for r in part)
+        out += b"".join(struct.pack("<8Q", *r[4:]) for r in part)
+    return out
+
+
+def staged_round(tmp: Path, data: bytes, env: str) -> RunPaths:
+    run = RunPaths(tmp / "round-01")
+    (run.root / ".capture").mkdir(parents=True)
+    (run.root / ".capture" / "nvme.rows").write_bytes(data)
+    (run.root / ".capture" / "guest.env").write_text(env)
+    return run
+
+
+def test_raw_rows_become_the_same_csv_on_the_host(tmp_path: Path) -> None:
+    from ztbp.acquire.capture import map_rows_csv
+    from ztbp.files import read_env
+
+    run = staged_round(tmp_path, raw_rows(DUMP), "probe_nvme_mode=map\nprobe_nvme_taken=7\nblock_reads=2\n"
+                                                 "status=complete\n")
+    stats, error = map_rows_csv(run)
+    assert error is None
+    assert run.nvme_csv.read_text().splitlines() == HEADER + EXPECTED  # what the guest's probe_extract makes
+    assert (stats["probe_nvme_rows"], stats["probe_nvme_read_rows"], stats["lost_events_nvme"]) == (7, 2, 0)
+    env = read_env(run.root / ".capture" / "guest.env")
+    assert env["lost_events_nvme"] == "0" and env["status"] == "complete"
+    assert not (run.root / ".capture" / "nvme.rows").exists()
+
+
+def test_a_round_short_of_rows_counts_them_lost(tmp_path: Path) -> None:
+    """Reads the block layer completed without a row, and rows the guest took but the host could not convert
+    (here a file cut short), are lost; the round is marked failed when its rows could not all be converted."""
+    from ztbp.acquire.capture import map_rows_csv
+    from ztbp.files import read_env
+
+    run = staged_round(tmp_path, raw_rows(DUMP, batches=1), "probe_nvme_taken=7\nblock_reads=5\nstatus=complete\n")
+    stats, error = map_rows_csv(run)
+    assert error is None and stats["lost_events_nvme"] == 3  # 5 reads, 2 rows
+    run = staged_round(tmp_path / "short", raw_rows(DUMP, batches=1)[:-10], "probe_nvme_taken=7\nblock_reads=2\n"
+                                                                             "status=complete\n")
+    stats, error = map_rows_csv(run)
+    assert error is not None and "cut short" in error
+    assert stats["lost_events_nvme"] == 2 + 7  # both reads missing, and all 7 rows taken but not converted
+    assert read_env(run.root / ".capture" / "guest.env")["status"] == "failed"

@@ -1,18 +1,24 @@
 #!/bin/bash
 # loop.sh - the body of `ztbp loop`: one bpftrace session and one device for many rounds. Each round runs the
-# round's fio job under the streaming NVMe probe, hands its rows over as a run directory, waits for the host's
+# round's fio job under the map-mode NVMe probe (probes/nvme_zone.bt), hands its rows over, waits for the host's
 # decision (apply a cache configuration with ztbp-ctl, skip, or stop) and applies it; the next round then runs with
 # the configuration active. Run by `ztbp loop` in the VM (through vm/vmtest.sh) or on a real machine (--host).
 #
 # Why one session: NVMeVirt's busy-polling threads hold off RCU-tasks grace periods, which fentry programs need to
 # attach and to detach (probe-lib.sh, "a device module"). So the probe attaches once before the module is loaded,
-# rows are handed over per round without detaching (the streaming probe's output is cut at a byte offset once it
-# has drained after the round's fio, with no I/O in flight), and the module is unloaded before bpftrace stops.
+# rows are handed over per round without detaching, and the module is unloaded before bpftrace stops. A round's
+# rows are in the probe's map as soon as fio has ended (the probe stores a row when the command completes, and fio
+# ends after its last completion): vm/guest/mapdump.py takes them out of the running bpftrace
+# (BPF_MAP_LOOKUP_AND_DELETE_BATCH: the map is empty again for the next round) as raw batches, which the host turns
+# into the round's raw/nvme.csv (probes/nvme_zone_csv.sh --raw, at native speed; ztbp/acquire/capture.py
+# map_rows_csv). The streaming probe this replaced left bpftrace's user space formatting a backlog of rows for
+# minutes after each round's fio (vm/README.md, "The wait after a loop round").
 #
 # Handshake: the mailbox of probe-lib.sh in ZTBP_OUT/.loop (host side ztbp/io/loop.py over ztbp/io/mailbox.py;
 # the host is the brain, this script the body):
 #   host  .loop/job-NN.fio             the fio job of round NN (written before the guest asks for it)
-#   guest round-NN/raw/, round-NN/.capture/guest.env, .loop/device-NN.env, .loop/dmesg-NN.txt,
+#   guest round-NN/raw/ (fio.json, zones.txt), round-NN/.capture/nvme.rows (the rows, mapdump.py --raw),
+#         round-NN/.capture/guest.env, .loop/device-NN.env, .loop/dmesg-NN.txt,
 #         .loop/setup-nvme.csv (the probe's rows of the set-up: zone reset, prefill, priming read)
 #   guest .loop/ready-NN               round NN is captured (written last)
 #   host  .loop/decision-NN            one line: "apply CONFIG" | "clear" (ztbp-ctl stop: the A/B mode's off arm) |
@@ -20,10 +26,11 @@
 #   guest .loop/applied-NN.env         what ztbp-ctl set (or stop) / info / status answered and the zones the device
 #                                      logged
 # Every wait is bounded (LOOP_DECISION_TIMEOUT, LOOP_JOB_TIMEOUT); the stop file ends the loop after the round in
-# progress. Progress: "ZTBP: loop ..." lines on the console.
+# progress. Progress: "ZTBP: loop ..." and "ZTBP: stage ..." lines on the console, "ZTBP: progress" every 5 s of fio.
 #
 # Environment: ZTBP_OUT (default /ztbp/out), ZTBP_DEV (/dev/nvme0n1), ZTBP_CTRL (the controller, default DEV
-# without its namespace suffix), ZTBP_PREFILL, ZTBP_RESET ("FIRST COUNT"), ZTBP_PROBE (streaming probe),
+# without its namespace suffix), ZTBP_PREFILL, ZTBP_RESET ("FIRST COUNT"), ZTBP_PROBE (the map-mode probe),
+# ZTBP_EXPECTED (the most commands one round or the set-up issues: sizes the probe's map, probe-lib.sh MAP SIZE),
 # ZTBP_CTL (ztbp-ctl binary), ZTBP_KO / ZTBP_KO_PARAMS (NVMeVirt), ZTBP_STOP_FILE, ZTBP_ROUNDS (upper bound).
 set -uo pipefail
 
@@ -31,15 +38,15 @@ set -uo pipefail
 # STOP_FILE, SRC) come from the same ZTBP_* variables
 # shellcheck source=vm/guest/capture.sh
 . "$(dirname "${BASH_SOURCE[0]}")/capture.sh"
-settings CTRL="${DEV%n[0-9]*}" PROBE="$SRC/probes/nvme_zone_stream.bt" CTL="$SRC/tools/ztbp-ctl/build/ztbp-ctl" \
+settings CTRL="${DEV%n[0-9]*}" PROBE="$SRC/probes/nvme_zone.bt" CTL="$SRC/tools/ztbp-ctl/build/ztbp-ctl" \
 	ROUNDS=100
 LOOP_DECISION_TIMEOUT=1800   # s to wait for the host's decision on a round
 LOOP_JOB_TIMEOUT=600         # s to wait for the next round's fio job
 LOOP="$OUT/.loop"
 
 TMP=""
-CUT=0            # byte offset of the probe output handed over so far
-READS_MARK=0     # block-layer reads completed at the last cut
+READS_MARK=0     # block-layer reads completed at the last hand-over
+TRACED_MARK=0    # the probe's count of completions at the start of the round (progress lines only)
 
 usage() {
 	cat <<EOF
@@ -67,55 +74,39 @@ device_status() { # the ZTBP STATUS read counter (empty when the device refuses 
 
 dmesg_mark() { dmesg | wc -l; }
 
-segment_reads() { # read rows in the probe output after byte CUT
-	tail -c +"$((CUT + 1))" "$TMP/nvme.out" | grep -c '^[0-9][^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,2,read,'
+take_rows() { # OUTPUT: the rows completed since the last hand-over, out of the probe's map (mapdump.py --raw) into
+	# OUTPUT, written locally first and then copied and checked (a write to the 9p share has been seen to stop
+	# short); sets TAKEN (rows taken, empty when mapdump.py failed) and TAKE_S
+	local t0=$SECONDS rc=0 size
+	python3 "$SRC/vm/guest/mapdump.py" --raw "${PROBE_PID[nvme]}" > "$TMP/rows.bin" 2> "$TMP/rows.err" || rc=$?
+	TAKEN="$(sed -n 's/^mapdump: \([0-9]*\) rows$/\1/p' "$TMP/rows.err")"
+	[ "$rc" -eq 0 ] || { TAKEN=""; say "error mapdump.py exit $rc: $(tr '\n' ' ' < "$TMP/rows.err")"; }
+	size="$(stat -c %s "$TMP/rows.bin")"
+	cp "$TMP/rows.bin" "$1" && sync
+	if [ "$(stat -c %s "$1")" != "$size" ]; then
+		say "stage $(basename "$1") has $(stat -c %s "$1") bytes on the share, not $size: copying again"
+		cp "$TMP/rows.bin" "$1" && sync
+		[ "$(stat -c %s "$1")" = "$size" ] || { say "error $(basename "$1") incomplete on the share"; TAKEN=""; }
+	fi
+	rm -f "$TMP/rows.bin"
+	TAKE_S=$((SECONDS - t0))
+	[ -z "$TAKEN" ] || PROBE_TAKEN[nvme]=$((${PROBE_TAKEN[nvme]:-0} + TAKEN))
 }
 
-cut_rows() { # ROUND DIR: hand the rows traced since the last cut over as DIR/raw/nvme.csv
-	local r="$1" dir="$2" size rows perf_lost reads read_rows lost t0=$SECONDS copied
-	probe_drain nvme
-	# bpftrace's user space (nice 19) can stall for seconds behind NVMeVirt's busy-polling threads, so a still
-	# output is not proof of a drained buffer: wait (bounded) until it holds a row per read the block layer completed
+hand_over_rows() { # ROUND DIR: the round's rows to DIR/.capture/nvme.rows and its counters to its guest.env; the host
+	# converts the rows and applies the LOSS RULE per round (acquire/capture.py map_rows_csv): block-layer reads
+	# without a read row, plus rows taken but not converted
+	local r="$1" dir="$2" reads
 	reads=$(($(blk_reads) - READS_MARK))
-	while [ "$(segment_reads)" -lt "$reads" ] && [ $((SECONDS - t0)) -lt "$PROBE_DRAIN_TIMEOUT" ]; do
-		sleep 2
-	done
-	size="$(stat -c %s "$TMP/nvme.out")"
 	mkdir -p "$dir/raw" "$dir/.capture"
-	head -c "$size" "$TMP/nvme.out" | tail -c +"$((CUT + 1))" > "$TMP/segment"
-	if [ "$(tr -d -c '\000' < "$TMP/segment" | wc -c)" -gt 0 ]; then
-		# seen with NVMeVirt: pages of guest memory (here the probe's output on tmpfs) zeroed under load
-		say "error loop round $r: the probe output has NUL bytes (guest memory corrupted?); those rows count as lost"
-	fi
-	sed -n "/^# ztbp nvme v1\$/{p;n;p;q}" "$TMP/nvme.out" > "$TMP/round.csv"
-	grep -a '^[0-9]' "$TMP/segment" | tr -d '\000' | grep '^[0-9][^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*' >> "$TMP/round.csv"
-	rows=$(($(wc -l < "$TMP/round.csv") - 2))
-	read_rows=$(grep -c '^[0-9][^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,2,read,' "$TMP/segment")
-	perf_lost="$(grep -o -E '^Lost [0-9]+ events' "$TMP/segment" | awk '{s += $2} END {print s + 0}')"
-	# LOSS RULE per round: what bpftrace reported lost + reads the block layer completed without a row
-	lost=$((perf_lost + (reads > read_rows ? reads - read_rows : 0)))
-	CUT=$size
+	take_rows "$dir/.capture/nvme.rows"
 	READS_MARK=$(blk_reads)
-	# written locally, then copied and checked: a write to the 9p share has been seen to stop short
-	cp "$TMP/round.csv" "$dir/raw/nvme.csv" && sync
-	copied=$(wc -l < "$dir/raw/nvme.csv")
-	if [ "$copied" -ne $((rows + 2)) ]; then
-		say "loop round $r: nvme.csv has $copied lines on the share, not $((rows + 2)): copying again"
-		cp "$TMP/round.csv" "$dir/raw/nvme.csv" && sync
-		copied=$(wc -l < "$dir/raw/nvme.csv")
-		[ "$copied" -eq $((rows + 2)) ] || { say "error loop round $r: nvme.csv incomplete on the share"; lost=$((lost + rows + 2 - copied)); }
-	fi
 	{
-		echo "probe_nvme_rows=$rows"
-		echo "probe_nvme_completed=$((rows + perf_lost))"
-		echo "probe_nvme_setups=$((rows + perf_lost))"
-		echo "probe_nvme_perf_lost=$perf_lost"
-		echo "probe_nvme_read_rows=$read_rows"
-		echo "probe_nvme_drain_s=$((SECONDS - t0))"
+		echo "probe_nvme_taken=$TAKEN"
+		echo "probe_nvme_dump_s=$TAKE_S"
 		echo "block_reads=$reads"
-		echo "lost_events_nvme=$lost"
 	} >> "$dir/.capture/guest.env"
-	say "loop round $r rows $rows (reads: $read_rows traced, $reads by the block layer), lost $lost"
+	say "stage round $r: ${TAKEN:-no} rows taken from the probe's map in $TAKE_S s ($reads reads by the block layer)"
 }
 
 run_round() { # ROUND: the round's fio job under the running probe; the run directory round-NN
@@ -131,11 +122,14 @@ run_round() { # ROUND: the round's fio job under the running probe; the run dire
 	st0="$(device_status)"
 	say "stage workload round $r: $(grep -m1 '^; ' "$job" | sed 's/^; //')"
 	t0="$(date +%s.%N)"
-	fio --eta=never --output-format=json+ --output="$TMP/fio.json" "$job" || rc=$?
+	TRACED_MARK="$(probe_traced nvme)"
+	fio --eta=never --output-format=json+ --output="$TMP/fio.json" "$job" &
+	fio_progress $!
+	wait $! || rc=$?
 	echo "workload_s=$(echo "$(date +%s.%N) $t0" | awk '{printf "%.3f", $1 - $2}')" >> "$dir/.capture/guest.env"
 	echo "fio_rc=$rc" >> "$dir/.capture/guest.env"
 	st1="$(device_status)"
-	cut_rows "$r" "$dir"
+	hand_over_rows "$r" "$dir"
 	[ -s "$TMP/fio.json" ] && sed -n '/^{/,$p' "$TMP/fio.json" > "$dir/raw/fio.json"
 	cp "$TMP/zones.txt" "$dir/raw/zones.txt"
 	[ "$r" = 1 ] && [ -s "$TMP/prefill.json" ] && cp "$TMP/prefill.json" "$dir/.capture/prefill-fio.json"
@@ -207,13 +201,21 @@ prime_counter() { # NVMeVirt's read counter starts at -1 and its first read only
 	: > "$TMP/status.log"
 }
 
+fio_progress() { # PID: "progress" lines while fio runs (every 5 s; polled each second, so the round ends on time)
+	local n=0
+	while kill -0 "$1" 2>/dev/null; do
+		sleep 1
+		n=$((n + 1))
+		[ $((n % 5)) -eq 0 ] && kill -0 "$1" 2>/dev/null &&
+			say "progress traced=$(($(probe_traced nvme) - TRACED_MARK)) fio=$(($(blk_reads) - READS_MARK))"
+	done
+}
+
 cut_setup() { # the set-up's rows (zone reset, prefill, priming read) go to .loop/setup-nvme.csv, not to round 1
-	local size
-	probe_drain nvme
-	size="$(stat -c %s "$TMP/nvme.out")"
-	head -c "$size" "$TMP/nvme.out" > "$LOOP/setup-nvme.csv"
-	CUT=$size
-	say "stage set-up traced: $(grep -c '^[0-9]' "$LOOP/setup-nvme.csv") rows in .loop/setup-nvme.csv"
+	take_rows "$TMP/setup.rows"
+	{ sed -n "/^# ztbp nvme v1\$/{p;n;p;q}" "$TMP/nvme.out"; bash "$SRC/probes/nvme_zone_csv.sh" --raw "$TMP/setup.rows"; } \
+		> "$LOOP/setup-nvme.csv"
+	say "stage set-up traced: ${TAKEN:-no} rows in .loop/setup-nvme.csv"
 }
 
 main() {
@@ -225,7 +227,7 @@ main() {
 	say "stage booted $(cut -d' ' -f1 /proc/uptime) s"
 	record_versions
 	module_prepare || return 1
-	probe_start nvme "$PROBE" 0 || return 1
+	start_probe || return 1
 	module_load "$DEV" || return 1
 	record_device "$DEV" || return 1
 	reset_zones || return 1

@@ -29,6 +29,8 @@
 #   lost = unprinted + unmatched + dropped
 #   unprinted  rows the kernel side emitted but that never reached the file: max(@completed - rows, "Lost N
 #              events" of bpftrace's perf buffer, which also covers events still in it when bpftrace stopped)
+#              (rows: those in the file plus PROBE_TAKEN[NAME], rows a caller took out of a map probe's
+#              map while it ran: the loop's rounds)
 #   unmatched  @setups - @completed when the probe counts submissions itself; otherwise the runs of its programs
 #              the kernel skipped (fdinfo recursion_misses), each possibly a command or request without a row
 #   dropped    @lost + @unsure, the requests a probe counted as having no row (probes/layers.bt: state it could
@@ -50,7 +52,7 @@ MAP_KEYS_SPARE=50000         # room beyond 1.5 x the expected count (split I/O, 
 MAP_MEMORY_SHARE=4           # maps may take 1 / this of the memory available
 
 PROBE_LIB_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-declare -A PROBE_PID=() PROBE_MODE=()
+declare -A PROBE_PID=() PROBE_MODE=() PROBE_TAKEN=()   # PROBE_TAKEN: rows a caller took out of a map probe's map
 STATUS="${STATUS:-complete}"
 
 # ---- settings every guest script shares (the host sets them through ZTBP_*) -------------------------------------
@@ -377,7 +379,7 @@ probe_signal_until_exit() { # NAME: the STOP RULE
 }
 
 probe_extract() { # NAME: $TMP/NAME.out -> $TMP/NAME.csv (the two header lines, then the rows)
-	local name="$1" to_csv="$PROBE_LIB_SRC/probes/nvme_zone.awk"
+	local name="$1" to_csv="$PROBE_LIB_SRC/probes/nvme_zone_csv.sh"
 	if [ "${PROBE_MODE[$name]}" = map ]; then
 		sed -n "/^# ztbp $name v1\$/{p;n;p;q}" "$TMP/$name.out" > "$TMP/$name.csv"
 		if ! grep -q '^@unstamped: ' "$TMP/$name.out"; then
@@ -387,10 +389,8 @@ probe_extract() { # NAME: $TMP/NAME.out -> $TMP/NAME.csv (the two header lines, 
 		fi
 		# completion order: the first field of each converted row is the completion time
 		# the rows mapdump.py took ($TMP/NAME.dump) and those bpftrace printed at exit, in the same format
-		cat "$TMP/$name.out" "$TMP/$name.dump" 2>/dev/null | awk -f "$to_csv" | LC_ALL=C sort -n -t, -k1,1 |
-			cut -d, -f2- >> "$TMP/$name.csv"
-		if [ "${PIPESTATUS[1]}" -ne 0 ]; then
-			say "error $(basename "$to_csv") could not convert every row (see console.log); they count as lost"
+		if ! bash "$to_csv" "$TMP/$name.out" "$TMP/$name.dump" >> "$TMP/$name.csv"; then
+			say "error nvme_zone.awk could not convert every row (see console.log); they count as lost"
 			STATUS="failed"
 		fi
 	else
@@ -410,6 +410,8 @@ probe_account() { # NAME MISSES: the LOSS RULE; sets PROBE_ROWS and PROBE_LOST
 	dropped=$((${counted:-0} + ${unsure:-0}))
 	PROBE_ROWS=$(($(wc -l < "$TMP/$name.csv") - 2))
 	[ "$PROBE_ROWS" -lt 0 ] && PROBE_ROWS=0
+	# rows handed over while it ran (the loop's rounds, out of its map) are rows of the session too
+	PROBE_ROWS=$((PROBE_ROWS + ${PROBE_TAKEN[$name]:-0}))
 	if [ -z "$completed" ]; then
 		say "error bpftrace $name did not print its counters: its lost-event count is unknown"
 		STATUS="failed"

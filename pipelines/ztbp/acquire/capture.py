@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import paths
-from ..contract import new_meta, write_meta
+from ..contract import new_meta, probe_header, write_meta
 from ..errors import ZtbpError
 from ..files import hand_over_tree, make_dir, read_env
 from ..io.fio import fio_totals
@@ -30,7 +31,7 @@ from ..paths import RunPaths
 from ..units import MIB, parse_size
 from .channel import run_here
 from .vm import Geometry, GuestResult, VmDevice, ensure_image, nvmevirt_notes, qemu_version, run_in_guest, vm_device
-from .workload import PRESETS, Workload, WorkloadOptions
+from .workload import PRESETS, Workload, WorkloadOptions, read_user_job, user_job, user_job_meta
 
 GUEST_SCRIPT = paths.VM / "guest" / "capture.sh"
 STAGING = ".capture"
@@ -108,6 +109,53 @@ def count_commands(csv: Path) -> dict[str, int]:
             if len(parts) >= 12:
                 counts[parts[7]] = counts.get(parts[7], 0) + 1
     return counts
+
+
+#: The one conversion of the map probe's rows into nvme.csv rows (the guest's probe_extract uses it too).
+MAP_ROWS_CSV = paths.ROOT / "probes" / "nvme_zone_csv.sh"
+MAP_ROWS = "nvme.rows"
+
+
+def map_rows_csv(run: RunPaths) -> tuple[dict[str, int | float], str | None]:
+    """The host's half of a capture whose rows the guest handed over raw (the loop's rounds): .capture/nvme.rows
+    (vm/guest/mapdump.py --raw batches) becomes raw/nvme.csv, converted here at native speed by
+    probes/nvme_zone_csv.sh --raw, in completion order; then the round's LOSS RULE (vm/guest/loop.sh): read rows
+    missing against the block layer's count, plus rows taken but not converted. The counters join the staged
+    guest.env for finish_meta; returned too, with the conversion's seconds, and what went wrong (None: nothing; a
+    round whose rows could not all be converted is marked failed)."""
+    t0 = time.monotonic()
+    staged = run.root / STAGING / MAP_ROWS
+    genv = read_env(guest_env_file(run))
+    tmp = run.nvme_csv.with_name(run.nvme_csv.name + ".tmp")
+    make_dir(run.nvme_csv.parent)
+    with tmp.open("w") as out:
+        out.write(probe_header("nvme"))
+        out.flush()
+        proc = subprocess.run(["bash", str(MAP_ROWS_CSV), "--raw", str(staged)], stdout=out, stderr=subprocess.PIPE,
+                              text=True, check=False) if staged.is_file() else None
+    tmp.replace(run.nvme_csv)
+    counts = count_commands(run.nvme_csv)
+    rows, reads = sum(counts.values()), counts.get("read", 0)
+    taken = int(genv.get("probe_nvme_taken") or 0)
+    block_reads = int(genv.get("block_reads") or 0)
+    lost = max(0, block_reads - reads) + max(0, taken - rows)
+    convert_s = time.monotonic() - t0
+    stats: dict[str, int | float] = {
+        "probe_nvme_rows": rows, "probe_nvme_read_rows": reads, "probe_nvme_completed": rows + lost,
+        "probe_nvme_setups": rows + lost, "probe_nvme_perf_lost": 0, "lost_events_nvme": lost,
+        "probe_nvme_stop_s": round(int(genv.get("probe_nvme_dump_s") or 0) + convert_s),
+        "probe_nvme_convert_s": round(convert_s, 1)}
+    error = None
+    if proc is None:
+        error = f"the guest handed over no rows ({STAGING}/{MAP_ROWS} missing)"
+    elif proc.returncode != 0:
+        error = f"{MAP_ROWS_CSV.name} exit {proc.returncode}: {' '.join(proc.stderr.split())[:300]}"
+    with guest_env_file(run).open("a") as f:
+        f.write("".join(f"{k}={v}\n" for k, v in stats.items()))
+        if error:
+            f.write("status=failed\n")  # rows that could not be converted: the round is incomplete
+    staged.unlink(missing_ok=True)
+    return stats, error
 
 
 #: meta.json statistics object of each probe (probes/FORMAT.md) and the guest.env counters it holds.
@@ -248,7 +296,10 @@ class Progress:
             print(f"  | {line}", file=sys.stderr, flush=True)
 
     def _countdown(self, done: int, traced: int) -> None:
-        if not self.expected or self.workload_start is None:
+        if self.workload_start is None:
+            return
+        if not self.expected:  # a user's job file: how many reads it does is fio's to say
+            self.say(f"workload: {done:,} reads done ({traced:,} commands traced)")
             return
         elapsed = time.monotonic() - self.workload_start
         left = max(0, self.expected - done)
@@ -315,6 +366,7 @@ class VmCapture:
     verbose: bool = False
     probe: str | None = None  # a file of NVME_PROBES; None: probes/nvme_zone.bt
     suite: str | None = None  # guest image suite (vm.SUITES); None: bookworm (or ZTBP_SUITE)
+    fio_file: Path | None = None  # a user's fio job run instead of the preset's (the preset resets and prefills)
 
 
 @dataclass
@@ -330,15 +382,25 @@ def run_capture(req: VmCapture) -> CaptureOutcome:
     """Trace req.workload in the VM into a new run directory (meta.json first, marked incomplete until done)."""
     if req.workload.name not in PRESETS:
         raise CaptureError(f"unknown workload '{req.workload.name}'; choose one of: {', '.join(PRESETS)}")
+    # a user's job is checked (there, allowed options only) before anything boots
+    user_text = None if req.fio_file is None else read_user_job(req.fio_file)
     dev = vm_device(req.backend, req.geometry, req.nvmevirt_ko, req.nvmevirt_storage_bytes, CaptureError)
     script = nvme_probe(req.probe)
     wl = req.workload.build(device="/dev/nvme0n1", zone_bytes=dev.zone_bytes, nr_zones=dev.nr_zones)
-    progress = Progress(wl.total_reads, req.verbose)
-    progress.say(f"capture {wl.name}: {wl.describe_line()}, backend {req.backend}")
-    meta = device_meta(dev, wl.meta(), {"nvme": script})
-    run = start_run(wl.name, req.out, meta, vm=True, echo=progress.say, suite=req.suite)
+    if req.fio_file is None:
+        name, what, workload = wl.name, wl.describe_line(), wl.meta()
+    else:
+        name, workload = "fio-file", user_job_meta(wl, req.fio_file)
+        what = (f"{req.fio_file} after {wl.name}'s reset and prefill of zones {wl.prefill_zones.start}.."
+                f"{wl.prefill_zones.stop - 1}, room for {wl.total_reads:,} reads in the probe's map")
+    progress = Progress(wl.total_reads if user_text is None else 0, req.verbose)
+    progress.say(f"capture {name}: {what}, backend {req.backend}")
+    meta = device_meta(dev, workload, {"nvme": script})
+    run = start_run(name, req.out, meta, vm=True, echo=progress.say, suite=req.suite)
     with tempfile.TemporaryDirectory(prefix="ztbp-jobs.") as tmp:
         job, pre = write_jobs(wl, Path(tmp))
+        if user_text is not None:
+            job.write_text(user_job(user_text, wl.device))
         env = capture_env(wl, f"/ztbp/ctl/{job.name}", f"/ztbp/ctl/{pre.name}" if pre else None,
                           probe=f"/ztbp/src/{script}")
         return run_vm_capture(run, meta, GuestCommand(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..errors import ZtbpError
@@ -447,3 +448,26 @@ def user_job(text: str, device: str) -> str:
     else:
         out = f"[global]\nfilename={device}\n\n{text}"
     return out if out.startswith("; ") else f"; user fio job on {device}\n{out}"
+
+
+def read_user_job(path: Path) -> str:
+    """The text of a user's fio job file, checked before anything boots or touches a device: the file is there and
+    readable, has a section and sets only allowed options (user_job). One ZtbpError line otherwise."""
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        raise ZtbpError(f"--fio-file {path}: no such file") from None
+    except IsADirectoryError:
+        raise ZtbpError(f"--fio-file {path} is a folder; give a fio job file") from None
+    except OSError as e:
+        raise ZtbpError(f"--fio-file {path}: cannot read it ({e.strerror or e})") from None
+    user_job(text, "/dev/null")
+    return text
+
+
+def user_job_meta(wl: Workload, path: Path) -> dict[str, Any]:
+    """The `workload` object (meta.json, loop.json) of a run driven by a user's job file: what the job does is in the
+    file and in fio's output, not in a preset; the preset `wl` only chose the zones reset and prefilled first."""
+    return {"name": "fio-file", "kind": "fio-file", "file": str(path), "preset": wl.name,
+            "prefill_zones": [wl.prefill_zones.start, wl.prefill_zones.stop],
+            "reset_zones": [wl.reset_zones.start, wl.reset_zones.stop]}

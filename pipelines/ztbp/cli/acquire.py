@@ -33,6 +33,16 @@ def add_workload_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--region", default=f"{READ_REGION // MIB}M", help="read region from LBA 0 (default: %(default)s)")
 
 
+def add_fio_file_option(p: argparse.ArgumentParser, each: str) -> None:
+    """--fio-file, the same for `ztbp capture` and `ztbp loop` (`each`: when the job runs)."""
+    p.add_argument("--fio-file", type=Path, default=None, metavar="FILE",
+                   help=f"run this fio job {each} instead of the preset's: only read/write options are allowed (no "
+                        "commands, other files or engine plug-ins: one line names what is refused, before anything "
+                        "boots); every filename= is set to the traced namespace; the preset still chooses the zones "
+                        "reset and prefilled first, and --reads the room in the probe's map; the trace is checked "
+                        "against fio's own count of reads")
+
+
 def workload_options(args: argparse.Namespace) -> WorkloadOptions:
     return WorkloadOptions(name=args.workload, reads=args.reads, jobs=args.jobs, iodepth=args.iodepth,
                            hot_zones=parse_zone_list(args.hot_zones, "--hot-zones"), hot_share=args.hot_share,
@@ -77,7 +87,7 @@ def _capture(args: argparse.Namespace) -> int:
     req = VmCapture(workload=workload_options(args), geometry=device_geometry(args), backend=args.backend,
                     nvmevirt_ko=args.nvmevirt_ko,
                     nvmevirt_storage_bytes=parse_size(args.nvmevirt_storage), out=args.out, timeout=args.timeout,
-                    verbose=args.verbose, probe=args.probe, suite=args.suite)
+                    verbose=args.verbose, probe=args.probe, suite=args.suite, fio_file=args.fio_file)
     return _finish(run_capture(req), args.json)
 
 
@@ -185,6 +195,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "write runs/<UTC timestamp>-<workload>/ (probes/FORMAT.md).")
     p.add_argument("workload", nargs="?", default="paper80", help=f"one of {', '.join(PRESETS)} (default: paper80)")
     _common(p)
+    add_fio_file_option(p, "once")
     g = p.add_argument_group("zoned namespace (QEMU backend)")
     add_geometry_args(g, limits=True, conv_ns=None)
     add_backend_args(p, "device backend (default qemu)")

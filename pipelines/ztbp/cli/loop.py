@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from ..acquire.workload import PRESETS
 from ..analysis.params import AB_READS, CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
-from .acquire import add_workload_options, workload_options
+from .acquire import add_fio_file_option, add_workload_options, workload_options
 from .common import add_backend_args, add_geometry_args, bounded, device_geometry
 
 
@@ -21,7 +20,7 @@ def _loop(args: argparse.Namespace) -> int:
     req = LoopRequest(workload=workload_options(args), rounds=args.rounds, min_gain=args.min_gain, backend=backend,
                       nvmevirt_ko=args.nvmevirt_ko,
                       geometry=device_geometry(args),
-                      host_device=args.host, fio_file=Path(args.fio_file) if args.fio_file else None,
+                      host_device=args.host, fio_file=args.fio_file,
                       cache_mib=args.cache_mib, page_kib=args.page_kib, out=args.out, timeout=args.timeout,
                       verbose=args.verbose, ab_pairs=args.ab, ab_reads=args.ab_reads)
     req.validate()  # a bad request (a --fio-file option not allowed too) is refused before the loop starts
@@ -55,9 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "interval and a verdict (default: 0, the plain loop)")
     p.add_argument("--ab-reads", type=bounded("ab-reads"), default=AB_READS, metavar="N",
                    help="reads per A/B block (default: %(default)s)")
-    p.add_argument("--fio-file", default=None, metavar="FILE",
-                   help="run this fio job each round instead of the preset (filename= set to the traced namespace; "
-                        "the preset still chooses the zones reset and prefilled)")
+    add_fio_file_option(p, "each round")
     p.add_argument("--cache-mib", type=bounded("loop-cache-mib"), default=CACHE_MIB,
                    help="cache size of the model (default: %(default)s)")
     p.add_argument("--page-kib", type=bounded("page-kib"), default=PAGE_KIB,

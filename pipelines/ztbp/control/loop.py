@@ -38,12 +38,13 @@ from ..acquire.capture import (
     check_zoned,
     finish_meta,
     host_geometry,
+    map_rows_csv,
     start_run,
     write_jobs,
 )
 from ..acquire.channel import run_here
 from ..acquire.vm import Geometry, nvmevirt_module, qemu_version, run_in_guest, vm_device
-from ..acquire.workload import PRESETS, Workload, WorkloadOptions, user_job
+from ..acquire.workload import PRESETS, Workload, WorkloadOptions, read_user_job, user_job, user_job_meta
 from ..analysis.device_model import CACHE_ENTRIES
 from ..analysis.loop import device_figures, latency_split, measured_gain, warm_hit_ratio
 from ..analysis.params import AB_READS, CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
@@ -58,7 +59,7 @@ from ..units import check_limit
 from ..writeback.config import write_config
 
 GUEST_SCRIPT = paths.VM / "guest" / "loop.sh"
-LOOP_PROBE = "probes/nvme_zone_stream.bt"
+LOOP_PROBE = "probes/nvme_zone.bt"
 STOP_NOTHING = "nothing recommended"
 STOP_INVALID = "incomplete trace"
 _READY = re.compile(r"^ZTBP: loop round (\d+) ready")
@@ -106,10 +107,8 @@ class LoopRequest:
                                 nr_zones=self.geometry.zones)
         if self.backend == "nvmevirt":
             nvmevirt_module(self.nvmevirt_ko, LoopError)
-        if self.fio_file is not None and not self.fio_file.is_file():
-            raise LoopError(f"--fio-file {self.fio_file}: no such file")
         if self.fio_file is not None:  # its options are checked before a VM boots or a device is touched
-            user_job(self.fio_file.read_text(errors="replace"), "/dev/null")
+            read_user_job(self.fio_file)
 
 
 # ---- the A/B mode ------------------------------------------------------------------------------------------
@@ -184,7 +183,7 @@ class LoopState:
 
 def job_text(st: LoopState, r: int) -> str:
     if st.req.fio_file is not None:
-        return user_job(st.req.fio_file.read_text(), st.workload.device)
+        return user_job(read_user_job(st.req.fio_file), st.workload.device)
     wl = replace(st.workload, seed=st.workload.seed + r - 1)
     if st.ab is not None and r > 1:
         wl = replace(wl, reads=st.ab.reads)
@@ -197,6 +196,9 @@ def _measure(st: LoopState, r: int, guest: loopfiles.RoundFiles, zones_model: li
     zones against the others, the device's counters, the cache model with `zones_model` (plain LRU when empty),
     from a cold cache. Returns (its loop.json entry so far, the loaded run, the simulation, its paths)."""
     run = RunPaths(st.rnd_dir(r))
+    conv, error = map_rows_csv(run)
+    st.progress.say(f"round {r}: {conv['probe_nvme_rows']:,} rows into nvme.csv in {conv['probe_nvme_convert_s']} s "
+                    f"on this machine" + (f"; {error}" if error else "") + "; analysing the round")
     meta = copy.deepcopy(st.meta_base)
     meta["loop"] = {"round": r, "loop_dir": "..", "zones_in_force": st.in_force, **loop_meta}
     summ = finish_meta(run, meta, 0, False, st.started, {"qemu": qemu_version()} if st.req.backend != "host" else {})
@@ -263,8 +265,7 @@ def decide(st: LoopState, entry: dict[str, Any]) -> tuple[str, str]:
 
 
 def loop_doc(st: LoopState, complete: bool) -> dict[str, Any]:
-    return {"format": LOOP_FORMAT, "backend": st.req.backend, "workload": st.workload.meta()
-            if st.req.fio_file is None else {"name": "fio-file", "file": str(st.req.fio_file)},
+    return {"format": LOOP_FORMAT, "backend": st.req.backend, "workload": st.meta_base["workload"],
             "rounds_asked": st.total_rounds, "min_gain": st.req.min_gain, "cache_mib": st.req.cache_mib,
             "page_kib": st.req.page_kib, "emulator": st.meta_base.get("emulator"),
             "rounds": st.rounds, "stopped": st.stopped, "complete": complete, "updated": utc_now(),
@@ -278,14 +279,16 @@ def on_round(st: LoopState, r: int, guest: loopfiles.RoundFiles) -> None:
     if st.req.ab_pairs and action == "apply":  # the A/B blocks start: block 1 runs with the configuration on
         st.ab = AbPlan(config=arg, listed=entry["config"]["hot_zones"], arms=abba(st.req.ab_pairs),
                        reads=st.req.ab_reads)
+        st.progress.expected = st.ab.reads if st.req.fio_file is None else 0
     elif st.req.ab_pairs:
         arg += "; no A/B blocks (nothing to switch on)"
     entry["decision"] = {"action": action, "detail": arg}
     st.rounds.append(entry)
     if action == "apply":
         st.pending = {"round": r, "hot_zones": entry["config"]["hot_zones"], "held_out": entry["config"]["held_out"]}
-    else:
+    else:  # nothing is sent after this round: the last apply's answer is already folded in (no second "refused")
         st.stopped = arg
+        st.pending = None
     loopfiles.write_round(st.root, r, entry, loop_doc(st, complete=False), f"{action} {arg}",
                           job_text(st, r + 1) if action == "apply" else None)
     st.progress.say(round_line(entry))
@@ -376,8 +379,9 @@ def after_apply(st: LoopState, res: dict[str, Any] | None) -> None:
 
 def _new_state(req: LoopRequest, root: Path, wl: Workload, lba: int, zone_bytes: int, nr: int,
                prefix: str, progress: Progress) -> LoopState:
+    workload = wl.meta() if req.fio_file is None else user_job_meta(wl, req.fio_file)
     meta = capture_meta(device=Path(wl.device).name, lba=lba, zone_bytes=zone_bytes, nr_zones=nr,
-                        workload=wl.meta(), backend=req.backend, probes={"nvme": LOOP_PROBE},
+                        workload=workload, backend=req.backend, probes={"nvme": LOOP_PROBE},
                         module=req.nvmevirt_ko)
     return LoopState(req=req, root=root, workload=wl, meta_base=meta, progress=progress, rounds=[],
                      guest_prefix=prefix, in_force=[], started=time.monotonic())
@@ -406,7 +410,9 @@ def new_loop_dir(req: LoopRequest, name: str, vm: bool, echo: Callable[[str], No
 
 
 def guest_env(wl: Workload, pre: str | None, rounds: int) -> dict[str, str]:
-    env = {"ZTBP_DEV": wl.device, "ZTBP_ROUNDS": str(rounds)}
+    # ZTBP_EXPECTED sizes the probe's map (vm/guest/probe-lib.sh, MAP SIZE): emptied after the set-up and after each
+    # round, it holds at most the set-up's commands or one round's (an A/B block has fewer reads than round 1)
+    env = {"ZTBP_DEV": wl.device, "ZTBP_ROUNDS": str(rounds), "ZTBP_EXPECTED": str(wl.expected_commands)}
     if pre:
         env["ZTBP_PREFILL"] = pre
     if len(wl.reset_zones):
@@ -460,6 +466,7 @@ def run_loop(req: LoopRequest) -> dict[str, Any]:
         dev = vm_device(req.backend, req.geometry, req.nvmevirt_ko, error=LoopError)
         place = Place("/dev/nvme0n1", dev.lba_bytes, dev.zone_bytes, dev.nr_zones, vm=dev)
     wl = req.workload.build(device=place.device, zone_bytes=place.zone_bytes, nr_zones=place.nr_zones)
+    progress.expected = wl.total_reads if req.fio_file is None else 0  # each round's countdown (A/B: on_round)
     root = new_loop_dir(req, wl.name if req.fio_file is None else "fio-file", place.vm is not None, progress.say)
     root = root if place.vm is not None else root.resolve()
     st = _new_state(req, root, wl, place.lba_bytes, place.zone_bytes, place.nr_zones, place.prefix(root), progress)
