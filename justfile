@@ -61,8 +61,8 @@ test:
     phase deps {{quote(just_executable())}} deps
     phase images bash -c 'bash vm/image.sh --suite bookworm >/dev/null && bash vm/image.sh --suite trixie >/dev/null'
     phase lint {{quote(just_executable())}} lint
-    # two workers: one runs the VM tests in order (their shared guests), the other the unit tests and notebooks beside it
-    phase tests bash -c 'set -o pipefail; "$0" -m pytest -q -n 2 --durations=25 tests notebooks --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/nbval-sanitize.cfg | tee "$1"' {{PY}} "$log"
+    # three workers: two run the VM tests as two chains, each in order with its shared guests (tests/conftest.py VM_CHAINS), the third the unit tests and notebooks beside them
+    phase tests bash -c 'set -o pipefail; "$0" -m pytest -q -n 3 --durations=25 tests notebooks --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/nbval-sanitize.cfg | tee "$1"' {{PY}} "$log"
 
 # run only the fast tests (no VM)
 [group('test')]

@@ -59,21 +59,38 @@ def run_factory(tmp_path: Path):
 _IMAGES: subprocess.Popen[bytes] | None = None
 #: the folder of the shared guests (vm/vmtest.sh's guest pool), once a VM test asked for it
 _POOL: Path | None = None
-#: The VM test files in the order they run, so that the tests of one guest (its suite and device) follow each other
-#: and three guests kept at once (ZTBP_POOL_MAX) boot each once: bookworm and trixie with a conventional namespace
-#: beside the zoned one, then bookworm's default device, then NVMeVirt (the last two modules hold both).
-VM_ORDER = ("test_app_vm.py", "test_layers_vm.py", "test_one_liners_vm.py", "test_capture_vm.py",
-            "test_capture_fio_file_vm.py", "test_ztbp_ctl_vm.py", "test_device_vm.py", "test_loop_vm.py")
+#: The VM tests run as two chains, each in order by one pytest-xdist worker with its own shared guests (`just test`
+#: runs three workers: the third takes the unit tests and notebooks): a guest under TCG keeps about one host core
+#: busy, so one chain alone left the second core idle once the unit tests were done. "vm-b": the guests with a
+#: conventional namespace beside the zoned one (bookworm and trixie; compiles and captures, nothing that judges
+#: timing); "vm-a": bookworm's default device, then NVMeVirt last (its profile and A/B loop judge timing: by then
+#: the other chain and the unit tests are most likely done). Within a chain the files run in this order, so the
+#: tests of one guest follow each other and (ZTBP_POOL_MAX) each guest boots once.
+VM_CHAINS = {"vm-b": ("test_app_vm.py", "test_layers_vm.py", "test_one_liners_vm.py"),
+             "vm-a": ("test_capture_vm.py", "test_capture_fio_file_vm.py", "test_ztbp_ctl_vm.py", "test_loop_vm.py",
+                      "test_device_vm.py")}
+VM_ORDER = VM_CHAINS["vm-b"] + VM_CHAINS["vm-a"]
+
+
+def vm_chain(file: str) -> str:
+    """The chain of a VM test file (a new one runs in vm-a, after the files named)."""
+    return next((chain for chain, files in VM_CHAINS.items() if file in files), "vm-a")
+
+
+def vm_order(item: pytest.Item) -> tuple[int, int, int]:
+    """The place of a VM test: its chain, its file's place there, NVMeVirt's tests after the rest of their file."""
+    name = item.path.name
+    files = VM_CHAINS[vm_chain(name)]
+    return (VM_ORDER.index(files[0]), files.index(name) if name in files else len(files),
+            int("nvmevirt" in item.name.lower()))
 
 
 def work_unit(nodeid: str) -> str:
-    """What one pytest-xdist worker runs as a whole, in order (`just test` runs two workers): every test of the
-    VM test files (tests/*_vm.py) together, so one worker runs them with their shared guests while the other runs
-    the unit tests beside it; a notebook's cells together (they share its kernel, in order); any other test
-    alone."""
+    """What one pytest-xdist worker runs as a whole, in order: a chain of VM test files (tests/*_vm.py, VM_CHAINS)
+    with its shared guests; a notebook's cells (they share its kernel, in order); any other test alone."""
     path = nodeid.split("::", 1)[0]
     if path.endswith("_vm.py"):
-        return "vm"
+        return vm_chain(Path(path).name)
     if path.endswith(".ipynb"):
         return path
     return nodeid
@@ -99,12 +116,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     built waits for it. ZTBP_NO_IMAGE_PREBUILD=1 turns the background build off."""
     global _IMAGES
     vm = [i for i in items if i.get_closest_marker("vm") is not None]
-    if strays := [i.nodeid for i in vm if work_unit(i.nodeid) != "vm"]:
+    if strays := [i.nodeid for i in vm if work_unit(i.nodeid) not in VM_CHAINS]:
         raise pytest.UsageError(f"VM tests belong in tests/*_vm.py (one worker runs those in order): {strays[:3]}")
     if not vm:
         return
-    vm.sort(key=lambda i: VM_ORDER.index(i.path.name) if i.path.name in VM_ORDER else VM_ORDER.index(
-        "test_ztbp_ctl_vm.py"))  # stable: a module's tests keep their order
+    vm.sort(key=vm_order)  # stable: a file's tests keep their order (NVMeVirt's after the rest)
     items[:] = [i for i in items if i.get_closest_marker("vm") is None] + vm
     from ztbp import paths
     from ztbp.acquire.vm import SUITES
@@ -138,7 +154,7 @@ def shared_guests(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     os.environ["ZTBP_GUEST_POOL"] = str(_POOL)
     os.environ["ZTBP_GUEST_POOL_SHARE"] = str(base)
     os.environ.setdefault("ZTBP_POOL_IDLE", "900")
-    os.environ.setdefault("ZTBP_POOL_MAX", "3")  # see VM_ORDER
+    os.environ.setdefault("ZTBP_POOL_MAX", "3")  # see VM_CHAINS
     yield
     stop_shared_guests()
 
