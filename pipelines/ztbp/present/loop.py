@@ -150,14 +150,26 @@ def listed_figure(frame: pl.DataFrame) -> go.Figure:
     return _layout(fig, "Listed vs unlisted zones", height=360, barmode="group")
 
 
+def _us(v: float | None) -> str:
+    """A latency in microseconds, or "not measured" (never "None")."""
+    return "not measured" if v is None else f"{v:,.1f} us"
+
+
+def _listed_text(lat: dict[str, Any]) -> str:
+    """Device read latency of the zones in force against the others; no listed reads said in words."""
+    listed, unlisted = lat["listed"], lat["unlisted"]
+    head = (f"listed {listed['reads']:,} reads p50 {_us(listed['p50_us'])}" if listed["reads"]
+            else "no zones listed on the device")
+    return f"{head}, unlisted p50 {_us(unlisted['p50_us'])}"
+
+
 def round_line(entry: dict[str, Any]) -> str:
     lat = entry["latency"]
     dev = entry["device"]
     parts = [f"round {entry['round']}: {entry['read_rows']:,} read rows (fio {entry['fio_reads']:,}), lost "
              f"{entry['lost']}", f"{entry['fio']['read_iops'] or 0:,.0f} IOPS",
-             f"p50/p99 {entry['fio']['p50_us']}/{entry['fio']['p99_us']} us",
-             f"listed {lat['listed']['reads']:,} reads p50 {lat['listed']['p50_us']} us, unlisted p50 "
-             f"{lat['unlisted']['p50_us']} us"]
+             f"p50/p99 {_us(entry['fio']['p50_us'])}/{_us(entry['fio']['p99_us'])}",
+             _listed_text(lat)]
     if dev["status_reads"] is not None:
         parts.append(f"STATUS +{dev['status_reads']:,} reads")
     model = entry["model"]
