@@ -62,11 +62,11 @@ _POOL: Path | None = None
 #: The VM tests run as two chains, each in order by one pytest-xdist worker with its own shared guests (`just test`
 #: runs three workers: the third takes the unit tests and notebooks): a guest under TCG keeps about one host core
 #: busy, so one chain alone left the second core idle once the unit tests were done. "vm-b": the guests with a
-#: conventional namespace beside the zoned one (bookworm and trixie; compiles and captures, nothing that judges
-#: timing); "vm-a": bookworm's default device, then NVMeVirt last (its profile and A/B loop judge timing: by then
-#: the other chain and the unit tests are most likely done). Within a chain the files run in this order, so the
-#: tests of one guest follow each other and (ZTBP_POOL_MAX) each guest boots once.
-VM_CHAINS = {"vm-b": ("test_app_vm.py", "test_layers_vm.py", "test_one_liners_vm.py"),
+#: conventional namespace beside the zoned one (bookworm and trixie; compiles and captures), then QEMU's loops
+#: (nothing that judges timing); "vm-a": bookworm's default device, then NVMeVirt last (its profile and A/B loop
+#: judge timing: by then the other chain and the unit tests are most likely done). Within a chain the files run in
+#: this order, so the tests of one guest follow each other and (ZTBP_POOL_MAX) each guest boots once.
+VM_CHAINS = {"vm-b": ("test_app_vm.py", "test_layers_vm.py", "test_one_liners_vm.py", "test_loop_qemu_vm.py"),
              "vm-a": ("test_capture_vm.py", "test_capture_fio_file_vm.py", "test_ztbp_ctl_vm.py", "test_loop_vm.py",
                       "test_device_vm.py")}
 VM_ORDER = VM_CHAINS["vm-b"] + VM_CHAINS["vm-a"]

@@ -4,9 +4,8 @@ give the cluster too little to find the hot zones).
 - NVMeVirt (zn540, built from ../shared/nvmevirt; skipped with the reason when it is absent): round 1's hot zones
   are sent and the device's kernel log reports exactly them, STATUS moves by the reads issued (±1 %), rows = fio's
   reads and nothing is lost in every round, one bpftrace session for the whole loop.
-- QEMU: the device refuses SET (ztbp-ctl exit code 30), the loop says so and still scores round 1's config out of
-  sample on round 2's trace.
-- QEMU, zipf: no hot zone by construction, the loop stops after round 1 with "nothing recommended", sending nothing.
+- QEMU's loops (the device refuses SET; zipf, nothing recommended) are in test_loop_qemu_vm.py, which runs in the
+  other chain of VM tests (tests/conftest.py VM_CHAINS).
 """
 
 from __future__ import annotations
@@ -88,28 +87,6 @@ def test_nvmevirt_rows_equal_fio_reads_and_nothing_lost(nvmevirt_loop: dict[str,
     # (docs/metrics.md: --slow 10 at 4 jobs x QD 1, the listed zones' p50 -63 %; here, --slow 1 at 36 jobs x QD 4,
     # within the noise): the emulator's read model replayed on the blocks says it (the A/B test below)
     assert r2["latency"]["listed"]["reads"] > 0 and r2["latency"]["unlisted"]["reads"] > 0
-
-
-def test_qemu_loop_reports_the_refusal_and_scores_out_of_sample(tmp_path: Path) -> None:
-    proc, doc = loop(tmp_path / "q", "paper80", "--reads", str(READS), "--rounds", "2")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "refused SET (ztbp-ctl exit code 30" in proc.stderr
-    r1, r2 = doc["rounds"]
-    assert r2["applied_before"]["set_exit_code"] == 30 and r2["zones_in_force"] == []
-    oos = r2["out_of_sample"]
-    assert oos["from_round"] == 1 and oos["hot_zones"] == r1["config"]["hot_zones"]
-    assert 0 < oos["replayed_zone_lru"] <= 1 and oos["replayed_zone_lru"] > oos["replayed_lru"]
-    assert_rounds_whole(doc)
-    assert doc["stopped"] == "2 rounds done"
-
-
-def test_zipf_loop_stops_with_nothing_recommended(tmp_path: Path) -> None:
-    proc, doc = loop(tmp_path / "z", "zipf", "--reads", str(READS), "--rounds", "3")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert len(doc["rounds"]) == 1
-    assert doc["stopped"].startswith("nothing recommended") and "nothing sent" in doc["stopped"]
-    assert not (tmp_path / "z" / ".loop" / "applied-01.env").exists()
-    assert_rounds_whole(doc)
 
 
 def test_nvmevirt_ab_blocks_switch_the_configuration_off_and_on(nvmevirt_loop: dict[str, Any]) -> None:

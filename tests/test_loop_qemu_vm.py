@@ -1,0 +1,38 @@
+"""`ztbp loop` for real on QEMU's zoned namespace, 20,000 reads a round (the NVMeVirt loop is in test_loop_vm.py; this
+file runs in the other chain of VM tests, tests/conftest.py VM_CHAINS):
+
+- the device refuses SET (ztbp-ctl exit code 30), the loop says so and still scores round 1's config out of sample on
+  round 2's trace;
+- zipf: no hot zone by construction, the loop stops after round 1 with "nothing recommended", sending nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_loop_vm import READS, assert_rounds_whole, loop
+
+pytestmark = pytest.mark.vm
+
+
+def test_qemu_loop_reports_the_refusal_and_scores_out_of_sample(tmp_path: Path) -> None:
+    proc, doc = loop(tmp_path / "q", "paper80", "--reads", str(READS), "--rounds", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "refused SET (ztbp-ctl exit code 30" in proc.stderr
+    r1, r2 = doc["rounds"]
+    assert r2["applied_before"]["set_exit_code"] == 30 and r2["zones_in_force"] == []
+    oos = r2["out_of_sample"]
+    assert oos["from_round"] == 1 and oos["hot_zones"] == r1["config"]["hot_zones"]
+    assert 0 < oos["replayed_zone_lru"] <= 1 and oos["replayed_zone_lru"] > oos["replayed_lru"]
+    assert_rounds_whole(doc)
+    assert doc["stopped"] == "2 rounds done"
+
+
+def test_zipf_loop_stops_with_nothing_recommended(tmp_path: Path) -> None:
+    proc, doc = loop(tmp_path / "z", "zipf", "--reads", str(READS), "--rounds", "3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(doc["rounds"]) == 1
+    assert doc["stopped"].startswith("nothing recommended") and "nothing sent" in doc["stopped"]
+    assert not (tmp_path / "z" / ".loop" / "applied-01.env").exists()
+    assert_rounds_whole(doc)
