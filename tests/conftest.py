@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -62,14 +63,25 @@ _POOL: Path | None = None
 #: The VM tests run as two chains, each in order by one pytest-xdist worker with its own shared guests (`just test`
 #: runs three workers: the third takes the unit tests and notebooks): a guest under TCG keeps about one host core
 #: busy, so one chain alone left the second core idle once the unit tests were done. "vm-b": the guests with a
-#: conventional namespace beside the zoned one (bookworm and trixie; compiles and captures), then QEMU's loops
-#: (nothing that judges timing); "vm-a": bookworm's default device, then NVMeVirt last (its profile and A/B loop
-#: judge timing: by then the other chain and the unit tests are most likely done). Within a chain the files run in
+#: conventional namespace beside the zoned one (bookworm and trixie; compiles and captures); "vm-a": bookworm's
+#: default device (captures, ztbp-ctl, QEMU's loops, the profiler), then NVMeVirt. Within a chain the files run in
 #: this order, so the tests of one guest follow each other and (ZTBP_POOL_MAX) each guest boots once.
-VM_CHAINS = {"vm-b": ("test_app_vm.py", "test_layers_vm.py", "test_one_liners_vm.py", "test_loop_qemu_vm.py"),
-             "vm-a": ("test_capture_vm.py", "test_capture_fio_file_vm.py", "test_ztbp_ctl_vm.py", "test_loop_vm.py",
-                      "test_device_vm.py")}
+VM_CHAINS = {"vm-b": ("test_app_vm.py", "test_layers_vm.py", "test_one_liners_vm.py"),
+             "vm-a": ("test_capture_vm.py", "test_capture_fio_file_vm.py", "test_ztbp_ctl_vm.py",
+                      "test_loop_qemu_vm.py", "test_device_vm.py", "test_loop_vm.py")}
 VM_ORDER = VM_CHAINS["vm-b"] + VM_CHAINS["vm-a"]
+#: NVMeVirt's tests come last in their chain and wait until the other chain is done (its worker holds
+#: ALONE_LOCK while it runs, and stops its guests when it ends): the module's two threads busy-poll two vCPUs,
+#: so beside another guest they took two host cores from it for their whole run (the two NVMeVirt tests took
+#: ~8 min beside the other chain and ~3 min alone), and their profile and A/B loop judge timing.
+ALONE_LOCK = "vm-chains.lock"
+#: the longest wait for the other chain (a hung guest there has its own timeouts; then NVMeVirt goes on anyway)
+ALONE_WAIT_S = 3600
+
+
+def is_nvmevirt(item: pytest.Item) -> bool:
+    """A test of NVMeVirt (by its name, as the VM test files name them)."""
+    return "nvmevirt" in item.name.lower()
 
 
 def vm_chain(file: str) -> str:
@@ -81,19 +93,18 @@ def vm_order(item: pytest.Item) -> tuple[int, int, int]:
     """The place of a VM test: its chain, its file's place there, NVMeVirt's tests after the rest of their file."""
     name = item.path.name
     files = VM_CHAINS[vm_chain(name)]
-    return (VM_ORDER.index(files[0]), files.index(name) if name in files else len(files),
-            int("nvmevirt" in item.name.lower()))
+    return (VM_ORDER.index(files[0]), files.index(name) if name in files else len(files), int(is_nvmevirt(item)))
 
 
 def work_unit(nodeid: str) -> str:
     """What one pytest-xdist worker runs as a whole, in order: a chain of VM test files (tests/*_vm.py, VM_CHAINS)
-    with its shared guests; a notebook's cells (they share its kernel, in order); any other test alone."""
+    with its shared guests; a notebook's cells (they share its kernel, in order); any other test file (its
+    module-scoped fixtures, such as a rendered report, are made once: one unit a test made the report fixtures
+    twice, once on each worker)."""
     path = nodeid.split("::", 1)[0]
     if path.endswith("_vm.py"):
         return vm_chain(Path(path).name)
-    if path.endswith(".ipynb"):
-        return path
-    return nodeid
+    return path
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -177,12 +188,68 @@ def stop_shared_guests() -> None:
             time.sleep(0.1)
 
 
+#: this worker's open ALONE_LOCK while it runs a chain that NVMeVirt's tests wait for
+_ALONE_FD: int | None = None
+#: the chain NVMeVirt's tests run in (the last files of VM_CHAINS["vm-a"])
+NVMEVIRT_CHAIN = "vm-a"
+
+
+def _alone_lock(config: pytest.Config) -> Path | None:
+    """ALONE_LOCK in the folder that pytest-xdist's workers share (their basetemps' parent); none without xdist,
+    where one process runs every test in order anyway."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return None
+    return config._tmp_path_factory.getbasetemp().parent / ALONE_LOCK  # type: ignore[attr-defined]
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A chain other than NVMeVirt's takes ALONE_LOCK at its first test; NVMeVirt's tests wait for it."""
+    global _ALONE_FD
+    lock = _alone_lock(item.config) if item.get_closest_marker("vm") is not None else None
+    if lock is None:
+        return
+    if vm_chain(item.path.name) != NVMEVIRT_CHAIN:
+        if _ALONE_FD is None:
+            _ALONE_FD = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(_ALONE_FD, fcntl.LOCK_EX)
+        return
+    if not is_nvmevirt(item):
+        return
+    fd, t0 = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644), time.monotonic()
+    try:
+        while time.monotonic() - t0 < ALONE_WAIT_S:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                time.sleep(1)
+    finally:
+        os.close(fd)
+    if (waited := time.monotonic() - t0) >= 1 and _POOL is not None:
+        with open(_POOL / "waits", "a") as log:
+            log.write(f"{item.name} waited {waited:.0f} s for the other chain to end\n")
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own teardown of the fixtures
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """The last test of a chain that holds ALONE_LOCK: its guests stop, then the lock goes."""
+    global _ALONE_FD
+    if _ALONE_FD is None:
+        return
+    if nextitem is not None and nextitem.get_closest_marker("vm") is not None \
+            and vm_chain(nextitem.path.name) == vm_chain(item.path.name):
+        return
+    stop_shared_guests()
+    os.close(_ALONE_FD)  # closing the only descriptor releases the lock
+    _ALONE_FD = None
+
+
 def pool_summary(pool: Path) -> list[str]:
     """Boots, commands and hung boots of the shared guests, and what each guest ran, for the end of the run."""
     if not (pool / "jobs").exists():
         return []
-    logs = {f: (pool / f).read_text().splitlines() if (pool / f).exists() else [] for f in ("boots", "jobs",
-                                                                                             "hung-boots")}
+    logs = {f: (pool / f).read_text().splitlines() if (pool / f).exists() else []
+            for f in ("boots", "jobs", "hung-boots", "waits")}
     lines = [f"shared guests: {len(logs['jobs'])} guest commands in {len(logs['boots'])} boots; hung boots killed "
              f"and booted again: {len(logs['hung-boots'])}"]
     for config in sorted(pool.glob("*/config")):
@@ -193,6 +260,7 @@ def pool_summary(pool: Path) -> list[str]:
         ran = [f.split()[3] for f in logs["jobs"] if len(f.split()) > 3 and f.split()[2] == key]
         lines.append(f"  {Path(conf.get('image', '?')).name} ({device}, {conf.get('smp')} CPUs): {len(ran)} "
                      f"commands: {', '.join(r.split('/')[0] for r in ran)}")
+    lines += [f"  {w}" for w in logs["waits"]]
     return lines
 
 

@@ -28,6 +28,7 @@ from ..present.figures import REPORT_ENV
 from ..present.loop import headline as loop_headline
 from ..present.tables import run_headline
 from ..units import MIB
+from .kernels import ENGINE, Kernels, register_engine
 
 #: Default run of every notebook's parameters cell: the small real capture committed as test data.
 SAMPLE_RUN = "tests/data/runs/sample-paper80"
@@ -259,9 +260,10 @@ def _page_inputs(nb_params: dict[str, Any]) -> list[Path]:
 
 
 def _run_one(path: Path, nb_params: dict[str, Any], out: Path, label: str, source: str, timeout: int,
-             exporter: Any, stamp: str, old_stamp: str | None, log: Callable[[str], None]) -> Page:
-    """One notebook: executed with papermill into `out` and rendered to its HTML page, or reused when its stamp
-    did not change since the page was made; a failing notebook is reported on its page, never raised."""
+             exporter: Any, stamp: str, old_stamp: str | None, log: Callable[[str], None], kernels: Kernels) -> Page:
+    """One notebook: executed with papermill into `out` (in the calling thread's warm kernel) and rendered to its
+    HTML page, or reused when its stamp did not change since the page was made; a failing notebook is reported on
+    its page, never raised."""
     import nbformat
     import papermill
     from papermill.exceptions import PapermillExecutionError
@@ -279,12 +281,13 @@ def _run_one(path: Path, nb_params: dict[str, Any], out: Path, label: str, sourc
     err = ""
     try:
         papermill.execute_notebook(str(path), str(executed), parameters=nb_params, kernel_name="python3",
-                                   cwd=str(ROOT), progress_bar=False, log_output=False,
-                                   execution_timeout=timeout, extra_arguments=KERNEL_ARGUMENTS)
-    except PapermillExecutionError as e:
+                                   engine_name=ENGINE, km=kernels.get(), progress_bar=False, log_output=False,
+                                   execution_timeout=timeout)
+    except PapermillExecutionError as e:  # a cell raised: the kernel is well and is reset for the next page
         err = f"{e.ename}: {e.evalue}"
-    except Exception as e:  # noqa: BLE001 - kernel died, timeout, ...: report it on the page
+    except Exception as e:  # noqa: BLE001 - kernel died, timeout, ...: report it on the page, get a new kernel
         err = f"{type(e).__name__}: {e}"
+        kernels.discard()
     nb = nbformat.read(str(executed), as_version=4) if executed.is_file() else nbformat.read(
         str(path), as_version=4)
     title, desc = _title(nb, path.stem)
@@ -303,8 +306,9 @@ def _run_one(path: Path, nb_params: dict[str, Any], out: Path, label: str, sourc
 def _run_pages(nbs: list[Path], declared: dict[Path, set[str]], parameters: dict[str, Any], first: dict[str, str],
                out: Path, label: str, timeout: int, log: Callable[[str], None], source: str = "",
                jobs: int = 1) -> list[Page]:
-    """Execute each notebook with papermill into `out` and render its HTML page, `jobs` at once (each in its own
-    kernel); a page whose inputs did not change since it was made (input_stamp) is reused."""
+    """Execute each notebook with papermill into `out` and render its HTML page, `jobs` at once (each thread with
+    its warm kernel, report/kernels.py); a page whose inputs did not change since it was made (input_stamp) is
+    reused."""
     from concurrent.futures import ThreadPoolExecutor
 
     make_dir(out)
@@ -320,9 +324,11 @@ def _run_pages(nbs: list[Path], declared: dict[Path, set[str]], parameters: dict
     reuse = sum(old.get(p.stem) == stamps[p.stem] for p in nbs)
     log(f"report: {label}: {len(nbs)} notebook(s), {max(1, jobs)} at a time"
         + (f"; {reuse} unchanged since the last report" if reuse else ""))
-    with _env_all(KERNEL_ENV), ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    register_engine()
+    with _env_all(KERNEL_ENV), Kernels(ROOT, KERNEL_ARGUMENTS) as kernels, \
+            ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         pages = list(pool.map(lambda w: _run_one(w[0], w[1], out, label, source, timeout, _exporter(),
-                                                 stamps[w[0].stem], old.get(w[0].stem), log), work))
+                                                 stamps[w[0].stem], old.get(w[0].stem), log, kernels), work))
     import json
 
     write_atomic(out / STAMPS, json.dumps({p.stem: stamps[p.stem] for p in pages if p.ok}, indent=1))
