@@ -1,5 +1,5 @@
-"""`ztbp loop` for real on QEMU's zoned namespace, 20,000 reads a round (the NVMeVirt loop is in test_loop_vm.py; this
-file runs in the other chain of VM tests, tests/conftest.py VM_CHAINS):
+"""`ztbp loop` for real on QEMU's zoned namespace, 20,000 reads a round (the NVMeVirt loop is in test_loop_vm.py; both
+run the CLI through tests/loop_run.py):
 
 - the device refuses SET (ztbp-ctl exit code 30), the loop says so and still scores round 1's config out of sample on
   round 2's trace;
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_loop_vm import READS, assert_rounds_whole, loop
+from loop_run import READS, assert_rounds_whole, loop
 
 pytestmark = pytest.mark.vm
 

@@ -4,44 +4,24 @@ give the cluster too little to find the hot zones).
 - NVMeVirt (zn540, built from ../shared/nvmevirt; skipped with the reason when it is absent): round 1's hot zones
   are sent and the device's kernel log reports exactly them, STATUS moves by the reads issued (±1 %), rows = fio's
   reads and nothing is lost in every round, one bpftrace session for the whole loop.
-- QEMU's loops (the device refuses SET; zipf, nothing recommended) are in test_loop_qemu_vm.py, which runs in the
-  other chain of VM tests (tests/conftest.py VM_CHAINS).
+- QEMU's loops (the device refuses SET; zipf, nothing recommended) are in test_loop_qemu_vm.py; both run `ztbp loop`
+  through tests/loop_run.py.
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
+from loop_run import AB_READS, READS, assert_rounds_whole, loop
 
 from ztbp import paths
 from ztbp.acquire.vm import image_dir
 
 pytestmark = pytest.mark.vm
 NVMEVIRT = paths.ROOT.parent / "shared" / "nvmevirt"
-READS = 20000
-#: the NVMeVirt loop's A/B blocks: 2 pairs of this many reads after round 1
-AB_READS = 5000
-#: the model's cache for 20,000 reads: at the default 64 MiB nothing is evicted and zone-LRU equals LRU
-CACHE = ["--cache-mib", "16"]
 PAPER_ZONES = {1, 7, 11, 15, 19}
-
-
-def loop(out: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    proc = subprocess.run([str(paths.ROOT / ".venv" / "bin" / "ztbp"), "loop", *args, *CACHE, "-o", str(out), "--json"],
-                          capture_output=True, text=True, check=False, timeout=3600)
-    doc = json.loads((out / "loop.json").read_text()) if (out / "loop.json").is_file() else {}
-    return proc, doc
-
-
-def assert_rounds_whole(doc: dict[str, Any]) -> None:
-    for e in doc["rounds"]:
-        assert e["complete"], e
-        assert e["read_rows"] == e["fio_reads"] == (AB_READS if "ab" in e else READS), e
-        assert e["lost"] == 0, e
 
 
 @pytest.fixture(scope="module")

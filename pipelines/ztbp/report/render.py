@@ -23,6 +23,7 @@ from typing import Any
 from ..errors import ZtbpError
 from ..files import check_target, hand_over_tree, make_dir, write_atomic
 from ..io.run import load
+from ..io.stamp import digest_bytes
 from ..paths import NOTEBOOKS, REPORTS, ROOT, RUNS, RunPaths
 from ..present.figures import REPORT_ENV
 from ..present.loop import headline as loop_headline
@@ -230,17 +231,21 @@ def _files_stamp(paths: list[Path]) -> list[tuple[str, int, int]]:
     return out
 
 
-def input_stamp(notebook: Path, params: dict[str, Any], inputs: list[Path]) -> str:
-    """What a page is made from, as one hash: the notebook, its parameters, the input files (size and time) and the
-    package's own source (a changed analysis changes the page)."""
-    import hashlib
+def package_stamp() -> list[tuple[str, int, int]]:
+    """The package's own source as (path, size, mtime): a changed analysis changes every page."""
+    package = Path(__file__).resolve().parents[1]
+    return _files_stamp([f for f in sorted(package.rglob("*")) if f.suffix in (".py", ".j2")])
+
+
+def input_stamp(notebook: Path, params: dict[str, Any], inputs: list[Path],
+                package: list[tuple[str, int, int]] | None = None) -> str:
+    """What a page is made from, as one digest (io/stamp.py's): the notebook, its parameters, the input files (size
+    and time) and the package's source (`package`: package_stamp(), made once per report)."""
     import json
 
-    package = Path(__file__).resolve().parents[1]
-    source = [f for f in sorted(package.rglob("*")) if f.suffix in (".py", ".j2")]
-    doc = {"notebook": hashlib.sha256(notebook.read_bytes()).hexdigest(), "params": params,
-           "inputs": _files_stamp(inputs), "package": _files_stamp(source)}
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+    doc = {"notebook": digest_bytes(notebook.read_bytes()), "params": params, "inputs": _files_stamp(inputs),
+           "package": package_stamp() if package is None else package}
+    return digest_bytes(json.dumps(doc, sort_keys=True, default=str).encode())
 
 
 def _read_stamps(out: Path) -> dict[str, str]:
@@ -316,10 +321,11 @@ def _run_pages(nbs: list[Path], declared: dict[Path, set[str]], parameters: dict
     old = _read_stamps(out)
     stamps = {}
     work = []
+    package = package_stamp()
     for path in nbs:
         nb_params = {k: v for k, v in parameters.items() if k in declared[path]}
         nb_params.update({k: v for k, v in first.items() if k in declared[path]})
-        stamps[path.stem] = input_stamp(path, {**nb_params, "source": source}, _page_inputs(nb_params))
+        stamps[path.stem] = input_stamp(path, {**nb_params, "source": source}, _page_inputs(nb_params), package)
         work.append((path, nb_params))
     reuse = sum(old.get(p.stem) == stamps[p.stem] for p in nbs)
     log(f"report: {label}: {len(nbs)} notebook(s), {max(1, jobs)} at a time"

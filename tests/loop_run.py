@@ -1,0 +1,33 @@
+"""`ztbp loop` as the VM tests run it (test_loop_vm.py on NVMeVirt, test_loop_qemu_vm.py on QEMU): the real CLI in
+a subprocess, its loop.json read back, and the check every round of a loop must pass."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from ztbp import paths
+
+#: reads of a round (TCG is slow; fewer give the cluster too little to find the hot zones)
+READS = 20000
+#: the NVMeVirt loop's A/B blocks: 2 pairs of this many reads after round 1
+AB_READS = 5000
+#: the model's cache for 20,000 reads: at the default 64 MiB nothing is evicted and zone-LRU equals LRU
+CACHE = ["--cache-mib", "16"]
+
+
+def loop(out: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    proc = subprocess.run([str(paths.ROOT / ".venv" / "bin" / "ztbp"), "loop", *args, *CACHE, "-o", str(out), "--json"],
+                          capture_output=True, text=True, check=False, timeout=3600)
+    doc = json.loads((out / "loop.json").read_text()) if (out / "loop.json").is_file() else {}
+    return proc, doc
+
+
+def assert_rounds_whole(doc: dict[str, Any]) -> None:
+    """Every round complete, every fio read traced (READS a round, AB_READS an A/B block), nothing lost."""
+    for e in doc["rounds"]:
+        assert e["complete"], e
+        assert e["read_rows"] == e["fio_reads"] == (AB_READS if "ab" in e else READS), e
+        assert e["lost"] == 0, e
