@@ -63,6 +63,11 @@ JOB=""
 TAIL_PID=""
 KDIR=""
 RC=""
+POOL_PID=""
+# The guest that supervise() watches, as run_qemu or pool_main sets it: how to kill it, and the names in messages.
+KILL_GUEST=kill_qemu
+GUEST_NAME="the guest"
+RUN_NAME="the guest"
 
 usage() {
 	cat <<EOF
@@ -351,39 +356,46 @@ run_qemu() {
 on_interrupt() {
 	if [ "$STOP_REQUESTED" -eq 0 ]; then
 		STOP_REQUESTED=1
-		log "interrupted: asking the guest to stop and save its data (up to $STOP_GRACE s; again to kill)"
+		log "interrupted: asking $RUN_NAME to stop and save its data (up to $STOP_GRACE s; again to kill)"
 		touch "$STOP_FILE"
 	else
-		log "killing the guest"
-		kill -KILL "$QEMU_PID" 2>/dev/null || true
+		log "killing $GUEST_NAME"
+		"$KILL_GUEST"
 	fi
 }
 
 on_terminate() {
-	log "terminated: killing the guest"
-	kill -KILL "$QEMU_PID" 2>/dev/null || true
+	log "terminated: killing $GUEST_NAME"
+	"$KILL_GUEST"
 	exit 143
 }
 
-wait_for_guest() {
-	local start=$SECONDS stop_at=""
-	while kill -0 "$QEMU_PID" 2>/dev/null; do
+kill_qemu() { kill -KILL "$QEMU_PID" 2>/dev/null || true; }
+
+supervise() { # RUNNING: wait while the command RUNNING succeeds, killing the guest when the timeout passes (then
+	# return 1) or when a stop asked for (Ctrl-C) is not done within STOP_GRACE; in this shell, so the traps run
+	local running="$1" start=$SECONDS stop_at=""
+	while "$running"; do
 		if [ $((SECONDS - start)) -ge "$TIMEOUT" ]; then
-			log "timeout after $TIMEOUT s: killing the guest (what it wrote to $OUTDIR stays)"
-			kill -KILL "$QEMU_PID" 2>/dev/null || true
-			wait "$QEMU_PID" 2>/dev/null || true
-			echo "$EXIT_TIMEOUT" > "$WORK/timed-out"
-			return 0
+			log "timeout after $TIMEOUT s: killing $GUEST_NAME (what it wrote to $OUTDIR stays)"
+			"$KILL_GUEST"
+			return 1
 		fi
 		if [ "$STOP_REQUESTED" -eq 1 ]; then
 			[ -z "$stop_at" ] && stop_at=$SECONDS
 			if [ $((SECONDS - stop_at)) -ge "$STOP_GRACE" ]; then
-				log "the guest did not stop within $STOP_GRACE s: killing it"
-				kill -KILL "$QEMU_PID" 2>/dev/null || true
+				log "$RUN_NAME did not stop within $STOP_GRACE s: killing $GUEST_NAME"
+				"$KILL_GUEST"
 			fi
 		fi
 		sleep 0.2
 	done
+}
+
+qemu_running() { kill -0 "$QEMU_PID" 2>/dev/null; }
+
+wait_for_guest() {
+	supervise qemu_running || echo "$EXIT_TIMEOUT" > "$WORK/timed-out"
 	wait "$QEMU_PID" 2>/dev/null || true
 }
 
@@ -540,54 +552,26 @@ pool_boot() { # KDIR: boot its guest; 0 once it is ready
 	return "$EXIT_NO_STATUS"
 }
 
-pool_on_interrupt() {
-	if [ "$STOP_REQUESTED" -eq 0 ]; then
-		STOP_REQUESTED=1
-		log "interrupted: asking the command to stop and save its data (up to $STOP_GRACE s; again to kill)"
-		touch "$STOP_FILE"
-	else
-		log "killing the pooled guest"
-		pool_kill "$KDIR"
-	fi
-}
-
-pool_on_terminate() {
-	log "terminated: killing the pooled guest"
-	pool_kill "$KDIR"
-	exit 143
-}
-
 pool_cleanup() {
 	[ -n "$TAIL_PID" ] && kill "$TAIL_PID" 2>/dev/null
 	[ -n "$JOB" ] && rm -rf "$JOB"
 	return 0
 }
 
-pool_wait() { # wait for the job's status, into RC (in this shell: a trap must run while it waits)
-	local start=$SECONDS stop_at="" pid
-	pid="$(cat "$KDIR/pid")"
-	while [ ! -s "$JOB/exit-status" ]; do
-		if ! kill -0 "$pid" 2>/dev/null; then
-			log "pool: the pooled guest stopped during the command (see $KDIR/console/console.log)"
-			RC=$EXIT_NO_STATUS
-			return
-		fi
-		if [ $((SECONDS - start)) -ge "$TIMEOUT" ]; then
-			log "timeout after $TIMEOUT s: killing the pooled guest (what it wrote to $OUTDIR stays)"
-			pool_kill "$KDIR"
-			RC=$EXIT_TIMEOUT
-			return
-		fi
-		if [ "$STOP_REQUESTED" -eq 1 ]; then
-			[ -z "$stop_at" ] && stop_at=$SECONDS
-			if [ $((SECONDS - stop_at)) -ge "$STOP_GRACE" ]; then
-				log "the command did not stop within $STOP_GRACE s: killing the pooled guest"
-				pool_kill "$KDIR"
-			fi
-		fi
-		sleep 0.2
-	done
-	RC="$(head -n 1 "$JOB/exit-status")"
+kill_pooled() { pool_kill "$KDIR"; }
+
+pool_running() { kill -0 "$POOL_PID" 2>/dev/null && [ ! -s "$JOB/exit-status" ]; }
+
+pool_wait() { # wait for the job's status, into RC
+	POOL_PID="$(cat "$KDIR/pid")"
+	if ! supervise pool_running; then
+		RC=$EXIT_TIMEOUT
+	elif [ -s "$JOB/exit-status" ]; then
+		RC="$(head -n 1 "$JOB/exit-status")"
+	else
+		log "pool: the pooled guest stopped during the command (see $KDIR/console/console.log)"
+		RC=$EXIT_NO_STATUS
+	fi
 }
 
 pool_main() {
@@ -600,9 +584,10 @@ pool_main() {
 	touch "$KDIR"  # last used (pool_make_room)
 	exec 9>"$KDIR/lock"
 	flock 9  # one command at a time in a guest
+	KILL_GUEST=kill_pooled GUEST_NAME="the pooled guest" RUN_NAME="the command"
 	trap pool_cleanup EXIT
-	trap pool_on_interrupt INT
-	trap pool_on_terminate TERM HUP
+	trap on_interrupt INT
+	trap on_terminate TERM HUP
 	if ! pool_alive "$KDIR"; then
 		pool_boot "$KDIR" || return $?
 	fi
