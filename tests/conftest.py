@@ -112,11 +112,24 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     ids through a field pytest no longer reads, pytest-xdist issue 1386)."""
     from xdist.scheduler import LoadScopeScheduling
 
+    config.option.loadscopereorder = False  # the units go out in the order of the items (work_order)
+
     class WorkUnits(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)
 
     return WorkUnits(config, log)
+
+
+def work_order(nodeids: list[str]) -> list[str]:
+    """The tests in the order pytest-xdist hands out their work units: the VM chains first (each takes a worker for
+    most of the run), then the other units, the largest first (xdist's own order: with a unit a test file, a file of
+    many small tests came before the VM chains); a unit's tests keep their order."""
+    units: dict[str, list[str]] = {}
+    for nodeid in nodeids:
+        units.setdefault(work_unit(nodeid), []).append(nodeid)
+    ranked = sorted(units, key=lambda u: (u not in VM_CHAINS, -len(units[u]) if u not in VM_CHAINS else 0))
+    return [nodeid for u in ranked for nodeid in units[u]]
 
 
 @pytest.hookimpl(trylast=True)  # after `-m` has deselected what it deselects
@@ -133,6 +146,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         return
     vm.sort(key=vm_order)  # stable: a file's tests keep their order (NVMeVirt's after the rest)
     items[:] = [i for i in items if i.get_closest_marker("vm") is None] + vm
+    if "PYTEST_XDIST_WORKER" in os.environ:  # every worker orders its items alike; the units go out in this order
+        place = {nodeid: n for n, nodeid in enumerate(work_order([i.nodeid for i in items]))}
+        items.sort(key=lambda i: place[i.nodeid])
     from ztbp import paths
     from ztbp.acquire.vm import SUITES
 
