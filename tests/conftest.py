@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
@@ -70,12 +69,12 @@ VM_CHAINS = {"vm-b": ("test_app_vm.py", "test_layers_vm.py", "test_one_liners_vm
              "vm-a": ("test_capture_vm.py", "test_capture_fio_file_vm.py", "test_ztbp_ctl_vm.py",
                       "test_loop_qemu_vm.py", "test_device_vm.py", "test_loop_vm.py")}
 VM_ORDER = VM_CHAINS["vm-b"] + VM_CHAINS["vm-a"]
-#: NVMeVirt's tests come last in their chain and wait until the other chain is done (its worker holds
-#: ALONE_LOCK while it runs, and stops its guests when it ends): the module's two threads busy-poll two vCPUs,
-#: so beside another guest they took two host cores from it for their whole run (the two NVMeVirt tests took
-#: ~8 min beside the other chain and ~3 min alone), and their profile and A/B loop judge timing.
-ALONE_LOCK = "vm-chains.lock"
-#: the longest wait for the other chain (a hung guest there has its own timeouts; then NVMeVirt goes on anyway)
+#: NVMeVirt's tests come last in their chain and wait until the other chain has ended (its worker leaves
+#: CHAIN_STARTED and CHAIN_DONE files where the workers' basetemps meet, and stops its guests at its end): the
+#: module's two threads busy-poll two vCPUs, so beside another guest they took two host cores from it for their
+#: whole run, and their profile and A/B loop judge timing.
+CHAIN_STARTED, CHAIN_DONE = "chain-{}.started", "chain-{}.done"
+#: the longest wait for the other chain (a guest there has its own timeouts; then NVMeVirt goes on anyway)
 ALONE_WAIT_S = 3600
 
 
@@ -204,43 +203,47 @@ def stop_shared_guests() -> None:
             time.sleep(0.1)
 
 
-#: this worker's open ALONE_LOCK while it runs a chain that NVMeVirt's tests wait for
-_ALONE_FD: int | None = None
 #: the chain NVMeVirt's tests run in (the last files of VM_CHAINS["vm-a"])
 NVMEVIRT_CHAIN = "vm-a"
+#: the chains this worker has started (their CHAIN_STARTED written)
+_STARTED: set[str] = set()
 
 
-def _alone_lock(config: pytest.Config) -> Path | None:
-    """ALONE_LOCK in the folder that pytest-xdist's workers share (their basetemps' parent); none without xdist,
-    where one process runs every test in order anyway."""
+def _meeting_place(config: pytest.Config) -> Path | None:
+    """The folder pytest-xdist's workers share (their basetemps' parent); none without xdist, where one process runs
+    every test in order anyway."""
     if "PYTEST_XDIST_WORKER" not in os.environ:
         return None
-    return config._tmp_path_factory.getbasetemp().parent / ALONE_LOCK  # type: ignore[attr-defined]
+    return config._tmp_path_factory.getbasetemp().parent  # type: ignore[attr-defined]
+
+
+def _chain_over(place: Path, chain: str) -> bool:
+    """The chain has ended, or its worker has died."""
+    if (place / CHAIN_DONE.format(chain)).exists():
+        return True
+    try:
+        os.kill(int((place / CHAIN_STARTED.format(chain)).read_text()), 0)
+    except (OSError, ValueError):
+        return (place / CHAIN_STARTED.format(chain)).exists()  # started by a process now gone
+    return False
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """A chain other than NVMeVirt's takes ALONE_LOCK at its first test; NVMeVirt's tests wait for it."""
-    global _ALONE_FD
-    lock = _alone_lock(item.config) if item.get_closest_marker("vm") is not None else None
-    if lock is None:
+    """A chain's first test says the chain has started; NVMeVirt's tests wait until every other chain of the session
+    is over."""
+    place = _meeting_place(item.config) if item.get_closest_marker("vm") is not None else None
+    if place is None:
         return
-    if vm_chain(item.path.name) != NVMEVIRT_CHAIN:
-        if _ALONE_FD is None:
-            _ALONE_FD = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(_ALONE_FD, fcntl.LOCK_EX)
+    chain = vm_chain(item.path.name)
+    if chain not in _STARTED:
+        _STARTED.add(chain)
+        (place / CHAIN_STARTED.format(chain)).write_text(str(os.getpid()))
+    if chain != NVMEVIRT_CHAIN or not is_nvmevirt(item):
         return
-    if not is_nvmevirt(item):
-        return
-    fd, t0 = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644), time.monotonic()
-    try:
-        while time.monotonic() - t0 < ALONE_WAIT_S:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                time.sleep(1)
-    finally:
-        os.close(fd)
+    others = {vm_chain(i.path.name) for i in item.session.items if i.get_closest_marker("vm") is not None} - {chain}
+    t0 = time.monotonic()
+    while not all(_chain_over(place, c) for c in others) and time.monotonic() - t0 < ALONE_WAIT_S:
+        time.sleep(1)
     if (waited := time.monotonic() - t0) >= 1 and _POOL is not None:
         with open(_POOL / "waits", "a") as log:
             log.write(f"{item.name} waited {waited:.0f} s for the other chain to end\n")
@@ -248,16 +251,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(trylast=True)  # after pytest's own teardown of the fixtures
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    """The last test of a chain that holds ALONE_LOCK: its guests stop, then the lock goes."""
-    global _ALONE_FD
-    if _ALONE_FD is None:
+    """The last test of a chain other than NVMeVirt's: its guests stop, then it says the chain is done."""
+    place = _meeting_place(item.config) if item.get_closest_marker("vm") is not None else None
+    chain = vm_chain(item.path.name)
+    if place is None or chain == NVMEVIRT_CHAIN:
         return
-    if nextitem is not None and nextitem.get_closest_marker("vm") is not None \
-            and vm_chain(nextitem.path.name) == vm_chain(item.path.name):
+    if nextitem is not None and nextitem.get_closest_marker("vm") is not None and vm_chain(nextitem.path.name) == chain:
         return
     stop_shared_guests()
-    os.close(_ALONE_FD)  # closing the only descriptor releases the lock
-    _ALONE_FD = None
+    (place / CHAIN_DONE.format(chain)).write_text(str(os.getpid()))
 
 
 def pool_summary(pool: Path) -> list[str]:

@@ -1,0 +1,66 @@
+"""The test house itself (tests/conftest.py): how pytest-xdist's workers get their work — the VM chains first, each
+whole on one worker, a test file a unit — and NVMeVirt's tests waiting until the other chain has ended."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import VM_CHAINS, work_order, work_unit
+
+HERE = Path(__file__).resolve().parent
+
+
+def test_a_chain_and_a_file_are_units() -> None:
+    assert work_unit("tests/test_app_vm.py::test_x[bookworm]") == "vm-b"
+    assert work_unit("tests/test_loop_vm.py::test_nvmevirt_y") == "vm-a"
+    assert work_unit("tests/test_new_thing_vm.py::test_z") == "vm-a"  # a new VM file joins vm-a
+    assert work_unit("tests/test_cluster.py::test_a[1]") == work_unit("tests/test_cluster.py::test_b") \
+        == "tests/test_cluster.py"
+    assert work_unit("notebooks/1-overview.ipynb::Cell 1") == "notebooks/1-overview.ipynb"
+
+
+def test_work_order_sends_the_vm_chains_first_then_the_largest_files() -> None:
+    ids = (["tests/test_small.py::t"] + [f"tests/test_big.py::t[{i}]" for i in range(5)]
+           + ["tests/test_capture_vm.py::a", "tests/test_app_vm.py::b", "tests/test_loop_vm.py::test_nvmevirt_c"])
+    order = work_order(ids)
+    assert [work_unit(i) for i in order[:3]] == ["vm-a", "vm-a", "vm-b"]  # chains in the order first met
+    assert order[:3] == ["tests/test_capture_vm.py::a", "tests/test_loop_vm.py::test_nvmevirt_c",
+                         "tests/test_app_vm.py::b"]
+    assert order[3:] == [f"tests/test_big.py::t[{i}]" for i in range(5)] + ["tests/test_small.py::t"]
+    assert sorted(order) == sorted(ids)
+    assert set(VM_CHAINS) == {"vm-a", "vm-b"}
+
+
+FAKE_VM_TEST = '''
+import os, time, pytest
+pytestmark = pytest.mark.vm
+def test_{name}():
+    start = time.time()
+    time.sleep({sleep})
+    with open("{log}", "a") as f:
+        f.write(f"{name} {{os.environ['PYTEST_XDIST_WORKER']}} {{start}} {{time.time()}}\\n")
+'''
+
+
+def test_nvmevirt_waits_for_the_other_chain_on_another_worker(tmp_path: Path) -> None:
+    """Stand-in VM tests (they sleep) run through the project's conftest with three workers: each chain on a worker
+    of its own, and NVMeVirt's test only once the other chain has ended."""
+    log = tmp_path / "log"
+    shutil.copy(HERE / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    vm: stand-in\n")
+    for file, name, sleep in (("test_app_vm.py", "chain_b", 3), ("test_capture_vm.py", "chain_a", 0),
+                              ("test_loop_vm.py", "nvmevirt", 0)):
+        (tmp_path / file).write_text(FAKE_VM_TEST.format(name=name, sleep=sleep, log=log))
+    (tmp_path / "test_unit.py").write_text("def test_u():\n    pass\n")
+    env = {**os.environ, "ZTBP_NO_IMAGE_PREBUILD": "1", "ZTBP_NO_GUEST_POOL": "1"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "3", "."],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    runs = {name: (worker, float(start), float(end))
+            for name, worker, start, end in (line.split() for line in log.read_text().splitlines())}
+    assert runs["chain_a"][0] == runs["nvmevirt"][0] != runs["chain_b"][0]  # each chain on a worker of its own
+    assert runs["nvmevirt"][1] >= runs["chain_b"][2]  # NVMeVirt after the other chain, however late that started
