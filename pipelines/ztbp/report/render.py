@@ -23,7 +23,7 @@ from typing import Any
 from ..errors import ZtbpError
 from ..files import check_target, hand_over_tree, make_dir, write_atomic
 from ..io.run import load
-from ..paths import NOTEBOOKS, REPORTS, ROOT, RUNS, RunPaths
+from ..paths import NOTEBOOKS, REPORTS, RUNS, WORK, RunPaths
 from ..present.figures import REPORT_ENV
 from ..present.loop import headline as loop_headline
 from ..present.tables import run_headline
@@ -254,7 +254,7 @@ def _read_stamps(out: Path) -> dict[str, str]:
 
 def _page_inputs(nb_params: dict[str, Any]) -> list[Path]:
     """The files a page reads: the run or loop directory and the profile of its parameters."""
-    return [Path(str(v)) if Path(str(v)).is_absolute() else ROOT / str(v)
+    return [Path(str(v)) if Path(str(v)).is_absolute() else WORK / str(v)
             for k, v in nb_params.items() if k in ("run_dir", "loop_dir", "profile_dir") and v]
 
 
@@ -279,7 +279,7 @@ def _run_one(path: Path, nb_params: dict[str, Any], out: Path, label: str, sourc
     err = ""
     try:
         papermill.execute_notebook(str(path), str(executed), parameters=nb_params, kernel_name="python3",
-                                   cwd=str(ROOT), progress_bar=False, log_output=False,
+                                   cwd=str(WORK), progress_bar=False, log_output=False,
                                    execution_timeout=timeout, extra_arguments=KERNEL_ARGUMENTS)
     except PapermillExecutionError as e:
         err = f"{e.ename}: {e.evalue}"
