@@ -1,0 +1,105 @@
+"""The wheel installs on a user's machine: built by the standard build (`pip wheel --no-deps .`), installed with pip
+into a fresh venv outside the checkout (no system site-packages; its dependencies from a wheelhouse packed from this
+environment, tests/wheelhouse.py, so nothing is downloaded but the build backend), it carries what the host path
+needs and runs from a folder outside the checkout: `ztbp doctor --json`, `ztbp capture-host --help` and
+`ztbp report` on a copy of the committed sample run.
+
+`ztbp report` runs the overview notebook here (papermill, the kernel, nbconvert and the notebooks of the wheel's
+share, in about 15 s); `just test-wheel` runs every notebook (ZTBP_WHEEL_REPORT=all, about 100 s more: numba
+compiles the cache model again for the fresh install)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from wheelhouse import wheelhouse
+
+from ztbp.paths import CACHE, TEST_DATA
+
+CHECKOUT = TEST_DATA.parents[1]
+#: what the wheel must carry beside the package, under ztbp/_share/
+SHARED = ["probes/nvme_zone.bt", "probes/nvme_zone.awk", "probes/nvme_zone_csv.sh", "probes/FORMAT.md",
+          "probes/layers.bt", "notebooks/1-overview.ipynb", "notebooks/9-app.ipynb", "vm/guest/capture.sh",
+          "vm/guest/loop.sh", "vm/guest/probe-lib.sh", "vm/guest/mapdump.py", "tools/ztbp-ctl/Makefile",
+          "tools/ztbp-ctl/src/main.c", "tools/ztbp-ctl/src/ztbp_ctl.h"]
+#: the notebooks `ztbp report` runs in the fresh venv: the overview by default, every one with `just test-wheel`
+REPORT_ONLY = os.environ.get("ZTBP_WHEEL_REPORT", "1")
+
+
+def run(argv: list[str], cwd: Path, env: dict[str, str], timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str], dict[str, float]]]:
+    """(the fresh venv's bin folder, the environment to run it in, the seconds each step took); the venv (about
+    1 GB) is removed afterwards."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", ZTBP_CACHE=str(tmp / "cache"), HOME=str(tmp / "home"))
+    took: dict[str, float] = {}
+    t0 = time.monotonic()
+    build = run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp / "dist"), str(CHECKOUT)],
+                tmp, {**env, "HOME": os.environ.get("HOME", str(tmp))})
+    assert build.returncode == 0, build.stderr[-2000:]
+    wheel = next((tmp / "dist").glob("ztbp-*.whl"))
+    took["build"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    house = wheelhouse(wheel, CACHE / "test-wheelhouse")
+    took["wheelhouse"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    venv = tmp / "venv"
+    made = run([sys.executable, "-m", "venv", str(venv)], tmp, env)
+    assert made.returncode == 0, made.stderr
+    pip = run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index", "--no-compile",
+               "--find-links", str(house), str(wheel)], tmp, env)
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    took["install"] = time.monotonic() - t0
+    yield venv / "bin", env, took
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_the_wheel_carries_the_share(installed: tuple[Path, dict[str, str], dict[str, float]]) -> None:
+    bin_dir, env, _ = installed
+    code = "import ztbp.paths as p; print(p.ROOT); print(p.CHECKOUT)"
+    out = run([str(bin_dir / "python"), "-c", code], bin_dir.parent, env).stdout.split()
+    share = Path(out[0])
+    assert out[1] == "False" and share.name == "_share" and bin_dir.parent in share.parents
+    assert [f for f in SHARED if not (share / f).is_file()] == []
+    assert not (share / "tests").exists()
+
+
+def test_doctor_and_capture_host_help_outside_the_checkout(
+        installed: tuple[Path, dict[str, str], dict[str, float]], tmp_path: Path) -> None:
+    bin_dir, env, _ = installed
+    doctor = run([str(bin_dir / "ztbp"), "doctor", "--json"], tmp_path, env, timeout=120)
+    doc = json.loads(doctor.stdout)
+    assert doctor.returncode == (0 if doc["ready"] else 1), doctor.stderr
+    assert doc["facts"]["runs_dir"] == str(tmp_path / "runs")  # runs/ go to the current folder, not the package
+    help_ = run([str(bin_dir / "ztbp"), "capture-host", "--help"], tmp_path, env)
+    assert help_.returncode == 0 and help_.stdout.startswith("usage: ztbp capture-host")
+
+
+def test_report_on_the_sample_run_outside_the_checkout(
+        installed: tuple[Path, dict[str, str], dict[str, float]], tmp_path: Path) -> None:
+    bin_dir, env, took = installed
+    shutil.copytree(TEST_DATA / "runs" / "sample-paper80", tmp_path / "sample-paper80",
+                    ignore=shutil.ignore_patterns("derived"))
+    t0 = time.monotonic()
+    only = [] if REPORT_ONLY == "all" else ["--only", REPORT_ONLY]
+    rep = run([str(bin_dir / "ztbp"), "report", "sample-paper80", *only, "--json"], tmp_path, env)
+    took["report"] = time.monotonic() - t0
+    assert rep.returncode == 0, rep.stderr[-2000:]
+    doc = json.loads(rep.stdout[rep.stdout.index("{"):])
+    assert doc["ok"] and doc["pages"] and all(p["ok"] for p in doc["pages"])
+    assert Path(doc["index"]) == tmp_path / "reports" / "sample-paper80" / "index.html"
+    assert Path(doc["index"]).is_file()
+    print("wheel test, seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in took.items()))
