@@ -103,3 +103,18 @@ def test_report_on_the_sample_run_outside_the_checkout(
     assert Path(doc["index"]) == tmp_path / "reports" / "sample-paper80" / "index.html"
     assert Path(doc["index"]).is_file()
     print("wheel test, seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in took.items()))
+
+
+def test_an_installed_package_says_the_vm_path_needs_a_checkout(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    """Installed, vm/vmtest.sh and vm/image.sh are not there: a VM command stops with one line saying so (before
+    anything boots)."""
+    from ztbp.acquire import vm
+    from ztbp.errors import ZtbpError
+
+    monkeypatch.setattr(vm, "VMTEST", tmp_path / "vmtest.sh")
+    monkeypatch.setattr(vm, "IMAGE_SH", tmp_path / "image.sh")
+    with pytest.raises(ZtbpError, match="the VM path runs from a checkout of the project"):
+        vm.check_host()
+    with pytest.raises(ZtbpError, match="guest image is made from a checkout"):
+        vm.image_dir()
