@@ -69,10 +69,10 @@ test:
 test-fast: setup
     {{PY}} -m pytest -q -m 'not vm'
 
-# the wheel in a fresh venv outside the checkout (deps from a wheelhouse of .venv, nothing downloaded): doctor, capture-host --help and the report with NOTEBOOKS (default every one; `just test` runs the overview only)
+# the wheel installed into a fresh venv outside the checkout (deps from a wheelhouse packed from .venv, nothing downloaded): doctor, capture-host --help and the report with NOTEBOOKS (default every one, e.g. NOTEBOOKS=1 for the overview); `just test` only builds the wheel and checks what it carries
 [group('test')]
 test-wheel NOTEBOOKS="all": setup
-    ZTBP_WHEEL_REPORT={{quote(NOTEBOOKS)}} {{PY}} -m pytest -q -s -p no:cacheprovider tests/test_wheel.py
+    ZTBP_TEST_WHEEL=1 ZTBP_WHEEL_REPORT={{quote(NOTEBOOKS)}} {{PY}} -m pytest -q -s -p no:cacheprovider tests/test_wheel.py
 
 # ruff over the package and tests
 [group('test')]
