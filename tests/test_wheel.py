@@ -154,3 +154,17 @@ def test_an_installed_package_says_the_vm_path_needs_a_checkout(monkeypatch: pyt
         vm.check_host()
     with pytest.raises(ZtbpError, match="guest image is made from a checkout"):
         vm.image_dir()
+
+
+def test_paths_find_the_checkout_or_the_share(tmp_path: Path) -> None:
+    """A package beside the project's pyproject.toml and probes/ reads the checkout's folders; installed (no
+    pyproject.toml two levels up), the share the wheel carries."""
+    from ztbp.paths import find_root
+
+    checkout, site = tmp_path / "clone", tmp_path / "lib" / "python3.11" / "site-packages"
+    (checkout / "pipelines" / "ztbp").mkdir(parents=True)
+    (checkout / "probes").mkdir()
+    (checkout / "pyproject.toml").write_text("[project]\n")
+    (site / "ztbp").mkdir(parents=True)
+    assert find_root(checkout / "pipelines" / "ztbp", site / "ztbp" / "_share") == (checkout, True)
+    assert find_root(site / "ztbp", site / "ztbp" / "_share") == (site / "ztbp" / "_share", False)

@@ -30,9 +30,17 @@ PROBES: Path = ROOT / "probes"
 NOTEBOOKS: Path = ROOT / "notebooks"
 VM: Path = ROOT / "vm"
 TOOLS: Path = ROOT / "tools"
+def current_folder() -> Path:
+    """The current folder, or the home folder when the current one was removed."""
+    try:
+        return Path.cwd()
+    except OSError:
+        return Path.home()
+
+
 #: Where runs/ and reports/ go by default: the checkout, or the current folder of an installed package (whose
 #: share is read-only).
-WORK: Path = ROOT if CHECKOUT else Path.cwd()
+WORK: Path = ROOT if CHECKOUT else current_folder()
 REPORTS: Path = WORK / "reports"
 #: Captured runs (git-ignored). Override with ZTBP_RUNS.
 RUNS: Path = Path(os.environ.get("ZTBP_RUNS", WORK / "runs"))
