@@ -69,6 +69,11 @@ test:
 test-fast: setup
     {{PY}} -m pytest -q -m 'not vm'
 
+# the wheel installed into a fresh venv outside the checkout (deps from a wheelhouse packed from .venv, nothing downloaded): doctor, capture-host --help and the report with NOTEBOOKS (default every one, e.g. NOTEBOOKS=1 for the overview); `just test` only builds the wheel and checks what it carries
+[group('test')]
+test-wheel NOTEBOOKS="all": setup
+    ZTBP_TEST_WHEEL=1 ZTBP_WHEEL_REPORT={{quote(NOTEBOOKS)}} {{PY}} -m pytest -q -s -p no:cacheprovider tests/test_wheel.py
+
 # ruff over the package and tests
 [group('test')]
 lint: setup
@@ -123,6 +128,12 @@ analyse RUN: setup
 build:
     make -s -C tools/ztbp-ctl
     bash tools/hand-over.sh tools/ztbp-ctl/build
+
+# build the wheel into DIST with the standard build (pip wheel): the package with probes, notebooks, guest scripts and ztbp-ctl's source in ztbp/_share/; install it anywhere with `pip install DIST/ztbp-*.whl`, then `ztbp doctor`
+[group('setup')]
+wheel DIST="dist": setup
+    {{PY}} -m pip wheel -q --no-deps -w {{quote(DIST)}} .
+    ls -l {{quote(DIST)}}/ztbp-*.whl
 
 # fuzz ztbp-ctl's config parser and command line with libFuzzer (clang, ASan+UBSan) for SECONDS, one process
 [group('device')]

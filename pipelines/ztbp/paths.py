@@ -10,19 +10,48 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-#: The repository root (the folder holding pyproject.toml).
-ROOT: Path = Path(__file__).resolve().parents[2]
+#: The folder of the installed package's share: probes/, notebooks/, vm/guest/ and tools/ztbp-ctl/ copied there by
+#: setup.py's build step (a wheel); absent in a checkout, which holds them at its root.
+SHARE: Path = Path(__file__).resolve().parent / "_share"
+
+
+def find_root(package: Path, share: Path) -> tuple[Path, bool]:
+    """(the folder holding probes/, notebooks/, vm/ and tools/, whether it is a checkout of the project): the
+    repository root when the package runs from one (editable or from the source tree), else the installed
+    package's share."""
+    checkout = package.parents[1]
+    if (checkout / "pyproject.toml").is_file() and (checkout / "probes").is_dir():
+        return checkout, True
+    return share, False
+
+
+ROOT, CHECKOUT = find_root(Path(__file__).resolve().parent, SHARE)
 PROBES: Path = ROOT / "probes"
 NOTEBOOKS: Path = ROOT / "notebooks"
-REPORTS: Path = ROOT / "reports"
 VM: Path = ROOT / "vm"
 TOOLS: Path = ROOT / "tools"
+def current_folder() -> Path:
+    """The current folder, or the home folder when the current one was removed."""
+    try:
+        return Path.cwd()
+    except OSError:
+        return Path.home()
+
+
+#: Where runs/ and reports/ go by default: the checkout, or the current folder of an installed package (whose
+#: share is read-only).
+WORK: Path = ROOT if CHECKOUT else current_folder()
+REPORTS: Path = WORK / "reports"
 #: Captured runs (git-ignored). Override with ZTBP_RUNS.
-RUNS: Path = Path(os.environ.get("ZTBP_RUNS", ROOT / "runs"))
+RUNS: Path = Path(os.environ.get("ZTBP_RUNS", WORK / "runs"))
 #: Committed test data, including the small real sample run.
 TEST_DATA: Path = ROOT / "tests" / "data"
-#: Cache for built artefacts (guest image, kernels). Override with ZTBP_CACHE.
+#: Cache for built artefacts (guest image, kernels, ztbp-ctl of an installed package). Override with ZTBP_CACHE.
 CACHE: Path = Path(os.environ.get("ZTBP_CACHE", Path.home() / ".cache" / "ztbp"))
+#: ztbp-ctl's source, and the binary `make` builds from it: in the checkout's tools/ztbp-ctl/build/, or, installed,
+#: in the user's cache (the package's folder is not theirs to write).
+CTL_SRC: Path = TOOLS / "ztbp-ctl"
+CTL_BUILD: Path = CTL_SRC / "build" if CHECKOUT else CACHE / "bin"
 
 
 def _inside(*parts: str) -> property:
@@ -67,7 +96,7 @@ def resolve_run(run: str | os.PathLike[str]) -> RunPaths:
     path from the repository root (the notebooks' defaults, e.g. tests/data/runs/sample-paper80)."""
     p = Path(run)
     if not p.is_absolute() and not p.exists():
-        for base in (RUNS, ROOT):
+        for base in (RUNS, WORK):
             if (base / p).exists():
                 p = base / p
                 break

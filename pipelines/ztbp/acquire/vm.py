@@ -238,6 +238,9 @@ class GuestResult:
 
 def check_host(suite: str | None = None) -> None:
     """Raise VmError naming what to install when the VM path cannot run here."""
+    if not VMTEST.is_file():  # an installed wheel carries the host path only
+        raise VmError("the VM path runs from a checkout of the project (an installed ztbp carries the host path: "
+                      "capture-host, loop --host, the analyses and reports); clone it and run `just capture`")
     if shutil.which(QEMU) is None:
         raise VmError(f"{QEMU} not found: {INSTALL_HINT}")
     image = image_dir(suite)
@@ -256,6 +259,9 @@ def suite_args(suite: str | None) -> list[str]:
 
 def image_dir(suite: str | None = None) -> Path:
     """The image folder the current recipe maps to (it may not be built yet)."""
+    if not IMAGE_SH.is_file():
+        raise VmError("the guest image is made from a checkout of the project (vm/image.sh); an installed ztbp "
+                      "carries the host path only")
     out = subprocess.run(["bash", str(IMAGE_SH), "--print", *suite_args(suite)], capture_output=True, text=True,
                          check=True)
     return Path(out.stdout.strip().splitlines()[-1])

@@ -497,8 +497,10 @@ def _in_vm(st: LoopState, place: Place, pre: Path | None) -> tuple[int, bool]:
 
 def _here(st: LoopState, pre: Path | None, stop_file: Path) -> tuple[int, bool]:
     """The same guest script on this machine (root, bpftrace, fio); (exit status, interrupted)."""
+    from ..writeback.ctl import ensure_ctl
+
     env = guest_env(st.workload, str(pre) if pre else None, st.total_rounds)
-    env.update(ZTBP_OUT=str(st.root), ZTBP_PROBE=str(paths.ROOT / LOOP_PROBE))
+    env.update(ZTBP_OUT=str(st.root), ZTBP_PROBE=str(paths.ROOT / LOOP_PROBE), ZTBP_CTL=str(ensure_ctl()))
 
     def after_stop(line: str) -> None:  # no new round is taken on once the user stopped the loop
         if not _READY.match(line):

@@ -24,7 +24,7 @@ from ..errors import ZtbpError
 from ..files import check_target, hand_over_tree, make_dir, write_atomic
 from ..io.run import load
 from ..io.stamp import digest_bytes
-from ..paths import NOTEBOOKS, REPORTS, ROOT, RUNS, RunPaths
+from ..paths import NOTEBOOKS, REPORTS, RUNS, WORK, RunPaths
 from ..present.figures import REPORT_ENV
 from ..present.loop import headline as loop_headline
 from ..present.tables import run_headline
@@ -260,7 +260,7 @@ def _read_stamps(out: Path) -> dict[str, str]:
 
 def _page_inputs(nb_params: dict[str, Any]) -> list[Path]:
     """The files a page reads: the run or loop directory and the profile of its parameters."""
-    return [Path(str(v)) if Path(str(v)).is_absolute() else ROOT / str(v)
+    return [Path(str(v)) if Path(str(v)).is_absolute() else WORK / str(v)
             for k, v in nb_params.items() if k in ("run_dir", "loop_dir", "profile_dir") and v]
 
 
@@ -331,7 +331,7 @@ def _run_pages(nbs: list[Path], declared: dict[Path, set[str]], parameters: dict
     log(f"report: {label}: {len(nbs)} notebook(s), {max(1, jobs)} at a time"
         + (f"; {reuse} unchanged since the last report" if reuse else ""))
     register_engine()
-    with _env_all(KERNEL_ENV), Kernels(ROOT, KERNEL_ARGUMENTS) as kernels, \
+    with _env_all(KERNEL_ENV), Kernels(WORK, KERNEL_ARGUMENTS) as kernels, \
             ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         pages = list(pool.map(lambda w: _run_one(w[0], w[1], out, label, source, timeout, _exporter(),
                                                  stamps[w[0].stem], old.get(w[0].stem), log, kernels), work))

@@ -1,7 +1,8 @@
 """Sending a cache configuration with `ztbp-ctl set` (a dry run unless a device is given).
 
 `apply(run, cfg)` is what `just apply RUN [DEV]` does, for the notebooks: it writes `derived/cache-config.json`, builds
-`tools/ztbp-ctl/build/ztbp-ctl` with make when it is missing, runs `ztbp-ctl set --dry-run --top5 --config …`
+ztbp-ctl with make when it is missing (`tools/ztbp-ctl/build/` in a checkout, the user's cache folder when the
+package is installed: `build_ctl`, `ztbp build-ctl`), runs `ztbp-ctl set --dry-run --top5 --config …`
 (or `ztbp-ctl set DEV --top5 --config …`) and returns ztbp-ctl's JSON with its exit code. A refusal by ztbp-ctl
 (no hot zone, a configuration that says "recommend": false — sent with `force` —, a device without the ZTBP protocol,
 no permission) is a result with `ok: false` and ztbp-ctl's message, not an exception: see tools/ztbp-ctl/README.md
@@ -11,35 +12,53 @@ for the exit codes.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..errors import ZtbpError
-from ..files import hand_over_tree
-from ..paths import ROOT, TOOLS, RunPaths
+from ..files import hand_over_tree, make_dir
+from ..paths import CHECKOUT, CTL_BUILD, CTL_SRC, RunPaths
 from .config import write_config
 
-CTL_DIR: Path = TOOLS / "ztbp-ctl"
-CTL: Path = CTL_DIR / "build" / "ztbp-ctl"
+CTL_DIR: Path = CTL_SRC
+CTL: Path = CTL_BUILD / "ztbp-ctl"
 CTL_TIMEOUT_S = 120
 
 
-def ensure_ctl() -> Path:
-    """The ztbp-ctl binary, built with `make -C tools/ztbp-ctl` when it is missing."""
-    if CTL.is_file():
-        return CTL
-    if shutil.which("make") is None:
-        raise ZtbpError("ztbp-ctl is not built and `make` is missing: install make and gcc (`just deps`), then "
-                        "`just build`")
-    proc = subprocess.run(["make", "-s", "-C", str(CTL_DIR)], capture_output=True, text=True, check=False,
-                          timeout=300)
+def missing_tools(which: Callable[[str], str | None] = shutil.which) -> list[str]:
+    """The build tools of ztbp-ctl this machine lacks (make, and a C compiler: $CC, else cc)."""
+    cc = os.environ.get("CC") or "cc"
+    return [t for t in ("make", cc) if which(t) is None]
+
+
+def build_ctl() -> Path:
+    """Build ztbp-ctl from its source with make (nothing is done when the binary is newer than its source); its
+    path. One clear line when make or the compiler is missing or the build fails."""
+    missing = missing_tools()
+    if missing:
+        how = "`just deps`" if CHECKOUT else "e.g. `sudo apt-get install make gcc`"
+        raise ZtbpError(f"cannot build ztbp-ctl: {' and '.join(missing)} not found; install make and a C compiler "
+                        f"({how}), then `ztbp build-ctl`")
+    make_dir(CTL.parent)
+    try:
+        proc = subprocess.run(["make", "-s", "-C", str(CTL_DIR), f"BUILD={CTL.parent}"], capture_output=True,
+                              text=True, check=False, timeout=300)
+    except subprocess.TimeoutExpired:
+        raise ZtbpError("building ztbp-ctl did not finish within 300 s") from None
     hand_over_tree(CTL.parent)  # built under sudo: the user's build folder stays theirs
     if proc.returncode != 0 or not CTL.is_file():
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
-        raise ZtbpError(f"building ztbp-ctl failed (make -C {CTL_DIR.relative_to(ROOT)}):\n{tail}")
+        raise ZtbpError(f"building ztbp-ctl failed (make -C {CTL_DIR}):\n{tail}")
     return CTL
+
+
+def ensure_ctl() -> Path:
+    """The ztbp-ctl binary, built with make (`build_ctl`) when it is missing."""
+    return CTL if CTL.is_file() else build_ctl()
 
 
 def check_device(dev: str | None) -> None:
