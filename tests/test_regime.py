@@ -211,3 +211,17 @@ def test_a_failed_cell_is_not_measured_and_the_sweep_goes_on(tmp_path: Path) -> 
     doc = run_regime(req, run=flaky, say=lambda s: None)
     assert doc["groups"]["not measured"] == ["slow10-36x4"] and len(fake.asked) == 3
     assert "Not measured: slow10-36x4." in regime_text(doc)
+
+
+def test_a_loop_that_recommended_nothing_is_not_measured_with_its_reason(tmp_path: Path) -> None:
+    req = _request(tmp_path)
+    fake = FakeLoop({10: 0.5, 1: 0.0})
+    stopped = "nothing recommended: zone-LRU gains +0.0009 hit ratio over LRU"
+
+    def plain(r: LoopRequest) -> dict[str, Any]:
+        doc = fake(r)
+        return {**doc, "ab": None, "stopped": stopped} if Path(r.out or "").name == "slow1-4x1" else doc
+
+    doc = run_regime(req, run=plain, say=lambda s: None)
+    row = next(r for r in doc["rows"] if r["cell"] == "slow1-4x1")
+    assert row["outcome"] == "not measured" and row["error"] == f"no A/B effects (the loop stopped: {stopped})"

@@ -181,7 +181,7 @@ def run_regime(req: RegimeRequest, run: Callable[[LoopRequest], dict[str, Any]] 
             except ZtbpError as e:
                 doc, error = None, str(e)
             else:
-                error = None if cell_finished(doc) else f"the loop did not finish (stopped: {doc.get('stopped')})"
+                error = None if cell_finished(doc) else f"no A/B effects (the loop stopped: {doc.get('stopped')})"
             how[c.name] = f"run in {time.monotonic() - t0:.0f} s"
             done.append({**base, "loop": doc if error is None else None, "error": error})
             if doc is not None and doc.get("interrupted"):
