@@ -5,6 +5,7 @@ replaced at control.regime.run_regime's boundary. The real sweep is measured in 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -187,7 +188,12 @@ def test_a_sweep_runs_each_cell_once_and_resumes(tmp_path: Path) -> None:
     assert saved["groups"]["appears"] == ["slow10-4x1", "slow10-36x4"] == doc["groups"]["appears"]
     assert saved["groups"]["vanishes"] == ["slow1-4x1", "slow1-36x4"] and saved["separated"]
     again = run_regime(req, run=_no_loop, say=said.append)  # every cell is finished now: nothing runs
-    assert [c["how"] for c in again["cells"]] == ["reused"] * 4 and again["rows"] == doc["rows"]
+    assert [c["how"] for c in again["cells"]] == ["reused", "reused (run in 0 s)", "reused (run in 0 s)",
+                                                 "reused (run in 0 s)"] and again["rows"] == doc["rows"]
+    more = replace(req, kos=(*req.kos, _ko(tmp_path, f"{RELEASE}-zn540-slow4")), run_cells=False)
+    summary = run_regime(more, run=_no_loop, say=said.append)  # --summary: a new build's cells are not run
+    assert [c["how"] for c in summary["cells"]][4:] == ["not run", "not run"] and not summary["complete"]
+    assert "not run yet: slow4-4x1, slow4-36x4" in regime_text(summary)
 
 
 def test_a_finished_cell_of_other_settings_stops_the_sweep_before_any_boot(tmp_path: Path) -> None:

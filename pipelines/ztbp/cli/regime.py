@@ -27,7 +27,8 @@ def _regime(args: argparse.Namespace) -> int:
     req = RegimeRequest(kos=tuple(args.nvmevirt_ko or ()), outstanding=parse_outstanding(args.outstanding),
                         out=Path(args.out) if args.out else default_out(args.workload),
                         workload=WorkloadOptions(name=args.workload, reads=args.reads), ab_pairs=args.ab,
-                        ab_reads=args.ab_reads, timeout=args.timeout, verbose=args.verbose)
+                        ab_reads=args.ab_reads, timeout=args.timeout, verbose=args.verbose,
+                        run_cells=not args.summary)
     doc = run_regime(req)
     emit(doc, args.json, regime_text(doc))
     return 0
@@ -60,6 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "resume")
     p.add_argument("--timeout", type=bounded("timeout"), default=7200,
                    help="kill a cell's guest after this many seconds")
+    p.add_argument("--summary", action="store_true",
+                   help="run no cell: summarise the cells finished in OUT (the others are listed as not run)")
     p.add_argument("--json", action="store_true", help="print regime.json instead of the table")
     p.add_argument("-v", "--verbose", action="store_true", help="echo the guest console")
     p.set_defaults(func=_regime)

@@ -10,6 +10,8 @@ whole after every cell.
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -48,6 +50,7 @@ class RegimeRequest:
     ab_reads: int = AB_READS
     timeout: int = 7200
     verbose: bool = False
+    run_cells: bool = True  # False: summarise the cells finished in `out`, run none
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,17 @@ def _doc(req: RegimeRequest, cells: list[Cell], done: list[dict[str, Any]], runs
             "complete": len(done) == len(cells), **summary}
 
 
+def _earlier_runs(path: Path) -> dict[str, str]:
+    """How long each cell's loop took when an earlier sweep in the same folder ran it ("run in N s"), from its
+    regime.json ({} when there is none or it cannot be read)."""
+    try:
+        cells = json.loads(path.read_text()).get("cells") or []
+        return {c["cell"]: re.sub(r"^reused \((.*)\)$", r"\1", c["how"]) for c in cells
+                if re.match(r"^(reused \()?run in ", c.get("how") or "")}
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return {}
+
+
 def run_regime(req: RegimeRequest, run: Callable[[LoopRequest], dict[str, Any]] = run_loop,
                say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run (or reuse) every cell in turn, then the summary; regime.json is rewritten after each cell. `run` is the
@@ -159,6 +173,7 @@ def run_regime(req: RegimeRequest, run: Callable[[LoopRequest], dict[str, Any]] 
     cells = plan(req)
     make_dir(req.out)
     found = {c.name: reusable(c, req.out / c.name) for c in cells}  # a conflicting folder stops before any boot
+    before = _earlier_runs(req.out / REGIME_FILE)
     done: list[dict[str, Any]] = []
     how: dict[str, str] = {}
     for i, c in enumerate(cells, start=1):
@@ -167,8 +182,10 @@ def run_regime(req: RegimeRequest, run: Callable[[LoopRequest], dict[str, Any]] 
         doc = found[c.name]
         if doc is not None:
             say(f"cell {i}/{len(cells)} {c.name}: reused (its loop finished with the same settings)")
-            how[c.name] = "reused"
+            how[c.name] = f"reused ({before[c.name]})" if c.name in before else "reused"
             done.append({**base, "loop": doc})
+        elif not req.run_cells:
+            say(f"cell {i}/{len(cells)} {c.name}: not finished, not run (summary only)")
         else:
             aside = _set_aside(root)
             if aside is not None:
