@@ -483,7 +483,7 @@ def required_args(command: str, tmp: Path, run: Path, groups: Path) -> list[obje
         "stream": [run, "--analyses", "zones"],
         "batch": [run, "--sequential", "--analyses", "zones"],
         "perfetto": [run, "-o", tmp / "t.pftrace"],
-    }.get(command, [run] if command not in ("capture", "capture-layers", "profile", "loop") else [])
+    }.get(command, [run] if command not in ("capture", "capture-layers", "profile", "loop", "regime") else [])
 
 
 def _parses(t: Bounded | BoundedList | BoundedSize, value: str) -> bool:
@@ -502,7 +502,7 @@ TEXT_NUMBERS = [(c, o, v) for c, o in (
     ("perfetto", "--window"), ("perfetto", "--zones"), ("profile", "--zones"), ("profile", "--bs"),
     ("workload", "--region"), ("workload", "--hot-zones"), ("capture", "--zone-cap"), ("capture", "--conv-ns"),
     ("capture", "--nvmevirt-storage"), ("capture-layers", "--size"), ("capture-app", "--cache-size"),
-    ("loop", "--hot-zones"),
+    ("loop", "--hot-zones"), ("regime", "--outstanding"),
 ) for v in (*BAD_NUMBERS, "-1:inf", "1e300:", "0,nan", "99999999999999999999")]
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from loop_fixture import ab_blocks
 
 from ztbp.acquire.workload import WorkloadOptions, user_job
 from ztbp.analysis.loop import dmesg_figures, latency_split, measured_gain, status_delta, warm_hit_ratio
@@ -236,21 +237,6 @@ def test_ab_service_needs_a_known_module(tmp_path: Path) -> None:
     assert ab_service(st) is None
 
 
-def _ab_blocks(gain: float, pairs: int = 4) -> list[dict]:
-    """A/B block records (analysis.compare.ab_effects' input) with IOPS x (1 + gain) when on, a little noise."""
-    out = []
-    for p in range(1, pairs + 1):
-        for k, arm in enumerate(abba(pairs)[2 * (p - 1):2 * p]):
-            on = arm[0] == "on"
-            iops = 1000 * (1 + gain * on) * (1 + 0.01 * ((p + k) % 3 - 1))
-            out.append({"round": 2 * p + k, "run": f"round-{2 * p + k:02d}", "arm": arm[0], "pair": p,
-                        "device_holds": on and gain > 0,
-                        "fio": {"read_iops": iops, "p50_us": 4e6 / iops, "p99_us": 2e7 / iops},
-                        "latency": {c: {"reads": 100, "p50_us": 4e6 / iops} for c in ("all", "listed", "unlisted")},
-                        "model": {"hit_ratio": 0.27 + 0.05 * on}})
-    return out
-
-
 def test_speed_text_gives_the_verdict_with_its_interval_and_the_paper_beside() -> None:
     from ztbp.io.loop import read_loop
     from ztbp.present.loop import speed_figure, speed_text
@@ -259,11 +245,11 @@ def test_speed_text_gives_the_verdict_with_its_interval_and_the_paper_beside() -
     text = speed_text(plain)  # two rounds of a plain loop: fio's totals, the run-to-run noise assumed
     assert "no difference within noise" in text and "two separate rounds" in text and "Table II" in text
     doc = {"workload": {"name": "paper60"}, "rounds": [{"round": 1}],
-           "ab": {"listed": [1, 7], "device_acted": True, "blocks": _ab_blocks(0.5)}}
+           "ab": {"listed": [1, 7], "device_acted": True, "blocks": ab_blocks(0.5)}}
     text = speed_text(doc)
     assert "verdict: read IOPS (fio) +4" in text and text.count("faster") >= 3 and "Table III" in text
     assert "refused SET" not in text
-    refused = {**doc, "ab": {**doc["ab"], "device_acted": False, "blocks": _ab_blocks(0.0)}}
+    refused = {**doc, "ab": {**doc["ab"], "device_acted": False, "blocks": ab_blocks(0.0)}}
     text = speed_text(refused)
     assert "refused SET" in text and "verdict: read IOPS (fio) " in text and text.count("faster") == 0
     assert len(speed_figure(doc).data) >= 1

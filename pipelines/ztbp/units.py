@@ -54,6 +54,26 @@ def parse_zone_list(text: str, what: str = "zone list") -> tuple[int, ...]:
 _TIME_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "": 1_000_000_000}
 
 
+def parse_outstanding(text: str, what: str = "--outstanding") -> tuple[tuple[int, int], ...]:
+    """'4x1,36x4' -> ((4, 1), (36, 4)): the outstanding I/O of each cell of a sweep as fio jobs x queue depth, each
+    in LIMITS' "outstanding-jobs" and "outstanding-iodepth", none twice; a ZtbpError saying how otherwise."""
+    cells: list[tuple[int, int]] = []
+    for item in (x.strip().lower() for x in str(text).split(",")):
+        jobs, sep, depth = item.partition("x")
+        try:
+            cell = (int(jobs), int(depth))
+        except ValueError:
+            cell = None
+        if not sep or cell is None:
+            raise ZtbpError(f"cannot read {what} {text!r}: give jobs x queue depth, comma-separated, e.g. 4x1,36x4")
+        check_limit("outstanding-jobs", cell[0], f"{what} {item}: jobs")
+        check_limit("outstanding-iodepth", cell[1], f"{what} {item}: queue depth")
+        if cell in cells:
+            raise ZtbpError(f"{what} {text!r}: {item} is given twice")
+        cells.append(cell)
+    return tuple(cells)
+
+
 def parse_duration(text: str, what: str = "time") -> int:
     """'1.5s', '250ms', '40us', '100ns' or a bare number of seconds -> ns; a ZtbpError saying how otherwise."""
     t = str(text).strip().lower()
@@ -186,6 +206,8 @@ LIMITS: dict[str, Bound] = {
     "rounds": Bound(1, 100, integer=True),
     "ab": Bound(0, 50, integer=True),                          # A/B pairs of blocks; 0 = none, 1 is refused
     "ab-reads": Bound(1_000, 10**7, integer=True),             # reads per A/B block
+    "outstanding-jobs": Bound(1, 1024, integer=True),          # fio jobs of a regime cell
+    "outstanding-iodepth": Bound(1, 65_536, integer=True),     # queue depth per job of a regime cell
     "loop-cache-mib": Bound(1, 1 << 20, integer=True),
     "max-zones": Bound(2, 4096, integer=True),                 # zones profiled: pairs grow as its square
     "threshold": Bound(0, 2, open_lo=True, open_hi=True),      # share of the reference bandwidth

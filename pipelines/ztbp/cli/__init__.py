@@ -29,7 +29,7 @@ def emit(obj: Any, as_json: bool, text: str | None = None) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import acquire, analyse, app, apply, compare, device_study, doctor, export, loop, report, scale
+    from . import acquire, analyse, app, apply, compare, device_study, doctor, export, loop, regime, report, scale
     from .common import say_bounds
 
     parser = argparse.ArgumentParser(
@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     device_study.register(sub)
     doctor.register(sub)
     loop.register(sub)
+    regime.register(sub)
     report.register(sub)
     export.register(sub)
     scale.register(sub)

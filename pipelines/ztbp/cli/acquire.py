@@ -16,6 +16,11 @@ from ..units import MIB, parse_size, parse_zone_list
 from .common import add_backend_args, add_geometry_args, bounded, device_geometry
 
 
+def add_workload_arg(p: argparse.ArgumentParser) -> None:
+    """The preset workload, a positional with paper80 by default (capture, loop, regime)."""
+    p.add_argument("workload", nargs="?", default="paper80", help=f"one of {', '.join(PRESETS)} (default: paper80)")
+
+
 def add_workload_options(p: argparse.ArgumentParser) -> None:
     """Workload options shared by `ztbp workload` and `ztbp capture`."""
     p.add_argument("--reads", type=bounded("reads"), default=PAPER_READS,
@@ -193,7 +198,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("capture", help="trace a workload in the QEMU VM (zoned NVMe) into a run directory",
                        description="Boot the VM with a zoned NVMe namespace, run WORKLOAD under the NVMe probe, "
                                    "write runs/<UTC timestamp>-<workload>/ (probes/FORMAT.md).")
-    p.add_argument("workload", nargs="?", default="paper80", help=f"one of {', '.join(PRESETS)} (default: paper80)")
+    add_workload_arg(p)
     _common(p)
     add_fio_file_option(p, "once")
     g = p.add_argument_group("zoned namespace (QEMU backend)")

@@ -6,9 +6,8 @@ import argparse
 import json
 import sys
 
-from ..acquire.workload import PRESETS
 from ..analysis.params import AB_READS, CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
-from .acquire import add_fio_file_option, add_workload_options, workload_options
+from .acquire import add_fio_file_option, add_workload_arg, add_workload_options, workload_options
 from .common import add_backend_args, add_geometry_args, bounded, device_geometry
 
 
@@ -41,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "runs/<UTC timestamp>-loop-<workload>/ with loop.json and one run per round "
                                    "(probes/FORMAT.md). Stops after --rounds, when a config is not recommended "
                                    "(nothing is sent) or when the measured gain falls below --min-gain.")
-    p.add_argument("workload", nargs="?", default="paper80", help=f"one of {', '.join(PRESETS)} (default: paper80)")
+    add_workload_arg(p)
     add_workload_options(p)
     p.add_argument("--rounds", type=bounded("rounds"), default=3,
                    help="at most this many rounds (default: %(default)s)")

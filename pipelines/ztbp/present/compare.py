@@ -46,15 +46,20 @@ def effects_table(result: Mapping[str, Any]) -> list[str]:
         return []
     level = next(iter(effects.values()))["ci_level"]
     head = [*_HEADERS[:4], f"{100 * level:g} % CI", _HEADERS[5]]
-    rows = [head] + [[e["metric"], _value(e["mean_a"], e["unit"]), _value(e["mean_b"], e["unit"]), *_change(e),
-                      e["verdict"]] for e in effects.values()]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    rows = [[e["metric"], _value(e["mean_a"], e["unit"]), _value(e["mean_b"], e["unit"]), *_change(e),
+             e["verdict"]] for e in effects.values()]
+    return aligned(head, rows, left=(0, 5))
+
+
+def aligned(head: list[str], rows: list[list[str]], left: tuple[int, ...]) -> list[str]:
+    """A text table: the header, a rule, the rows; columns `left` flush left, the others flush right."""
+    widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
 
     def fmt(r: list[str]) -> str:
-        cells = [c.ljust(w) if i in (0, 5) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))]
+        cells = [c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))]
         return "  ".join(cells).rstrip()
 
-    return [fmt(head), "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows[1:]]
+    return [fmt(head), "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows]
 
 
 def _distributions(result: Mapping[str, Any]) -> list[str]:

@@ -1,0 +1,210 @@
+"""The regime sweep (`ztbp regime`): where does the device, not the emulated CPU, bound the IOPS?
+
+The loop's A/B mode (control/loop.py) over a grid of cells: each NVMeVirt build given (one per --slow factor, read
+from the folder name build.sh gives it) × each outstanding I/O (fio jobs × queue depth). Each cell is a loop
+directory OUT/slow<N>-<jobs>x<depth>/, run one after the other (one VM at a time). A cell whose loop finished with
+the same settings is reused, so an interrupted sweep resumes where it stopped; a cell left half done is moved aside
+(OUT/<cell>.partial-<UTC time>) and run again. The summary (analysis/regime.py) goes to OUT/regime.json, written
+whole after every cell.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from .. import paths
+from ..acquire.vm import nvmevirt_build, nvmevirt_module
+from ..acquire.workload import WorkloadOptions
+from ..analysis.params import AB_READS
+from ..analysis.regime import cell_finished, cell_name, cell_settings, regime_summary
+from ..contract import utc_now
+from ..errors import ZtbpError
+from ..files import make_dir, write_json
+from ..io.loop import LOOP_FILE, LoopFileError, read_loop
+from .loop import LoopRequest, run_loop
+
+REGIME_FILE = "regime.json"
+REGIME_FORMAT = "ztbp regime v1"
+
+
+class RegimeError(ZtbpError):
+    """The sweep cannot run as asked."""
+
+
+@dataclass(frozen=True)
+class RegimeRequest:
+    """What `ztbp regime` was asked for: the builds (one per --slow), the outstanding I/O of each cell and the
+    loop's A/B settings, the same in every cell."""
+
+    kos: tuple[Path, ...]
+    outstanding: tuple[tuple[int, int], ...]
+    out: Path
+    workload: WorkloadOptions = WorkloadOptions()
+    ab_pairs: int = 3
+    ab_reads: int = AB_READS
+    timeout: int = 7200
+    verbose: bool = False
+    run_cells: bool = True  # False: summarise the cells finished in `out`, run none
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of the grid: a build (its --slow) and an outstanding I/O; `loop` is its loop's request."""
+
+    name: str
+    slow: int
+    profile: str
+    loop: LoopRequest
+
+    def expected(self) -> dict[str, Any]:
+        """What the cell's loop.json must say to be reused (analysis/regime.cell_settings)."""
+        wl = self.loop.workload
+        return {"workload": wl.name, "reads": wl.reads, "jobs": wl.jobs, "iodepth": wl.iodepth,
+                "pairs": self.loop.ab_pairs, "reads_per_block": self.loop.ab_reads, "profile": self.profile,
+                "slow": self.slow}
+
+
+def default_out(workload: str) -> Path:
+    """runs/<UTC time>-regime-<workload>."""
+    return paths.RUNS / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-regime-{workload}"
+
+
+def _builds(kos: tuple[Path, ...]) -> list[tuple[Path, str, int]]:
+    """(module, profile, --slow) of each build, checked: a file, a build whose folder names its --slow, one per
+    --slow factor."""
+    if not kos:
+        raise RegimeError("give the NVMeVirt builds to sweep, one --nvmevirt-ko KO per --slow factor (build.sh ... "
+                          "--slow N prints the module's path; see vm/README.md)")
+    builds: list[tuple[Path, str, int]] = []
+    for ko in kos:
+        nvmevirt_module(ko, RegimeError)
+        build = nvmevirt_build(ko)
+        if build is None:
+            raise RegimeError(f"--nvmevirt-ko {ko}: its build is unknown (the folder {ko.resolve().parent.name!r} is "
+                              "not build.sh's <release>-<profile>[-slowN]); the sweep needs each build's --slow: "
+                              "give the module in the folder build.sh made")
+        twin = next((k for k, _, s in builds if s == build[1]), None)
+        if twin is not None:
+            raise RegimeError(f"--nvmevirt-ko {ko} and {twin} are both builds of --slow {build[1]}: give one build "
+                              "per --slow factor")
+        builds.append((ko, *build))
+    return builds
+
+
+def plan(req: RegimeRequest) -> list[Cell]:
+    """The cells, builds in the order given, each build's outstanding I/O in the order given; every cell's loop
+    request checked before anything boots."""
+    if req.ab_pairs < 2:
+        raise RegimeError(f"--ab {req.ab_pairs}: the sweep compares the configuration on and off in each cell; give "
+                          "at least 2 pairs of blocks")
+    if not req.outstanding:
+        raise RegimeError("--outstanding: give at least one cell, e.g. 4x1,36x4")
+    cells = []
+    for ko, profile, slow in _builds(req.kos):
+        for jobs, depth in req.outstanding:
+            name = cell_name(slow, jobs, depth)
+            loop = LoopRequest(workload=replace(req.workload, jobs=jobs, iodepth=depth), backend="nvmevirt",
+                               nvmevirt_ko=ko, out=str(req.out / name), timeout=req.timeout, verbose=req.verbose,
+                               ab_pairs=req.ab_pairs, ab_reads=req.ab_reads)
+            loop.validate()
+            cells.append(Cell(name, slow, profile, loop))
+    return cells
+
+
+def reusable(cell: Cell, root: Path) -> dict[str, Any] | None:
+    """The cell's finished loop (loop.json's content) when `root` holds one of the same settings; None when there is
+    nothing or a loop left half done; a RegimeError when it holds a finished loop of other settings (a sweep of
+    other settings in the same folder)."""
+    if not (root / LOOP_FILE).is_file():
+        return None
+    try:
+        doc = read_loop(root)
+    except LoopFileError:
+        return None
+    if not cell_finished(doc):
+        return None
+    got, want = cell_settings(doc), cell.expected()
+    if got != want:
+        diff = ", ".join(f"{k} {got[k]} (asked {want[k]})" for k in want if got[k] != want[k])
+        raise RegimeError(f"{root} holds a finished loop of other settings: {diff}; give another -o for a new sweep")
+    return doc
+
+
+def _set_aside(root: Path) -> Path | None:
+    """A cell's folder left half done, renamed out of the way (kept: its console.log says what happened)."""
+    if not root.exists() or not any(root.iterdir()):
+        return None
+    aside = root.with_name(f"{root.name}.partial-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+    root.rename(aside)
+    return aside
+
+
+def _doc(req: RegimeRequest, cells: list[Cell], done: list[dict[str, Any]], runs: dict[str, str]) -> dict[str, Any]:
+    summary = regime_summary(done)
+    return {"format": REGIME_FORMAT, "updated": utc_now(), "workload": req.workload.name,
+            "reads": req.workload.reads, "ab_pairs": req.ab_pairs, "ab_reads": req.ab_reads,
+            "cells": [{"cell": c.name, "slow": c.slow, "profile": c.profile, "jobs": c.loop.workload.jobs,
+                       "iodepth": c.loop.workload.iodepth, "dir": c.loop.out, "how": runs.get(c.name, "not run")}
+                      for c in cells],
+            "complete": len(done) == len(cells), **summary}
+
+
+def _earlier_runs(path: Path) -> dict[str, str]:
+    """How long each cell's loop took when an earlier sweep in the same folder ran it ("run in N s"), from its
+    regime.json ({} when there is none or it cannot be read)."""
+    try:
+        cells = json.loads(path.read_text()).get("cells") or []
+        return {c["cell"]: re.sub(r"^reused \((.*)\)$", r"\1", c["how"]) for c in cells
+                if re.match(r"^(reused \()?run in ", c.get("how") or "")}
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return {}
+
+
+def run_regime(req: RegimeRequest, run: Callable[[LoopRequest], dict[str, Any]] = run_loop,
+               say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run (or reuse) every cell in turn, then the summary; regime.json is rewritten after each cell. `run` is the
+    loop (control.loop.run_loop; a test passes its own)."""
+    cells = plan(req)
+    make_dir(req.out)
+    found = {c.name: reusable(c, req.out / c.name) for c in cells}  # a conflicting folder stops before any boot
+    before = _earlier_runs(req.out / REGIME_FILE)
+    done: list[dict[str, Any]] = []
+    how: dict[str, str] = {}
+    for i, c in enumerate(cells, start=1):
+        root = req.out / c.name
+        base = {"cell": c.name, "slow": c.slow, "jobs": c.loop.workload.jobs, "iodepth": c.loop.workload.iodepth}
+        doc = found[c.name]
+        if doc is not None:
+            say(f"cell {i}/{len(cells)} {c.name}: reused (its loop finished with the same settings)")
+            how[c.name] = f"reused ({before[c.name]})" if c.name in before else "reused"
+            done.append({**base, "loop": doc})
+        elif not req.run_cells:
+            say(f"cell {i}/{len(cells)} {c.name}: not finished, not run (summary only)")
+        else:
+            aside = _set_aside(root)
+            if aside is not None:
+                say(f"cell {i}/{len(cells)} {c.name}: a loop left half done moved to {aside.name}")
+            say(f"cell {i}/{len(cells)} {c.name}: --slow {c.slow}, {c.loop.workload.jobs} jobs x QD "
+                f"{c.loop.workload.iodepth} -> {root}")
+            t0 = time.monotonic()
+            try:
+                doc = run(c.loop)
+            except ZtbpError as e:
+                doc, error = None, str(e)
+            else:
+                error = None if cell_finished(doc) else f"no A/B effects (the loop stopped: {doc.get('stopped')})"
+            how[c.name] = f"run in {time.monotonic() - t0:.0f} s"
+            done.append({**base, "loop": doc if error is None else None, "error": error})
+            if doc is not None and doc.get("interrupted"):
+                write_json(req.out / REGIME_FILE, _doc(req, cells, done, how))
+                raise RegimeError(f"interrupted in cell {c.name}; run the same command again to resume", code=130)
+        write_json(req.out / REGIME_FILE, _doc(req, cells, done, how))
+    out = _doc(req, cells, done, how)
+    out["dir"] = str(req.out)
+    return out
