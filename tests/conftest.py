@@ -62,16 +62,20 @@ _POOL: Path | None = None
 #: The VM tests run as two chains, each in order by one pytest-xdist worker with its own shared guests (`just test`
 #: runs three workers: the third takes the unit tests and notebooks): a guest under TCG keeps about one host core
 #: busy, so one chain alone left the second core idle once the unit tests were done. "vm-b": the guests with a
-#: conventional namespace beside the zoned one (bookworm and trixie; compiles and captures), then QEMU's loops
-#: (nothing that judges timing); "vm-a": bookworm's default device, with NVMeVirt's A/B loop, then the profiler,
-#: NVMeVirt's last. Within a chain the files run in this order, so the tests of one guest follow each other and
-#: (ZTBP_POOL_MAX) each guest boots once. (Keeping NVMeVirt's tests for the end, alone on the machine once the
-#: other chain had ended, was measured and did not pay: their busy-polling guest does little but spin, and the
-#: run took 1,293 s of tests against 1,175 s with NVMeVirt in the middle of its chain.)
-VM_CHAINS = {"vm-b": ("test_app_vm.py", "test_layers_vm.py", "test_one_liners_vm.py", "test_loop_qemu_vm.py"),
-             "vm-a": ("test_capture_vm.py", "test_capture_fio_file_vm.py", "test_ztbp_ctl_vm.py", "test_loop_vm.py",
-                      "test_device_vm.py")}
+#: conventional namespace beside the zoned one (bookworm and trixie; compiles and captures); "vm-a": bookworm's
+#: default device (captures, ztbp-ctl, QEMU's loops, the profiler), then NVMeVirt. Within a chain the files run in
+#: this order, so the tests of one guest follow each other and (ZTBP_POOL_MAX) each guest boots once.
+VM_CHAINS = {"vm-b": ("test_app_vm.py", "test_layers_vm.py", "test_one_liners_vm.py"),
+             "vm-a": ("test_capture_vm.py", "test_capture_fio_file_vm.py", "test_ztbp_ctl_vm.py",
+                      "test_loop_qemu_vm.py", "test_device_vm.py", "test_loop_vm.py")}
 VM_ORDER = VM_CHAINS["vm-b"] + VM_CHAINS["vm-a"]
+#: NVMeVirt's tests come last in their chain and wait until the other chain has ended (its worker leaves
+#: CHAIN_STARTED and CHAIN_DONE files where the workers' basetemps meet, and stops its guests at its end): the
+#: module's two threads busy-poll two vCPUs, so beside another guest they took two host cores from it for their
+#: whole run, and their profile and A/B loop judge timing.
+CHAIN_STARTED, CHAIN_DONE = "chain-{}.started", "chain-{}.done"
+#: the longest wait for the other chain (a guest there has its own timeouts; then NVMeVirt goes on anyway)
+ALONE_WAIT_S = 3600
 
 
 def is_nvmevirt(item: pytest.Item) -> bool:
@@ -199,12 +203,71 @@ def stop_shared_guests() -> None:
             time.sleep(0.1)
 
 
+#: the chain NVMeVirt's tests run in (the last files of VM_CHAINS["vm-a"])
+NVMEVIRT_CHAIN = "vm-a"
+#: the chains this worker has started (their CHAIN_STARTED written)
+_STARTED: set[str] = set()
+
+
+def _meeting_place(config: pytest.Config) -> Path | None:
+    """The folder pytest-xdist's workers share (their basetemps' parent); none without xdist, where one process runs
+    every test in order anyway."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return None
+    return config._tmp_path_factory.getbasetemp().parent  # type: ignore[attr-defined]
+
+
+def _chain_over(place: Path, chain: str) -> bool:
+    """The chain has ended, or its worker has died."""
+    if (place / CHAIN_DONE.format(chain)).exists():
+        return True
+    try:
+        os.kill(int((place / CHAIN_STARTED.format(chain)).read_text()), 0)
+    except (OSError, ValueError):
+        return (place / CHAIN_STARTED.format(chain)).exists()  # started by a process now gone
+    return False
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A chain's first test says the chain has started; NVMeVirt's tests wait until every other chain of the session
+    is over."""
+    place = _meeting_place(item.config) if item.get_closest_marker("vm") is not None else None
+    if place is None:
+        return
+    chain = vm_chain(item.path.name)
+    if chain not in _STARTED:
+        _STARTED.add(chain)
+        (place / CHAIN_STARTED.format(chain)).write_text(str(os.getpid()))
+    if chain != NVMEVIRT_CHAIN or not is_nvmevirt(item):
+        return
+    others = {vm_chain(i.path.name) for i in item.session.items if i.get_closest_marker("vm") is not None} - {chain}
+    t0 = time.monotonic()
+    while not all(_chain_over(place, c) for c in others) and time.monotonic() - t0 < ALONE_WAIT_S:
+        time.sleep(1)
+    if (waited := time.monotonic() - t0) >= 1 and _POOL is not None:
+        with open(_POOL / "waits", "a") as log:
+            log.write(f"{item.name} waited {waited:.0f} s for the other chain to end\n")
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own teardown of the fixtures
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """The last test of a chain other than NVMeVirt's: its guests stop, then it says the chain is done."""
+    place = _meeting_place(item.config) if item.get_closest_marker("vm") is not None else None
+    chain = vm_chain(item.path.name)
+    if place is None or chain == NVMEVIRT_CHAIN:
+        return
+    if nextitem is not None and nextitem.get_closest_marker("vm") is not None and vm_chain(nextitem.path.name) == chain:
+        return
+    stop_shared_guests()
+    (place / CHAIN_DONE.format(chain)).write_text(str(os.getpid()))
+
+
 def pool_summary(pool: Path) -> list[str]:
     """Boots, commands and hung boots of the shared guests, and what each guest ran, for the end of the run."""
     if not (pool / "jobs").exists():
         return []
     logs = {f: (pool / f).read_text().splitlines() if (pool / f).exists() else []
-            for f in ("boots", "jobs", "hung-boots")}
+            for f in ("boots", "jobs", "hung-boots", "waits")}
     lines = [f"shared guests: {len(logs['jobs'])} guest commands in {len(logs['boots'])} boots; hung boots killed "
              f"and booted again: {len(logs['hung-boots'])}"]
     for config in sorted(pool.glob("*/config")):
@@ -215,6 +278,7 @@ def pool_summary(pool: Path) -> list[str]:
         ran = [f.split()[3] for f in logs["jobs"] if len(f.split()) > 3 and f.split()[2] == key]
         lines.append(f"  {Path(conf.get('image', '?')).name} ({device}, {conf.get('smp')} CPUs): {len(ran)} "
                      f"commands: {', '.join(r.split('/')[0] for r in ran)}")
+    lines += [f"  {w}" for w in logs["waits"]]
     return lines
 
 
