@@ -14,6 +14,8 @@ from ztbp import paths
 READS = 20000
 #: the NVMeVirt loop's A/B blocks: 2 pairs of this many reads after round 1
 AB_READS = 5000
+#: guest memory kept for NVMeVirt by its loop (1 GiB of storage) and its profile (4.5 GiB): one reserve, one guest
+NVMEVIRT_RESERVE = ["--nvmevirt-reserve", "4608M"]
 #: the model's cache for 20,000 reads: at the default 64 MiB nothing is evicted and zone-LRU equals LRU
 CACHE = ["--cache-mib", "16"]
 

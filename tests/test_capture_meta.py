@@ -237,6 +237,7 @@ def test_a_layer_capture_without_one_of_its_files_is_incomplete(tmp_path: Path) 
     ({"fs": "xfs"}, "--fs xfs"), ({"engine": "mmap"}, "--engine mmap"), ({"probes": ("bio",)}, "--probes"),
     ({"runtime_s": 0}, "--runtime"), ({"fs": "ext4", "geometry": Geometry(zones=32)}, "--conv-ns"),
     ({"size": "2G", "geometry": Geometry(zones=8, conv_ns_bytes=1 << 30)}, "larger than the zoned namespace"),
+    ({"reads": 16385, "size": "64M"}, "do not fit in --size 64M"),
 ])
 def test_layer_capture_requests_are_checked_before_the_boot(kwargs: dict, msg: str) -> None:
     with pytest.raises(CaptureError, match=msg):
@@ -248,6 +249,11 @@ def test_layer_capture_guest_environment() -> None:
     assert env["ZTBP_IODEPTH"] == "4" and env["ZTBP_JOBS"] == "3" and env["ZTBP_EXPECTED"] == "12"
     assert env["ZTBP_PROBES"] == "nvme,layers" and env["ZTBP_BENCH"] == "0"
     assert LayersCapture().guest_env()["ZTBP_IODEPTH"] == "1"
+    # a count of reads instead of a time: the guest's fio gets it, meta.json's workload says it
+    counted = LayersCapture(reads=2000, jobs=3)
+    assert counted.guest_env()["ZTBP_READS"] == "2000" and LayersCapture().guest_env()["ZTBP_READS"] == "0"
+    assert counted.workload_meta()["reads"] == 2000 and "runtime_s" not in counted.workload_meta()
+    LayersCapture(reads=16384, size="64M").validate()  # every block of the region once: fits
 
 
 @pytest.mark.parametrize("crash_lines,calls,code", [

@@ -127,7 +127,7 @@ PYTHONPATH=/ztbp/src/pipelines PYTHONDONTWRITEBYTECODE=1 python3 -m ztbp.cli cap
 	> "$O/host.json" 2> "$O/host.err"
 echo $? > "$O/host.rc"
 # 3. the layer probe with a tiny map: what it cannot hold must be counted, not vanish
-ZTBP_OUT="$O/tiny" ZTBP_FS=raw ZTBP_ENGINE=psync ZTBP_JOBS={TINY_JOBS} ZTBP_RUNTIME=3 ZTBP_SIZE=64M \
+ZTBP_OUT="$O/tiny" ZTBP_FS=raw ZTBP_ENGINE=psync ZTBP_JOBS={TINY_JOBS} ZTBP_READS=1500 ZTBP_SIZE=64M \
 	ZTBP_PROBES=layers ZTBP_MAX_ROWS={TINY_MAP} bash vm/guest/layers-capture.sh > "$O/tiny.log" 2>&1
 echo $? > "$O/tiny.rc"
 exit 7
@@ -202,14 +202,18 @@ def test_a_tiny_layer_map_loses_nothing_uncounted(battery: tuple[GuestResult, Pa
           "them maybe not requests)")
 
 
+#: the Ctrl-C capture: asked for ASKED reads, stopped once STOP_AT are done (its map sized for ASKED * 1.5 keys)
+ASKED, STOP_AT = 400_000, 100_000
+
+
 def test_ctrl_c_leaves_a_valid_partial_run(tmp_path: Path) -> None:
     """SIGINT during the workload: fio stops, the trace so far is saved, meta.json says complete: false.
 
-    Stopped after 150k reads or more, so bpftrace needs several seconds to read its map of rows before it prints
+    Stopped after STOP_AT reads or more, so bpftrace needs several seconds to read its map of rows before it prints
     any: the capture must wait for it without signalling it again (a second SIGINT kills bpftrace)."""
     out = tmp_path / "partial"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ztbp.cli", "capture", "paper80", "--reads", "1000000", "--jobs", str(JOBS),
+        [sys.executable, "-m", "ztbp.cli", "capture", "paper80", "--reads", str(ASKED), "--jobs", str(JOBS),
          "--out", str(out), "--timeout", "900"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=paths.ROOT)
     assert proc.stdout is not None
@@ -217,7 +221,7 @@ def test_ctrl_c_leaves_a_valid_partial_run(tmp_path: Path) -> None:
     for line in proc.stdout:
         seen.append(line)
         done = re.search(r"workload: ([0-9,]+)/", line)
-        if done and int(done.group(1).replace(",", "")) >= 150_000:
+        if done and int(done.group(1).replace(",", "")) >= STOP_AT:
             proc.send_signal(signal.SIGINT)
             break
     rest = proc.communicate(timeout=600)[0]
@@ -230,7 +234,7 @@ def test_ctrl_c_leaves_a_valid_partial_run(tmp_path: Path) -> None:
     assert meta["capture"]["status"] == "partial"
     data = rows(run)
     reads = sum(1 for r in data if r[7] == "read")
-    assert 150_000 <= reads < 1_000_000
+    assert STOP_AT <= reads < ASKED
     assert meta["lost_events"] == {"nvme": 0}
     stats = meta["probe_stats"]
     assert stats["mode"] == "map" and stats["completed"] == stats["rows"] == len(data)

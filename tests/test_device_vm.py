@@ -4,7 +4,8 @@ land in one conflict group, zones on other dies in their own, and the verdict ca
 the module's own layout), and a fio zoned
 cycling workload captured with `ztbp capture`, read back by `ztbp resets`.
 
-Three short boots. NVMeVirt is built from ../shared/nvmevirt; without it that test is skipped.
+QEMU's tests share a pooled guest; NVMeVirt's profile shares its guest with NVMeVirt's loop (test_loop_vm.py: the
+same memory reserve). NVMeVirt is built from ../shared/nvmevirt; without it that test is skipped.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from loop_run import NVMEVIRT_RESERVE
 
 from ztbp import paths
 from ztbp.acquire.vm import ensure_image
@@ -96,8 +98,9 @@ def test_nvmevirt_zones_on_one_die_form_one_group(nvmevirt_ko: Path, tmp_path: P
     """The positive control of the verdict beside QEMU's negative one: real conflicts, called structure."""
     out = tmp_path / "nvmevirt"
     proc = ztbp("profile", "--backend", "nvmevirt", "--nvmevirt-ko", str(nvmevirt_ko), "--nvmevirt-storage",
-                NVMEVIRT_STORAGE, "--rw", "write", "--bs", "256k", "--iodepth", "1", "--seconds", "2",
-                "--zones", "0,1,128,129", "--key", "nvmevirt-prototype", "--out", str(out), "--timeout", "1200")
+                NVMEVIRT_STORAGE, *NVMEVIRT_RESERVE, "--rw", "write", "--bs", "256k", "--iodepth", "1",
+                "--seconds", "2", "--zones", "0,1,128,129", "--key", "nvmevirt-prototype", "--out", str(out),
+                "--timeout", "1200")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((out / "profile.json").read_text())
     assert doc["device"]["nr_zones"] == 144 and doc["device"]["lba_bytes"] == 512

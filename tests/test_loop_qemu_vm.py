@@ -26,7 +26,9 @@ def test_qemu_loop_reports_the_refusal_and_scores_out_of_sample(tmp_path: Path) 
     assert oos["from_round"] == 1 and oos["hot_zones"] == r1["config"]["hot_zones"]
     assert 0 < oos["replayed_zone_lru"] <= 1 and oos["replayed_zone_lru"] > oos["replayed_lru"]
     assert_rounds_whole(doc)
-    assert doc["stopped"] == "2 rounds done"
+    # after round 2 either rule may speak first: the gain rule sees the model's gain from round 1 to 2, noise on a
+    # device that refused the zones (measured +0.0098 once, just below --min-gain)
+    assert doc["stopped"] == "2 rounds done" or doc["stopped"].startswith("measured gain"), doc["stopped"]
 
 
 def test_zipf_loop_stops_with_nothing_recommended(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import subprocess
 from typing import Any
 
 import pytest
-from loop_run import AB_READS, READS, assert_rounds_whole, loop
+from loop_run import AB_READS, NVMEVIRT_RESERVE, READS, assert_rounds_whole, loop
 
 from ztbp import paths
 from ztbp.acquire.vm import image_dir
@@ -37,7 +37,7 @@ def nvmevirt_loop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     assert build.returncode == 0, build.stderr[-2000:]
     ko = build.stdout.strip().splitlines()[-1]
     proc, doc = loop(out / "loop", "paper80", "--reads", str(READS), "--ab", "2", "--ab-reads", str(AB_READS),
-                     "--backend", "nvmevirt", "--nvmevirt-ko", ko)
+                     "--backend", "nvmevirt", "--nvmevirt-ko", ko, *NVMEVIRT_RESERVE)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return doc
 

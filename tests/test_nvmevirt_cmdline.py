@@ -35,7 +35,22 @@ def test_vmtest_args(tmp_path: Path) -> None:
     assert int(args[args.index("--memory") + 1].removesuffix("M")) > 4096 + 2049
 
 
+def test_a_reserve_shares_one_guest_between_storage_sizes(tmp_path: Path) -> None:
+    """The guest reserves the reserve; each module takes the start of it: two storage sizes, one kernel command
+    line and one guest memory, so one pooled guest serves both."""
+    ko = tmp_path / "nvmev.ko"
+    small, large = NvmevirtPlan(reserve_mib=4608), NvmevirtPlan(storage_mib=4608, reserve_mib=4608)
+    assert small.kernel_append == large.kernel_append == "memmap=4609M$4G"
+    assert small.memory_mib == large.memory_mib > 4096 + 4609
+    assert small.module_params == "memmap_start=4G memmap_size=1025M cpus=1,2"  # 32 zones, as without a reserve
+    assert large.module_params == "memmap_start=4G memmap_size=4609M cpus=1,2"
+    a, b = small.vmtest_args(ko), large.vmtest_args(ko)
+    assert [x for x in a if not x.startswith("ZTBP_KO_PARAMS")] == [x for x in b if not x.startswith("ZTBP_KO_PARAMS")]
+    assert NvmevirtPlan(reserve_mib=0).kernel_append == NvmevirtPlan().kernel_append
+
+
 @pytest.mark.parametrize("kwargs,msg", [
+    ({"storage_mib": 2048, "reserve_mib": 1024}, "smaller than its storage"),
     ({"storage_mib": 1000}, "multiple of the zone size"),
     ({"cpus": (1,)}, "at least two CPUs"),
     ({"cpus": (0, 1)}, "CPU 0"),

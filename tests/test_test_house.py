@@ -57,7 +57,8 @@ def test_nvmevirt_waits_for_the_other_chain_on_another_worker(tmp_path: Path) ->
         (tmp_path / file).write_text(FAKE_VM_TEST.format(name=name, sleep=sleep, log=log))
     (tmp_path / "test_unit.py").write_text("def test_u():\n    pass\n")
     env = {**os.environ, "ZTBP_NO_IMAGE_PREBUILD": "1", "ZTBP_NO_GUEST_POOL": "1"}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "3", "."],
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "3",
+                           "--basetemp", str(tmp_path / "bt"), "."],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     runs = {name: (worker, float(start), float(end))

@@ -193,6 +193,7 @@ LIMITS: dict[str, Bound] = {
     "zipf": Bound(0, 10, open_lo=True),                        # Zipf exponent
     "zones": Bound(1, MAX_ZONES, integer=True),                # zones of a namespace
     "zone-size": Bound(4 * KIB, 64 * GIB, integer=True),       # bytes; real zoned drives: 64 MiB to 2 GiB
+    "nvmevirt-reserve": Bound(MIB, 1 << 40, integer=True),     # bytes of guest memory kept for NVMeVirt
     "zone-limit": Bound(0, MAX_ZONES, integer=True),           # max open / active zones; 0 = no limit
     "lba-bytes": Bound(512, 65_536, integer=True),
     "timeout": Bound(1, 7 * 86_400, integer=True),             # seconds, up to a week

@@ -12,6 +12,8 @@
 #   ZTBP_IODEPTH    queue depth (default 1 for psync, 4 otherwise)
 #   ZTBP_JOBS       fio jobs reading at once (default 1)
 #   ZTBP_RUNTIME    seconds of random reads (default 5)
+#   ZTBP_READS      this many reads instead (READS / JOBS per job, rounded up; no time bound): a count that does
+#                   not depend on how fast the machine is
 #   ZTBP_SIZE       size of the file / device region read (default 256M)
 #   ZTBP_PROBES     comma list of probes to run: nvme,layers (default both)
 #   ZTBP_EXPECTED   requests in flight at once: sizes the layer probe's maps (probe-lib.sh, MAP SIZE; default
@@ -26,7 +28,7 @@ set -uo pipefail
 
 # shellcheck source=vm/guest/probe-lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/probe-lib.sh"   # also OUT, DEV, STOP_FILE, SRC (the repository)
-settings FS=raw ENGINE=psync JOBS=1 RUNTIME=5 SIZE=256M PROBES=nvme,layers BENCH=0 TRACE_PREP=0
+settings FS=raw ENGINE=psync JOBS=1 RUNTIME=5 READS=0 SIZE=256M PROBES=nvme,layers BENCH=0 TRACE_PREP=0
 if [ "$ENGINE" = "psync" ]; then IODEPTH="${ZTBP_IODEPTH:-1}"; else IODEPTH="${ZTBP_IODEPTH:-4}"; fi
 EXPECTED="${ZTBP_EXPECTED:-$((JOBS * IODEPTH))}"
 stack_namespaces            # ZNS, CONV, MNT
@@ -70,15 +72,16 @@ prepare_stack() {
 		ext4)
 			[ -b "$CONV" ] || die "$CONV missing: ext4 needs the conventional namespace (vmtest.sh --conv-ns 1G)"
 			say "stage stack ext4 on the conventional namespace $CONV"
-			mkfs.ext4 -q -F "$CONV" || die "mkfs.ext4 failed"
-			mkdir -p "$MNT" && mount -t ext4 "$CONV" "$MNT" || die "mount ext4 failed"
+			# inode tables and journal zeroed now, not by a kernel thread while the probes run
+			mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$CONV" || die "mkfs.ext4 failed"
+			mkdir -p "$MNT" && mount -t ext4 -o noatime "$CONV" "$MNT" || die "mount ext4 failed"
 			TARGET="$MNT/data"; FS_DEV="$CONV" ;;
 		btrfs)
 			say "stage stack btrfs -O zoned on $ZNS"
 			blkzone reset "$ZNS" || die "blkzone reset failed"
 			mkfs.btrfs -q -f -O zoned -m single -d single "$ZNS" > "$TMP/mkfs.txt" 2>&1 ||
 				die "mkfs.btrfs -O zoned failed: $(tr '\n' ' ' < "$TMP/mkfs.txt")"
-			mkdir -p "$MNT" && mount -t btrfs "$ZNS" "$MNT" || die "mount btrfs failed: $(dmesg | tail -3)"
+			mkdir -p "$MNT" && mount -t btrfs -o noatime "$ZNS" "$MNT" || die "mount btrfs failed: $(dmesg | tail -3)"
 			TARGET="$MNT/data"; FS_DEV="$ZNS" ;;
 		*) die "ZTBP_FS must be raw, ext4 or btrfs, not '$FS'" ;;
 	esac
@@ -103,9 +106,15 @@ start_nvme() {
 }
 
 run_fio() { # output.json: fio's JSON with latency histograms (json+), so meta.json gets exact percentiles
+	local amount=(--runtime="$RUNTIME" --time_based)
+	[ "$READS" -gt 0 ] && amount=(--number_ios=$(((READS + JOBS - 1) / JOBS)))
 	fio --name=randread --filename="$TARGET" --rw=randread --bs=4k --direct=1 --ioengine="$ENGINE" \
-		--iodepth="$IODEPTH" --numjobs="$JOBS" --size="$SIZE" --runtime="$RUNTIME" --time_based \
+		--iodepth="$IODEPTH" --numjobs="$JOBS" --size="$SIZE" "${amount[@]}" \
 		--randrepeat=0 --output-format=json+ --output="$1" > /dev/null || die "fio failed"
+}
+
+amount_text() { # what run_fio reads, for progress lines
+	if [ "$READS" -gt 0 ]; then echo "$(((READS + JOBS - 1) / JOBS)) reads per job"; else echo "${RUNTIME}s"; fi
 }
 
 iops() { # fio.json -> read IOPS, summed over the jobs (the first "iops" inside each job's "read" object)
@@ -114,7 +123,7 @@ iops() { # fio.json -> read IOPS, summed over the jobs (the first "iops" inside 
 }
 
 bench() {
-	say "stage bench: fio without and with the layer probe, $BENCH_ROUNDS rounds each, ${RUNTIME}s per round"
+	say "stage bench: fio without and with the layer probe, $BENCH_ROUNDS rounds each, $(amount_text) per round"
 	local r without=() with=() lost=()
 	for r in $(seq 1 "$BENCH_ROUNDS"); do
 		run_fio "$TMP/bench-off-$r.json"; without+=("$(iops "$TMP/bench-off-$r.json")")
@@ -156,7 +165,7 @@ main() {
 	for name in ${PROBES//,/ }; do
 		[ -n "${PROBE_PID[$name]:-}" ] || "start_$name"
 	done
-	say "stage workload fio randread 4k $ENGINE iodepth $IODEPTH jobs $JOBS on $FS ($TARGET) for ${RUNTIME}s"
+	say "stage workload fio randread 4k $ENGINE iodepth $IODEPTH jobs $JOBS on $FS ($TARGET): $(amount_text)"
 	t0="$(date +%s.%N)"
 	run_fio "$TMP/fio.json"
 	info workload_s "$(echo "$(date +%s.%N) $t0" | awk '{printf "%.3f", $1 - $2}')"

@@ -361,6 +361,7 @@ class VmCapture:
     backend: str = "qemu"
     nvmevirt_ko: Path | None = None
     nvmevirt_storage_bytes: int = 1 << 30
+    nvmevirt_reserve_bytes: int = 0  # 0: the storage
     out: str | None = None
     timeout: int = 3600
     verbose: bool = False
@@ -384,7 +385,8 @@ def run_capture(req: VmCapture) -> CaptureOutcome:
         raise CaptureError(f"unknown workload '{req.workload.name}'; choose one of: {', '.join(PRESETS)}")
     # a user's job is checked (there, allowed options only) before anything boots
     user_text = None if req.fio_file is None else read_user_job(req.fio_file)
-    dev = vm_device(req.backend, req.geometry, req.nvmevirt_ko, req.nvmevirt_storage_bytes, CaptureError)
+    dev = vm_device(req.backend, req.geometry, req.nvmevirt_ko, req.nvmevirt_storage_bytes, CaptureError,
+                    req.nvmevirt_reserve_bytes)
     script = nvme_probe(req.probe)
     wl = req.workload.build(device="/dev/nvme0n1", zone_bytes=dev.zone_bytes, nr_zones=dev.nr_zones)
     if req.fio_file is None:
@@ -481,6 +483,7 @@ class LayersCapture:
     iodepth: int = 0  # 0: 1 for psync, 4 otherwise
     jobs: int = 1
     runtime_s: int = 5
+    reads: int = 0  # > 0: this many reads (reads / jobs each, rounded up) instead of runtime_s
     size: str = "256M"
     probes: tuple[str, ...] = ("nvme", "layers")
     trace_prep: bool = False
@@ -513,6 +516,10 @@ class LayersCapture:
                                "or more")
         if self.fs == "ext4" and not self.geometry.conv_ns_bytes:
             raise CaptureError("--fs ext4 runs on the conventional namespace: give it a size with --conv-ns")
+        if self.reads and -(-self.reads // self.jobs) * 4096 > parse_size(self.size):
+            raise CaptureError(f"--reads {self.reads:,}: {-(-self.reads // self.jobs):,} 4 KiB reads a job do not fit "
+                               f"in --size {self.size} (fio reads each block once); give a larger --size or fewer "
+                               "reads")
         if parse_size(self.size) > self.geometry.zone_bytes * self.geometry.zones:
             raise CaptureError(f"--size {self.size} is larger than the zoned namespace "
                                f"({self.geometry.zones} zones of {self.geometry.zone_bytes // MIB} MiB)")
@@ -521,14 +528,15 @@ class LayersCapture:
     def workload_meta(self) -> dict[str, Any]:
         """meta.json `workload` of a layer capture (`fs_device` is added from the guest)."""
         return {"name": self.name, "kind": "layers", "fio": "randread bs=4k direct=1", "engine": self.engine,
-                "iodepth": self.depth, "jobs": self.jobs, "runtime_s": self.runtime_s, "size": self.size,
-                "fs": self.fs}
+                "iodepth": self.depth, "jobs": self.jobs, "size": self.size, "fs": self.fs,
+                **({"reads": self.reads} if self.reads else {"runtime_s": self.runtime_s})}
 
     def guest_env(self) -> dict[str, str]:
         """vm/guest/layers-capture.sh's environment. ZTBP_EXPECTED: the requests in flight at once, which size the
         layer probe's maps (it forgets a request when it ends; vm/guest/probe-lib.sh, MAP SIZE)."""
         return {"ZTBP_FS": self.fs, "ZTBP_ENGINE": self.engine, "ZTBP_IODEPTH": str(self.depth),
-                "ZTBP_JOBS": str(self.jobs), "ZTBP_RUNTIME": str(self.runtime_s), "ZTBP_SIZE": self.size,
+                "ZTBP_JOBS": str(self.jobs), "ZTBP_RUNTIME": str(self.runtime_s), "ZTBP_READS": str(self.reads),
+                "ZTBP_SIZE": self.size,
                 "ZTBP_PROBES": ",".join(self.probes), "ZTBP_TRACE_PREP": str(int(self.trace_prep)),
                 "ZTBP_BENCH": str(int(self.bench)), "ZTBP_BENCH_ROUNDS": str(self.bench_rounds),
                 "ZTBP_EXPECTED": str(self.jobs * self.depth)}
@@ -539,7 +547,8 @@ def run_layers_capture(req: LayersCapture) -> CaptureOutcome:
     req.validate()
     g = req.geometry
     progress = Progress(0, req.verbose)
-    progress.say(f"capture {req.name}: fio randread 4 KiB, {req.jobs} job(s) x QD {req.depth}, {req.runtime_s} s; "
+    amount = f"{req.reads:,} reads" if req.reads else f"{req.runtime_s} s"
+    progress.say(f"capture {req.name}: fio randread 4 KiB, {req.jobs} job(s) x QD {req.depth}, {amount}; "
                  f"probes {','.join(req.probes)}{', bench first' if req.bench else ''}")
     meta = device_meta(vm_device("qemu", g), req.workload_meta(), {name: LAYER_SCRIPTS[name] for name in req.probes})
     run = start_run(req.name, req.out, meta, vm=True, echo=progress.say, suite=req.suite)

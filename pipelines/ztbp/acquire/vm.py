@@ -129,12 +129,15 @@ class NvmevirtPlan:
     NVMeVirt needs `memmap=<size>$<start>` on the kernel command line, the same range as module parameters,
     storage = memmap_size - 1 MiB as a whole number of zones, guest RAM above start + size, and at least two
     CPUs for its dispatcher and worker threads (they busy-poll, so they get their own vCPUs: -smp 3, cpus=1,2).
+    `reserve_mib` (0: the storage) reserves more guest memory than the storage uses, the module taking the start of
+    it: commands with other storage sizes but the same reserve boot the same guest (one pooled guest serves them).
     """
 
     storage_mib: int = 1024
     zone_mib: int = 32
     start_mib: int = 4096
     cpus: tuple[int, ...] = (1, 2)
+    reserve_mib: int = 0
 
     def __post_init__(self) -> None:
         if self.storage_mib <= 0 or self.zone_mib <= 0 or self.storage_mib % self.zone_mib:
@@ -144,10 +147,19 @@ class NvmevirtPlan:
             raise VmError("NVMeVirt needs at least two CPUs (dispatcher and worker), e.g. cpus=1,2")
         if 0 in self.cpus:
             raise VmError("keep CPU 0 for the guest's own work: NVMeVirt's threads busy-poll their CPUs")
+        if self.reserve_mib and self.reserve_mib < self.storage_mib:
+            raise VmError(f"NVMeVirt reserve ({self.reserve_mib} MiB) is smaller than its storage "
+                          f"({self.storage_mib} MiB): reserve at least the storage, or 0 for just the storage")
 
     @property
     def memmap_size_mib(self) -> int:
+        """The module's range: its storage and 1 MiB."""
         return self.storage_mib + 1
+
+    @property
+    def reserved_mib(self) -> int:
+        """The range the guest kernel keeps out of its own use (memmap=): the reserve, at least the module's."""
+        return max(self.reserve_mib, self.storage_mib) + 1
 
     @property
     def zones(self) -> int:
@@ -160,12 +172,12 @@ class NvmevirtPlan:
     @property
     def memory_mib(self) -> int:
         """Guest RAM: the reserved range ends at start + size; leave 2 GiB above it for the guest."""
-        end = self.start_mib + self.memmap_size_mib
+        end = self.start_mib + self.reserved_mib
         return -(-(end + 2048) // 1024) * 1024
 
     @property
     def kernel_append(self) -> str:
-        return f"memmap={_mib_text(self.memmap_size_mib)}${_mib_text(self.start_mib)}"
+        return f"memmap={_mib_text(self.reserved_mib)}${_mib_text(self.start_mib)}"
 
     @property
     def module_params(self) -> str:
@@ -206,13 +218,15 @@ class VmDevice:
 
 
 def vm_device(backend: str, geometry: Geometry, ko: Path | None = None, storage_bytes: int = 1 << 30,
-              error: type[ZtbpError] = VmError) -> VmDevice:
+              error: type[ZtbpError] = VmError, reserve_bytes: int = 0) -> VmDevice:
     """The device of `--backend`: QEMU's namespace of `geometry` (checked), or NVMeVirt (`ko`, checked) with
-    `storage_bytes` of storage in zones of geometry.zone_bytes and 512-byte LBAs."""
+    `storage_bytes` of storage in zones of geometry.zone_bytes and 512-byte LBAs, in a guest that reserves
+    `reserve_bytes` for it (0: the storage)."""
     try:
         if backend == "nvmevirt":
             module = nvmevirt_module(ko, error)
-            plan = NvmevirtPlan(storage_mib=storage_bytes // MIB, zone_mib=geometry.zone_bytes // MIB)
+            plan = NvmevirtPlan(storage_mib=storage_bytes // MIB, zone_mib=geometry.zone_bytes // MIB,
+                                reserve_mib=reserve_bytes // MIB)
             return VmDevice(backend, None, plan.vmtest_args(module), plan.zones, 512, geometry.zone_bytes,
                             module=module)
         geometry.validate()

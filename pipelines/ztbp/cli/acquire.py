@@ -91,7 +91,8 @@ def _capture(args: argparse.Namespace) -> int:
 
     req = VmCapture(workload=workload_options(args), geometry=device_geometry(args), backend=args.backend,
                     nvmevirt_ko=args.nvmevirt_ko,
-                    nvmevirt_storage_bytes=parse_size(args.nvmevirt_storage), out=args.out, timeout=args.timeout,
+                    nvmevirt_storage_bytes=parse_size(args.nvmevirt_storage),
+                    nvmevirt_reserve_bytes=args.nvmevirt_reserve or 0, out=args.out, timeout=args.timeout,
                     verbose=args.verbose, probe=args.probe, suite=args.suite, fio_file=args.fio_file)
     return _finish(run_capture(req), args.json)
 
@@ -110,7 +111,8 @@ def _capture_layers(args: argparse.Namespace) -> int:
     probes = tuple(p.strip() for p in args.probes.split(",") if p.strip())
     geometry = device_geometry(args)
     req = LayersCapture(fs=args.fs, engine=args.engine, iodepth=args.iodepth, jobs=args.jobs,
-                        runtime_s=args.runtime, size=args.size, probes=probes, trace_prep=args.trace_prep,
+                        runtime_s=args.runtime, reads=args.reads or 0, size=args.size, probes=probes,
+                        trace_prep=args.trace_prep,
                         bench=args.bench, bench_rounds=args.bench_rounds, geometry=geometry, out=args.out,
                         timeout=args.timeout, verbose=args.verbose, suite=args.suite)
     return _finish(run_layers_capture(req), args.json)
@@ -231,6 +233,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="fio jobs reading at once (default: %(default)s)")
     c.add_argument("--runtime", type=bounded("runtime"), default=5,
                    help="seconds of random reads (default: %(default)s)")
+    c.add_argument("--reads", type=bounded("reads"), default=None,
+                   help="this many random reads instead of --runtime (READS / --jobs a job, rounded up): a count "
+                        "that does not depend on the machine's speed (default: --runtime)")
     c.add_argument("--size", default="256M", help="file or device region read (default: %(default)s)")
     c.add_argument("--probes", default="nvme,layers", help="nvme,layers (default) or layers")
     c.add_argument("--trace-prep", action="store_true",

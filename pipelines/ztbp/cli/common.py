@@ -115,6 +115,9 @@ def add_backend_args(p: argparse.ArgumentParser | argparse._ArgumentGroup, backe
     if storage:
         p.add_argument("--nvmevirt-storage", default="1G",
                        help="NVMeVirt storage (default %(default)s = 32 zones of 32 MiB)")
+    p.add_argument("--nvmevirt-reserve", type=BoundedSize("nvmevirt-reserve"), default=None, metavar="SIZE",
+                   help="guest memory reserved for NVMeVirt, at least its storage (default: the storage); "
+                        "commands with the same reserve can share one pooled guest (vm/vmtest.sh, guest pool)")
 
 
 def add_geometry_args(p: argparse.ArgumentParser | argparse._ArgumentGroup, *, zones_flag: str = "--zones",

@@ -89,7 +89,7 @@ def _profile(args: argparse.Namespace) -> int:
 
         geometry = device_geometry(args)
         plan = NvmevirtPlan(storage_mib=parse_size(args.nvmevirt_storage) // MIB,
-                            zone_mib=args.zone_size // MIB)
+                            zone_mib=args.zone_size // MIB, reserve_mib=(args.nvmevirt_reserve or 0) // MIB)
         runner = GuestRunner(out=out, backend=args.backend, geometry=geometry,
                              nvmevirt_ko=args.nvmevirt_ko,
                              nvmevirt_plan=plan, timeout_s=args.timeout, on_line=on_line)

@@ -78,6 +78,7 @@ class LoopRequest:
     min_gain: float = RECOMMEND_GAIN
     backend: str = "qemu"  # qemu | nvmevirt | host
     nvmevirt_ko: Path | None = None
+    nvmevirt_reserve_bytes: int = 0  # guest memory kept for NVMeVirt (0: its storage)
     geometry: Geometry = Geometry()
     host_device: str | None = None
     fio_file: Path | None = None
@@ -463,7 +464,8 @@ def run_loop(req: LoopRequest) -> dict[str, Any]:
     if req.backend == "host":
         place = host_place(req.host_device)
     else:
-        dev = vm_device(req.backend, req.geometry, req.nvmevirt_ko, error=LoopError)
+        dev = vm_device(req.backend, req.geometry, req.nvmevirt_ko, error=LoopError,
+                        reserve_bytes=req.nvmevirt_reserve_bytes)
         place = Place("/dev/nvme0n1", dev.lba_bytes, dev.zone_bytes, dev.nr_zones, vm=dev)
     wl = req.workload.build(device=place.device, zone_bytes=place.zone_bytes, nr_zones=place.nr_zones)
     progress.expected = wl.total_reads if req.fio_file is None else 0  # each round's countdown (A/B: on_round)
