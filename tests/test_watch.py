@@ -1,0 +1,272 @@
+"""`ztbp watch`: windows, drift with hysteresis, the budget, rollback, the journal and --resume, on synthetic streams
+through the session's own pipeline with a fake device (no probe, no VM)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ztbp.analysis.watch import Decision, WatchParams, WatchState, WindowSummary, decide
+from ztbp.control import watch as cw
+from ztbp.control.watch import ProbeLines, Session, WatchRequest, read_journal, replay
+from ztbp.errors import FileSystemError
+
+META = {"zone_size_lba": 1024, "lba_bytes": 4096, "nr_zones": 128}
+A = (3, 17, 40, 77, 101)
+B = (9, 22, 58, 90, 120)
+W = 10_000  # commands per window
+K = 3
+T0 = 1.7e9
+
+
+class FakeDevice:
+    """Records SET and STOP; refuses SET when `refuse` (QEMU's device has no ZTBP protocol)."""
+
+    def __init__(self, refuse: bool = False) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.refuse = refuse
+
+    def set(self, zones: tuple[int, ...]) -> dict[str, Any]:
+        self.calls.append(("set", zones))
+        if self.refuse:
+            return {"ok": False, "exit_code": 30, "message": "device does not implement the ZTBP cache protocol"}
+        return {"ok": True, "exit_code": 0}
+
+    def stop(self) -> dict[str, Any]:
+        self.calls.append(("stop",))
+        return {"ok": True, "exit_code": 0}
+
+    def status(self) -> dict[str, Any]:
+        return {"ok": False}
+
+
+def session(tmp: Path, device: FakeDevice, resume: bool = False, start: float = T0, **params: Any) -> Session:
+    """A session whose clock moves 10 minutes a window (the default minimum interval) from `start`."""
+    p = WatchParams(**{"k": K, "cache_mib": 8, **params})
+    tick = {"n": 0}
+
+    def clock() -> float:
+        tick["n"] += 1
+        return start + 600.0 * tick["n"]
+
+    return Session(WatchRequest(META, p, tmp, window_commands=W, resume=resume), device, clock)
+
+
+def windows(phases: list[tuple[str, int, tuple[int, ...]]]) -> list[tuple[str, int, tuple[int, ...]]]:
+    return [(kind, n * W, hot) for kind, n, hot in phases]
+
+
+def decisions(folder: Path) -> list[dict[str, Any]]:
+    return [r for r in read_journal(folder) if r["kind"] == "decision"]
+
+
+def test_three_phases_follow_the_hot_set_and_roll_back(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    s = session(tmp_path, dev)
+    out = s.run(replay(windows([("hot", 8, A), ("hot", 8, B), ("zipf", 8, ())]), META, seed=1))
+    assert out["windows"] == 24 and out["commands"] == 24 * W and out["in_force"] == []
+    assert dev.calls == [("set", A), ("set", B), ("stop",)]
+    d = decisions(tmp_path)
+    applies = [(r["window"], tuple(r["zones"])) for r in d if r["action"] == "apply"]
+    assert applies == [(K - 1, A), (8 + K - 1, B)]  # A after K windows; B within K windows of the shift
+    assert "replacing [3, 17, 40, 77, 101]" in d[8 + K - 1]["reason"]
+    rollbacks = [r for r in d if r["action"] == "rollback"]
+    assert [r["window"] for r in rollbacks] == [16 + K - 1] and "stayed below +0.01" in rollbacks[0]["reason"]
+    assert all(r["action"] != "apply" for r in d[16:])  # nothing applied in the Zipf phase
+    kinds = [r["kind"] for r in read_journal(tmp_path)]
+    assert kinds[0] == "start" and kinds[-1] == "stop"
+    assert kinds.count("window") == 24 and kinds.count("apply") == 2 and kinds.count("rollback") == 1
+    assert kinds.count("verify") == 2
+    rows = sorted((tmp_path / "rows").glob("rows-*.parquet"))
+    assert len(rows) == 24
+
+
+def test_a_budget_of_one_apply_defers_the_second(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    session(tmp_path, dev, budget_per_day=1).run(replay(windows([("hot", 5, A), ("hot", 6, B)]), META, seed=2))
+    assert dev.calls[0] == ("set", A) and ("set", B) not in dev.calls
+    deferred = [r for r in decisions(tmp_path) if "deferred: budget of 1 apply a day used at" in r["reason"]]
+    assert deferred and deferred[0]["window"] == 5 + K - 1
+    assert "zones [9, 22, 58, 90, 120]" in deferred[0]["reason"]
+
+
+def test_one_noisy_window_does_not_flip_the_device(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    session(tmp_path, dev).run(replay(windows([("hot", 5, A), ("hot", 1, B), ("uniform", 1, ()), ("hot", 4, A)]),
+                                      META, seed=3))
+    assert dev.calls == [("set", A)]
+    assert [r["action"] for r in decisions(tmp_path)].count("hold") == 10
+
+
+def test_resume_continues_from_the_journal(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    session(tmp_path, dev).run(replay(windows([("hot", 4, A)]), META, seed=4))
+    assert dev.calls == [("set", A)]
+    dev2 = FakeDevice()
+    s = session(tmp_path, dev2, resume=True, start=T0 + 3600)  # the machine's clock went on
+    assert s.window == 4 and s.state.in_force == A and len(s.state.applies) == 1
+    s.run(replay(windows([("hot", 4, B)]), META, seed=5))
+    assert dev2.calls == [("set", B)]
+    d = decisions(tmp_path)
+    assert [r["window"] for r in d] == list(range(8))
+    assert d[4 + K - 1]["action"] == "apply" and "replacing [3, 17, 40, 77, 101]" in d[4 + K - 1]["reason"]
+    starts = [r for r in read_journal(tmp_path) if r["kind"] == "start"]
+    assert [r["resumed"] for r in starts] == [False, True]
+
+
+def test_a_full_disk_stops_the_journal_with_one_clear_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    calls = {"n": 0}
+
+    def fsync(fd: int) -> None:
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(cw.os, "fsync", fsync)
+    s = session(tmp_path, FakeDevice())
+    with pytest.raises(FileSystemError) as e:
+        s.run(replay(windows([("hot", 5, A)]), META, seed=6))
+    msg = str(e.value)
+    assert msg.startswith("the journal stopped, and the session with it: cannot write ")
+    assert "watch.jsonl: no space left on its device" in msg and "\n" not in msg
+    assert s.journal.f is None  # closed
+    assert e.value.code == 74
+
+
+def test_uniform_stream_applies_nothing_ever(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    session(tmp_path, dev).run(replay(windows([("uniform", 12, ())]), META, seed=7))
+    assert dev.calls == []
+    d = decisions(tmp_path)
+    assert len(d) == 12 and {r["reason"] for r in d} == {"hold: no hot zone"}
+
+
+def test_a_device_refusing_set_does_not_end_the_session(tmp_path: Path) -> None:
+    dev = FakeDevice(refuse=True)
+    out = session(tmp_path, dev, min_interval_s=0).run(replay(windows([("hot", 6, A)]), META, seed=8))
+    assert out["windows"] == 6 and out["in_force"] == []
+    assert dev.calls == [("set", A), ("set", A)]  # tried again after K more windows; never rolled back
+    refused = [r for r in read_journal(tmp_path) if r["kind"] == "apply"]
+    assert [r["ok"] for r in refused] == [False, False]
+    assert "ZTBP cache protocol" in refused[0]["message"]
+
+
+def test_on_exit_stop_stops_the_set_in_force(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    s = session(tmp_path, dev)
+    s.req.on_exit = "stop"
+    out = s.run(replay(windows([("hot", 4, A)]), META, seed=9))
+    assert dev.calls == [("set", A), ("stop",)] and out["device"] == "stopped"
+
+
+def test_the_parquet_journal_rotates_under_its_cap(tmp_path: Path) -> None:
+    s = session(tmp_path, FakeDevice())
+    s.journal.cap = 256 << 10
+    s.run(replay(windows([("uniform", 12, ())]), META, seed=10))
+    parts = sorted((tmp_path / "rows").glob("rows-*.parquet"))
+    sizes = [p.stat().st_size for p in parts]
+    assert 1 <= len(parts) < 12 and sum(sizes) <= (256 << 10)
+    assert parts[-1].name == "rows-000011.parquet"
+
+
+def test_windows_by_seconds_close_on_the_rows_time(tmp_path: Path) -> None:
+    p = WatchParams(k=K, cache_mib=8)
+    s = Session(WatchRequest(META, p, tmp_path, window_commands=10**6, window_s=0.05), FakeDevice(), lambda: T0)
+    s.run(replay([("uniform", 20_000, ())], META, rate=100_000.0))  # 0.2 s of rows: four windows of 5,000
+    w = [r for r in read_journal(tmp_path) if r["kind"] == "window"]
+    assert [r["commands"] for r in w] == [5_000, 5_000, 5_000]  # the fourth is still open when the source ends
+
+
+def test_probe_lines_are_read_as_the_capture_reads_them() -> None:
+    lines = ["Attaching 4 probes...", "# ztbp nvme v1",
+             "ts_ns,lat_ns,ctrl,qid,cid,nsid,opcode,op,slba,nlb,zone_action,status,tid",
+             "21904415620,412901,0,1,20,1,121,zone_mgmt_send,8192,0,reset,0,312",
+             "Lost 7 events", "", "30122093117,301822,0,1,4129,1,2,read,60417,1,,0,320",
+             "30122130054,288113,0,2,8264,1,2,read,12008,1,,0,321", "@completed: 3"]
+    batches = list(ProbeLines(lines, 1024, batch_lines=2))
+    assert [b.frame.height for b in batches] == [2, 1] and sum(b.lost for b in batches) == 7
+    assert batches[0].frame["op"].to_list() == ["zone_mgmt_send", "read"]
+
+
+def summary(hot: tuple[int, ...], gain: float | None, in_force_gain: float | None = None) -> WindowSummary:
+    return WindowSummary(0, T0, W, W, 0, hot, hot, gain, in_force_gain)
+
+
+def test_a_set_that_is_not_recommended_is_never_applied() -> None:
+    st = WatchState()
+    for _ in range(5):
+        d, st = decide(st, summary(A, 0.001), WatchParams(k=2), T0)
+        assert d.action == "hold"
+    assert "not recommended: held-out gain +0.0010 below +0.01" in d.reason
+
+
+def test_the_minimum_interval_defers_with_the_time_allowed() -> None:
+    st = WatchState(in_force=B, applies=(T0,), candidate=A, candidate_streak=2)
+    d, _ = decide(st, summary(A, 0.05, 0.05), WatchParams(k=3, min_interval_s=600), T0 + 60)
+    assert d == Decision("defer", d.reason, A)
+    assert d.reason.startswith("deferred: minimum interval of 600 s since the apply at ")
+    assert "next allowed at 2023-11-14 22:23:20 UTC" in d.reason
+
+
+def test_a_rolled_back_set_backs_off() -> None:
+    st = WatchState(in_force=A, low_gain_streak=1)
+    p = WatchParams(k=2, backoff_s=3600)
+    d, st = decide(st, summary((), None, 0.0), p, T0)
+    assert d.action == "rollback" and st.backoff == ((A, T0 + 3600),)
+    for _ in range(2):
+        d, st = decide(st, summary(A, 0.05), p, T0 + 60)
+    assert d.action == "hold" and "backing off until" in d.reason
+    d, st = decide(st, summary(A, 0.05), p, T0 + 3700)
+    assert d.action == "apply"
+
+
+def test_watch_refuses_a_missing_device_in_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "ZTBP_SYSFS": str(tmp_path)}
+    p = subprocess.run([sys.executable, "-m", "ztbp.cli", "watch", "/dev/nvme7n1", "--journal", str(tmp_path / "j")],
+                       capture_output=True, text=True, env=env, check=False)
+    assert p.returncode != 0 and p.stdout == ""
+    assert p.stderr.strip().splitlines() == [
+        f"ztbp watch: error: /dev/nvme7n1: no such block device ({tmp_path}/block/nvme7n1/queue missing); give a "
+        "whole namespace like /dev/nvme0n1"]
+    assert not (tmp_path / "j").exists()
+
+
+def test_watch_refuses_an_option_out_of_range() -> None:
+    p = subprocess.run([sys.executable, "-m", "ztbp.cli", "watch", "/dev/nvme0n1", "--budget-per-day", "-1"],
+                       capture_output=True, text=True, check=False)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.strip().splitlines()[-1] == ("ztbp watch: error: argument --budget-per-day: '-1' is out of "
+                                                 "range: give an integer in [0, 1000]")
+
+
+def test_the_journal_lines_are_json(tmp_path: Path) -> None:
+    session(tmp_path, FakeDevice()).run(replay(windows([("hot", 3, A)]), META, seed=11))
+    for line in (tmp_path / "watch.jsonl").read_text().splitlines():
+        assert isinstance(json.loads(line)["kind"], str)
+
+
+def test_the_ctl_device_runs_ztbp_ctl_with_the_device_after_double_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ztbp.writeback import ctl
+
+    seen: list[list[str]] = []
+
+    def fake_run(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        seen.append(argv)
+        return subprocess.CompletedProcess(argv, 30, '{"message": "device does not implement the ZTBP cache '
+                                                     'protocol"}\n', "")
+
+    monkeypatch.setattr(ctl, "ensure_ctl", lambda: Path("/bin/true"))
+    monkeypatch.setattr(ctl.subprocess, "run", fake_run)
+    res = cw.CtlDevice("/dev/nvme0n1").set(A)
+    assert seen[-1][1:] == ["set", "--zones", "3,17,40,77,101", "--json", "--", "/dev/nvme0n1"]
+    assert res["ok"] is False and res["exit_code"] == 30 and "ZTBP cache protocol" in res["message"]
+    cw.CtlDevice("/dev/nvme0n1").stop()
+    assert seen[-1][1:] == ["stop", "--json", "--", "/dev/nvme0n1"]
