@@ -270,3 +270,44 @@ def test_the_ctl_device_runs_ztbp_ctl_with_the_device_after_double_dash(monkeypa
     assert res["ok"] is False and res["exit_code"] == 30 and "ZTBP cache protocol" in res["message"]
     cw.CtlDevice("/dev/nvme0n1").stop()
     assert seen[-1][1:] == ["stop", "--json", "--", "/dev/nvme0n1"]
+
+
+def fake_bpftrace(tmp: Path, body: str) -> None:
+    (tmp / "bpftrace").write_text(f"#!/bin/sh\n{body}\n")
+    (tmp / "bpftrace").chmod(0o755)
+
+
+def test_the_probe_process_feeds_the_session_and_its_failure_is_one_line(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cw.os, "geteuid", lambda: 0)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    fake_bpftrace(tmp_path, "echo 'Attaching 4 probes...'; echo '# ztbp nvme v1'\n"
+                            "echo 'ts_ns,lat_ns,ctrl,qid,cid,nsid,opcode,op,slba,nlb,zone_action,status,tid'\n"
+                            "i=0; while [ $i -lt 3000 ]; do echo \"$i,100,0,1,$i,1,2,read,$((i * 7)),1,,0,1\"; "
+                            "i=$((i + 1)); done; echo 'Lost 2 events' >&2")
+    probe = cw.ProbeProcess(tmp_path / "x.bt")
+    p = WatchParams(k=K, cache_mib=8)
+    s = Session(WatchRequest(META, p, tmp_path / "j", window_commands=1_000), FakeDevice(), lambda: T0)
+    out = s.run(ProbeLines(probe.lines(), 1024))
+    probe.close()
+    assert out["commands"] == 3_000 and out["windows"] == 3 and out["lost"] == 2
+    fake_bpftrace(tmp_path, "echo 'ERROR: kprobe attach failed: no such kprobe nvme_setup_cmd' >&2; exit 1")
+    probe = cw.ProbeProcess(tmp_path / "x.bt")
+    s = Session(WatchRequest(META, p, tmp_path / "k"), FakeDevice(), lambda: T0)
+    with pytest.raises(cw.ZtbpError) as e:
+        s.run(ProbeLines(probe.lines(), 1024))
+    assert str(e.value) == ("the streaming probe could not run on this machine (bpftrace exit 1): ERROR: kprobe "
+                            "attach failed: no such kprobe nvme_setup_cmd")
+    last = read_journal(tmp_path / "k")[-1]
+    assert last["kind"] == "stop" and last["why"].startswith("error: the streaming probe could not run")
+
+
+def test_the_status_line_says_rate_lost_set_last_decision_and_next_apply() -> None:
+    from ztbp.present.watch import status_line
+
+    st = WatchState(in_force=A, applies=(T0,))
+    line = status_line(50_000, 2.0, 3, st, {"action": "apply"}, WatchParams(min_interval_s=600), T0 + 60)
+    assert line == ("25,000 cmd/s | lost 3 | in force: 3,17,40,77,101 | last: apply | next apply allowed: "
+                    "2023-11-14 22:23:20 UTC")
+    line = status_line(0, 0.0, 0, WatchState(), None, WatchParams(), T0)
+    assert line == "0 cmd/s | lost 0 | in force: none | last: none yet | next apply allowed: now"

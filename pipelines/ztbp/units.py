@@ -219,7 +219,7 @@ LIMITS: dict[str, Bound] = {
     "ramp": Bound(0, 3600),
     "span-mib": Bound(0, 1 << 20),                             # MiB; 0 = the whole zone
     # ztbp watch
-    "window-commands": Bound(1_000, 10**7, integer=True),       # commands per window (held in memory: one window)
+    "window-commands": Bound(1_000, 2_000_000, integer=True),   # commands per window (held in memory: one window)
     "watch-window-s": Bound(0.1, 86_400),                       # seconds per window
     "k": Bound(1, 1000, integer=True),                          # windows in a row before a change (hysteresis)
     "budget-per-day": Bound(0, 1000, integer=True),             # applies a day; 0 = never apply

@@ -145,16 +145,23 @@ class ProbeProcess:
         if os.geteuid() != 0:
             raise ZtbpError("cannot start the streaming probe: watch needs root (bpftrace); run it with sudo")
         env = {**os.environ, "BPFTRACE_STRLEN": "16", "BPFTRACE_PERF_RB_PAGES": "32768"}
-        self.proc = subprocess.Popen(["bpftrace", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        # stderr joins stdout: bpftrace's messages ("Lost N events", its errors) are read in order, and a pipe
+        # nobody reads never fills and blocks it
+        self.proc = subprocess.Popen(["bpftrace", str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      env=env, start_new_session=True)
+        self.last = b""
 
     def lines(self) -> Iterator[bytes]:
+        """bpftrace's output lines; a ZtbpError with its last line when it exits with an error."""
         assert self.proc.stdout is not None
-        yield from self.proc.stdout
+        for line in self.proc.stdout:
+            if line.strip():
+                self.last = line
+            yield line
         if self.proc.wait() != 0:
-            err = (self.proc.stderr.read().decode("utf-8", "replace") if self.proc.stderr else "").strip()
-            raise ZtbpError(f"the streaming probe stopped (bpftrace exit {self.proc.returncode}): "
-                            f"{err.splitlines()[-1] if err else 'no message'}")
+            last = self.last.decode("utf-8", "replace").strip() or "no message"
+            raise ZtbpError(f"the streaming probe could not run on this machine (bpftrace exit "
+                            f"{self.proc.returncode}): {last}")
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -422,6 +429,11 @@ class Session:
                     break
         except KeyboardInterrupt:
             why = "interrupted"
+        except FileSystemError:
+            raise  # the journal is closed already
+        except ZtbpError as e:  # the source failed (the probe stopped): the journal says so and closes
+            self.finish(f"error: {e}")
+            raise
         finally:
             close = getattr(source, "close", None)
             if close is not None:
