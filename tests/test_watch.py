@@ -29,9 +29,10 @@ T0 = 1.7e9
 class FakeDevice:
     """Records SET and STOP; refuses SET when `refuse` (QEMU's device has no ZTBP protocol)."""
 
-    def __init__(self, refuse: bool = False) -> None:
+    def __init__(self, refuse: bool = False, reads: list[int] | None = None) -> None:
         self.calls: list[tuple[Any, ...]] = []
         self.refuse = refuse
+        self.reads = reads or []  # STATUS's read counts, one per call (none: no STATUS)
 
     def set(self, zones: tuple[int, ...]) -> dict[str, Any]:
         self.calls.append(("set", zones))
@@ -44,7 +45,9 @@ class FakeDevice:
         return {"ok": True, "exit_code": 0}
 
     def status(self) -> dict[str, Any]:
-        return {"ok": False}
+        if not self.reads:
+            return {"ok": False}
+        return {"ok": True, "result": {"ok": True, "reads": self.reads.pop(0)}}
 
 
 def session(tmp: Path, device: FakeDevice, resume: bool = False, start: float = T0, **params: Any) -> Session:
@@ -311,3 +314,38 @@ def test_the_status_line_says_rate_lost_set_last_decision_and_next_apply() -> No
                     "2023-11-14 22:23:20 UTC")
     line = status_line(0, 0.0, 0, WatchState(), None, WatchParams(), T0)
     assert line == "0 cmd/s | lost 0 | in force: none | last: none yet | next apply allowed: now"
+
+
+def test_verify_compares_statuss_read_count_with_the_reads_traced(tmp_path: Path) -> None:
+    dev = FakeDevice(reads=[2**32 - 100, W - 100])  # before the apply, after the next window (wrapped at 2^32)
+    session(tmp_path, dev).run(replay(windows([("hot", 4, A)]), META, seed=12))
+    v = [r for r in read_journal(tmp_path) if r["kind"] == "verify"]
+    assert len(v) == 1 and v[0]["window"] == K and v[0]["zones"] == list(A)
+    assert v[0]["status_reads_delta"] == W == v[0]["reads_traced"] and v[0]["status_matches"] is True
+    assert v[0]["measured_gain"] > 0.01
+
+
+def test_ztbp_watch_runs_a_session_from_the_probe_to_the_journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from ztbp.cli import main
+
+    q = tmp_path / "sys" / "block" / "nvme0n1" / "queue"
+    q.mkdir(parents=True)
+    for name, value in (("zoned", "host-managed"), ("logical_block_size", "4096"), ("chunk_sectors", "8192"),
+                        ("nr_zones", "128")):
+        (q / name).write_text(value + "\n")
+    monkeypatch.setenv("ZTBP_SYSFS", str(tmp_path / "sys"))
+    monkeypatch.setattr(cw.os, "geteuid", lambda: 0)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    fake_bpftrace(tmp_path, "echo '# ztbp nvme v1'\n"
+                            "echo 'ts_ns,lat_ns,ctrl,qid,cid,nsid,opcode,op,slba,nlb,zone_action,status,tid'\n"
+                            "i=0; while [ $i -lt 2500 ]; do echo \"$i,100,0,1,$i,1,2,read,$((i * 53)),1,,0,1\"; "
+                            "i=$((i + 1)); done")
+    rc = main(["watch", "/dev/nvme0n1", "--window-commands", "1000", "--journal", str(tmp_path / "j"), "--json"])
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rc == 0 and [o.get("window") for o in out[:2]] == [0, 1]
+    assert out[-1]["summary"]["commands"] == 2_500 and out[-1]["summary"]["windows"] == 2
+    assert out[-1]["summary"]["why"] == "the source ended" and out[-1]["summary"]["open_window_commands"] == 500
+    assert len(list((tmp_path / "j" / "rows").glob("rows-*.parquet"))) == 3  # the open window's rows kept too
+    start = read_journal(tmp_path / "j")[0]
+    assert start["meta"] == {"device": "nvme0n1", "lba_bytes": 4096, "zone_size_lba": 1024, "nr_zones": 128}

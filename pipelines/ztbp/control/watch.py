@@ -404,7 +404,8 @@ class Session:
 
     def _verify(self, gain: float | None, reads: int) -> None:
         after = status_reads(self.device.status())
-        moved = None if after is None or self.status_before is None else after - self.status_before
+        # STATUS's count is ztbp-ctl's u32 result dword: it wraps at 2^32
+        moved = None if after is None or self.status_before is None else (after - self.status_before) % (1 << 32)
         self.journal.write("verify", window=self.window, zones=list(self.state.in_force), measured_gain=gain,
                            status_reads_delta=moved, reads_traced=reads,
                            status_matches=None if moved is None else moved == reads)
@@ -441,11 +442,18 @@ class Session:
         return self.finish(why)
 
     def finish(self, why: str) -> dict[str, Any]:
+        """The end: the open window's rows kept (not decided on), the device as on_exit says, the stop record."""
+        if self.frames:
+            try:
+                self.journal.rows(pl.concat(self.frames, how="diagonal_relaxed"))
+            except FileSystemError as e:
+                why += f"; {e}"
         device = "left as it is"
         if self.req.on_exit == "stop" and self.state.in_force:
             res = self.device.stop()
             device = "stopped" if res.get("ok") else f"STOP failed: {res.get('message')}"
-        summary = {"windows": self.window, "commands": self.commands_total, "lost": self.lost_total,
+        summary = {"windows": self.window, "commands": self.commands_total, "open_window_commands": self.commands,
+                   "lost": self.lost_total,
                    "in_force": list(self.state.in_force), "why": why, "device": device,
                    "last_decision": self.last.as_dict() if self.last else None}
         try:
