@@ -275,26 +275,33 @@ def test_the_ctl_device_runs_ztbp_ctl_with_the_device_after_double_dash(monkeypa
     assert seen[-1][1:] == ["stop", "--json", "--", "/dev/nvme0n1"]
 
 
-def fake_bpftrace(tmp: Path, body: str) -> None:
+def fake_bpftrace(tmp: Path, body: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stand-in bpftrace first on PATH running `body`, and this process taken for root."""
     (tmp / "bpftrace").write_text(f"#!/bin/sh\n{body}\n")
     (tmp / "bpftrace").chmod(0o755)
+    monkeypatch.setattr(cw.os, "geteuid", lambda: 0)
+    monkeypatch.setenv("PATH", f"{tmp}:{os.environ['PATH']}")
+
+
+def probe_output(reads: int, stride: int) -> str:
+    """Shell printing the probe's version line, header and `reads` one-block reads `stride` LBAs apart."""
+    return ("echo '# ztbp nvme v1'; echo 'ts_ns,lat_ns,ctrl,qid,cid,nsid,opcode,op,slba,nlb,zone_action,status,tid'\n"
+            f"i=0; while [ $i -lt {reads} ]; do echo \"$i,100,0,1,$i,1,2,read,$((i * {stride})),1,,0,1\"; "
+            "i=$((i + 1)); done")
 
 
 def test_the_probe_process_feeds_the_session_and_its_failure_is_one_line(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cw.os, "geteuid", lambda: 0)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    fake_bpftrace(tmp_path, "echo 'Attaching 4 probes...'; echo '# ztbp nvme v1'\n"
-                            "echo 'ts_ns,lat_ns,ctrl,qid,cid,nsid,opcode,op,slba,nlb,zone_action,status,tid'\n"
-                            "i=0; while [ $i -lt 3000 ]; do echo \"$i,100,0,1,$i,1,2,read,$((i * 7)),1,,0,1\"; "
-                            "i=$((i + 1)); done; echo 'Lost 2 events' >&2")
+    fake_bpftrace(tmp_path, f"echo 'Attaching 4 probes...'; {probe_output(3000, 7)}; echo 'Lost 2 events' >&2",
+                  monkeypatch)
     probe = cw.ProbeProcess(tmp_path / "x.bt")
     p = WatchParams(k=K, cache_mib=8)
     s = Session(WatchRequest(META, p, tmp_path / "j", window_commands=1_000), FakeDevice(), lambda: T0)
     out = s.run(ProbeLines(probe.lines(), 1024))
     probe.close()
     assert out["commands"] == 3_000 and out["windows"] == 3 and out["lost"] == 2
-    fake_bpftrace(tmp_path, "echo 'ERROR: kprobe attach failed: no such kprobe nvme_setup_cmd' >&2; exit 1")
+    fake_bpftrace(tmp_path, "echo 'ERROR: kprobe attach failed: no such kprobe nvme_setup_cmd' >&2; exit 1",
+                  monkeypatch)
     probe = cw.ProbeProcess(tmp_path / "x.bt")
     s = Session(WatchRequest(META, p, tmp_path / "k"), FakeDevice(), lambda: T0)
     with pytest.raises(cw.ZtbpError) as e:
@@ -335,12 +342,7 @@ def test_ztbp_watch_runs_a_session_from_the_probe_to_the_journal(tmp_path: Path,
                         ("nr_zones", "128")):
         (q / name).write_text(value + "\n")
     monkeypatch.setenv("ZTBP_SYSFS", str(tmp_path / "sys"))
-    monkeypatch.setattr(cw.os, "geteuid", lambda: 0)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    fake_bpftrace(tmp_path, "echo '# ztbp nvme v1'\n"
-                            "echo 'ts_ns,lat_ns,ctrl,qid,cid,nsid,opcode,op,slba,nlb,zone_action,status,tid'\n"
-                            "i=0; while [ $i -lt 2500 ]; do echo \"$i,100,0,1,$i,1,2,read,$((i * 53)),1,,0,1\"; "
-                            "i=$((i + 1)); done")
+    fake_bpftrace(tmp_path, probe_output(2500, 53), monkeypatch)
     rc = main(["watch", "/dev/nvme0n1", "--window-commands", "1000", "--journal", str(tmp_path / "j"), "--json"])
     out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert rc == 0 and [o.get("window") for o in out[:2]] == [0, 1]
