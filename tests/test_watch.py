@@ -351,3 +351,29 @@ def test_ztbp_watch_runs_a_session_from_the_probe_to_the_journal(tmp_path: Path,
     assert len(list((tmp_path / "j" / "rows").glob("rows-*.parquet"))) == 3  # the open window's rows kept too
     start = read_journal(tmp_path / "j")[0]
     assert start["meta"] == {"device": "nvme0n1", "lba_bytes": 4096, "zone_size_lba": 1024, "nr_zones": 128}
+
+
+def test_sigterm_stops_the_session_cleanly_and_detaches_the_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from ztbp.cli import main
+
+    q = tmp_path / "sys" / "block" / "nvme0n1" / "queue"
+    q.mkdir(parents=True)
+    for name, value in (("zoned", "host-managed"), ("logical_block_size", "4096"), ("chunk_sectors", "8192"),
+                        ("nr_zones", "128")):
+        (q / name).write_text(value + "\n")
+    monkeypatch.setenv("ZTBP_SYSFS", str(tmp_path / "sys"))
+    pid = tmp_path / "probe.pid"
+    fake_bpftrace(tmp_path, f"echo $$ > {pid}; {probe_output(2500, 53)}; kill -TERM $PPID; exec sleep 30",
+                  monkeypatch)
+    dev = FakeDevice()
+    monkeypatch.setattr(cw, "CtlDevice", lambda name: dev)
+    rc = main(["watch", "/dev/nvme0n1", "--window-commands", "1000", "--journal", str(tmp_path / "j"),
+               "--on-exit", "stop"])
+    assert rc == 130
+    assert "watch stopped (interrupted (SIGTERM)): 2 windows, 2,500 commands, 0 lost" in capsys.readouterr().out
+    last = read_journal(tmp_path / "j")[-1]
+    assert last["kind"] == "stop" and last["why"] == "interrupted (SIGTERM)" and last["device"] == "left as it is"
+    assert last["open_window_commands"] == 500
+    with pytest.raises(ProcessLookupError):  # bpftrace is gone
+        os.kill(int(pid.read_text()), 0)

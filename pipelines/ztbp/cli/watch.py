@@ -41,7 +41,7 @@ def _watch(args: argparse.Namespace) -> int:
     else:
         print(file=sys.stderr)
         print(summary_text(summary))
-    return 130 if summary["why"] == "interrupted" else 0
+    return 130 if summary["why"].startswith("interrupted") else 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -45,8 +45,10 @@ from ..io.nvme import IngestReport, body_rows
 
 JOURNAL = "watch.jsonl"
 ROWS = "rows"
-#: data lines parsed at once from the probe's output
+#: data lines parsed at once from the probe's output, or fewer when the first of them came this many seconds ago
+#: (checked as each line arrives: a device that goes idle leaves its last lines waiting for the next one)
 BATCH_LINES = 8192
+BATCH_S = 1.0
 
 
 @dataclass
@@ -61,8 +63,9 @@ class Batch:
 class ProbeLines:
     """Batches from the streaming probe's output lines (bytes or str), as the capture's streaming path reads them."""
 
-    def __init__(self, lines: Iterable[bytes | str], zone_size_lba: int, batch_lines: int = BATCH_LINES) -> None:
-        self.lines, self.zone_size_lba, self.batch_lines = lines, zone_size_lba, batch_lines
+    def __init__(self, lines: Iterable[bytes | str], zone_size_lba: int, batch_lines: int = BATCH_LINES,
+                 batch_s: float = BATCH_S) -> None:
+        self.lines, self.zone_size_lba, self.batch_lines, self.batch_s = lines, zone_size_lba, batch_lines, batch_s
         self.report = IngestReport("stream")
         self.header: list[str] | None = None
         self.line_no = 0
@@ -70,7 +73,7 @@ class ProbeLines:
     def __iter__(self) -> Iterator[Batch]:
         version = NVME_VERSION_LINE.encode()
         body: list[bytes] = []
-        lost, first = 0, 0
+        lost, first, since = 0, 0, 0.0
         for raw in self.lines:
             line = raw.encode() if isinstance(raw, str) else raw
             self.line_no += 1
@@ -88,9 +91,9 @@ class ProbeLines:
             if not text or (text.startswith(b"@") and b": " in text):
                 continue
             if not body:
-                first = self.line_no
+                first, since = self.line_no, time.monotonic()
             body.append(text + b"\n")
-            if len(body) >= self.batch_lines:
+            if len(body) >= self.batch_lines or time.monotonic() - since >= self.batch_s:
                 yield Batch(body_rows(b"".join(body), self.header, self.zone_size_lba, first, self.report), lost)
                 body, lost = [], 0
         if body or lost:
@@ -150,6 +153,13 @@ class ProbeProcess:
         self.proc = subprocess.Popen(["bpftrace", str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      env=env, start_new_session=True)
         self.last = b""
+        self.stopping = False
+
+    def stop(self) -> None:
+        """SIGINT to bpftrace: it detaches, prints what it still holds and exits (the end of its lines)."""
+        self.stopping = True
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
 
     def lines(self) -> Iterator[bytes]:
         """bpftrace's output lines; a ZtbpError with its last line when it exits with an error."""
@@ -158,14 +168,14 @@ class ProbeProcess:
             if line.strip():
                 self.last = line
             yield line
-        if self.proc.wait() != 0:
+        if self.proc.wait() != 0 and not self.stopping:
             last = self.last.decode("utf-8", "replace").strip() or "no message"
             raise ZtbpError(f"the streaming probe could not run on this machine (bpftrace exit "
                             f"{self.proc.returncode}): {last}")
 
     def close(self) -> None:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
+            self.stop()
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -417,17 +427,14 @@ class Session:
                            ok=res.get("ok"), message=res.get("message"))
         self.verify_next = False
 
-    def run(self, source: Iterable[Batch], should_stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
-        """Feed the source until it ends, should_stop() says so or an interruption; the journal is closed and the
-        device left as it is (on_exit "keep") or STOPped ("stop"). A full journal raises FileSystemError after
-        the clean-up."""
-        why = "the source ended"
+    def run(self, source: Iterable[Batch], stopped: Callable[[], str | None] = lambda: None) -> dict[str, Any]:
+        """Feed the source until it ends (stopped(): why it was made to end, e.g. a signal) or an interruption;
+        the journal is closed and the device left as it is (on_exit "keep") or STOPped ("stop"). A full journal
+        raises FileSystemError after the clean-up."""
         try:
             for batch in source:
                 self.feed(batch)
-                if should_stop():
-                    why = "stopped by a signal"
-                    break
+            why = stopped() or "the source ended"
         except KeyboardInterrupt:
             why = "interrupted"
         except FileSystemError:
@@ -478,15 +485,19 @@ def watch_device(req: WatchRequest, dev: str, on_window: Callable[[Session], Non
     lba, zone_bytes, nr = host_geometry(dev, sysfs)
     req.meta = {"device": Path(dev).name, "lba_bytes": lba, "zone_size_lba": zone_bytes // lba, "nr_zones": nr}
     probe = ProbeProcess(paths.PROBES / "nvme_zone_stream.bt")
+    caught: list[str] = []
 
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt  # Session.run stops on it as on Ctrl-C
+    def on_signal(signum: int, frame: Any) -> None:
+        # never raise in the middle of a window: ask bpftrace to stop; the session reads its last rows to the end
+        caught.append(signal.Signals(signum).name)
+        probe.stop()
 
-    previous = signal.signal(signal.SIGTERM, on_term)
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         session = Session(req, CtlDevice(dev), on_window=on_window)
         source = ProbeLines(probe.lines(), req.meta["zone_size_lba"])
-        return session.run(source)
+        return session.run(source, lambda: f"interrupted ({caught[0]})" if caught else None)
     finally:
         probe.close()  # never leave bpftrace running, whatever happened
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
