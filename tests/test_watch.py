@@ -283,6 +283,16 @@ def fake_bpftrace(tmp: Path, body: str, monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("PATH", f"{tmp}:{os.environ['PATH']}")
 
 
+def fake_zoned(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sysfs (ZTBP_SYSFS) where nvme0n1 is a host-managed namespace of 128 zones of 4 MiB, 4 KiB blocks."""
+    q = tmp / "sys" / "block" / "nvme0n1" / "queue"
+    q.mkdir(parents=True)
+    for name, value in (("zoned", "host-managed"), ("logical_block_size", "4096"), ("chunk_sectors", "8192"),
+                        ("nr_zones", "128")):
+        (q / name).write_text(value + "\n")
+    monkeypatch.setenv("ZTBP_SYSFS", str(tmp / "sys"))
+
+
 def probe_output(reads: int, stride: int) -> str:
     """Shell printing the probe's version line, header and `reads` one-block reads `stride` LBAs apart."""
     return ("echo '# ztbp nvme v1'; echo 'ts_ns,lat_ns,ctrl,qid,cid,nsid,opcode,op,slba,nlb,zone_action,status,tid'\n"
@@ -336,12 +346,7 @@ def test_ztbp_watch_runs_a_session_from_the_probe_to_the_journal(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     from ztbp.cli import main
 
-    q = tmp_path / "sys" / "block" / "nvme0n1" / "queue"
-    q.mkdir(parents=True)
-    for name, value in (("zoned", "host-managed"), ("logical_block_size", "4096"), ("chunk_sectors", "8192"),
-                        ("nr_zones", "128")):
-        (q / name).write_text(value + "\n")
-    monkeypatch.setenv("ZTBP_SYSFS", str(tmp_path / "sys"))
+    fake_zoned(tmp_path, monkeypatch)
     fake_bpftrace(tmp_path, probe_output(2500, 53), monkeypatch)
     rc = main(["watch", "/dev/nvme0n1", "--window-commands", "1000", "--journal", str(tmp_path / "j"), "--json"])
     out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -357,12 +362,7 @@ def test_sigterm_stops_the_session_cleanly_and_detaches_the_probe(tmp_path: Path
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     from ztbp.cli import main
 
-    q = tmp_path / "sys" / "block" / "nvme0n1" / "queue"
-    q.mkdir(parents=True)
-    for name, value in (("zoned", "host-managed"), ("logical_block_size", "4096"), ("chunk_sectors", "8192"),
-                        ("nr_zones", "128")):
-        (q / name).write_text(value + "\n")
-    monkeypatch.setenv("ZTBP_SYSFS", str(tmp_path / "sys"))
+    fake_zoned(tmp_path, monkeypatch)
     pid = tmp_path / "probe.pid"
     fake_bpftrace(tmp_path, f"echo $$ > {pid}; {probe_output(2500, 53)}; kill -TERM $PPID; exec sleep 30",
                   monkeypatch)
