@@ -120,6 +120,8 @@ def test_resume_continues_from_the_journal(tmp_path: Path) -> None:
     d = decisions(tmp_path)
     assert [r["window"] for r in d] == list(range(8))
     assert d[4 + K - 1]["action"] == "apply" and "replacing [3, 17, 40, 77, 101]" in d[4 + K - 1]["reason"]
+    parts = sorted(p.name for p in (tmp_path / "rows").glob("rows-*.parquet"))
+    assert parts == [f"rows-{i:06d}.parquet" for i in range(8)]  # the Parquet journal goes on too
     starts = [r for r in read_journal(tmp_path) if r["kind"] == "start"]
     assert [r["resumed"] for r in starts] == [False, True]
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..analysis.params import PAGE_KIB, RECOMMEND_GAIN
+from ..analysis.params import CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
 from .common import BoundedSize, bounded
 
 
@@ -69,7 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threshold", type=bounded("min-gain"), default=RECOMMEND_GAIN,
                    help="hit-ratio gain of zone-LRU over LRU a set must reach to be applied and to stay "
                         "(default: %(default)s)")
-    p.add_argument("--cache-mib", type=bounded("loop-cache-mib"), default=64,
+    p.add_argument("--cache-mib", type=bounded("loop-cache-mib"), default=CACHE_MIB,
                    help="cache size of the model (default: %(default)s)")
     p.add_argument("--page-kib", type=bounded("page-kib"), default=PAGE_KIB,
                    help="cache page of the model (default: %(default)s)")
