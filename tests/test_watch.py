@@ -379,3 +379,12 @@ def test_sigterm_stops_the_session_cleanly_and_detaches_the_probe(tmp_path: Path
     assert last["open_window_commands"] == 500
     with pytest.raises(ProcessLookupError):  # bpftrace is gone
         os.kill(int(pid.read_text()), 0)
+
+
+def test_set_sends_the_five_most_read_zones_of_a_larger_hot_set() -> None:
+    import numpy as np
+
+    reads = np.zeros(128, dtype=np.int64)
+    reads[[1, 2, 3, 4, 5, 6, 7]] = [10, 70, 30, 70, 50, 60, 20]
+    assert cw.sent_zones((1, 2, 3, 4, 5, 6, 7), reads) == (2, 3, 4, 5, 6)
+    assert cw.sent_zones(A, reads) == A[:5]

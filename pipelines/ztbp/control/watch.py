@@ -37,11 +37,12 @@ from typing import IO, Any, Protocol
 import numpy as np
 import polars as pl
 
-from ..analysis.watch import Decision, WatchParams, WatchState, cell_counts, decide, read_rows, summarise
+from ..analysis.watch import Decision, WatchParams, WatchState, cell_counts, decide, read_rows, summarise, zone_counts
 from ..contract import NVME_VERSION_LINE
 from ..errors import FileSystemError, ZtbpError
 from ..files import fs_error, make_dir
 from ..io.nvme import IngestReport, body_rows
+from ..writeback.config import DEVICE_MAX_ZONES
 
 JOURNAL = "watch.jsonl"
 ROWS = "rows"
@@ -209,6 +210,12 @@ class CtlDevice:
     def status(self) -> dict[str, Any]:
         from ..writeback.ctl import command
         return command("status", self.dev)
+
+
+def sent_zones(zones: tuple[int, ...], reads: np.ndarray) -> tuple[int, ...]:
+    """The zones SET sends, by zone id: the device takes at most DEVICE_MAX_ZONES, so the most read of the window
+    (ties by zone id), as ztbp-ctl's --top5 does."""
+    return tuple(sorted(sorted(zones, key=lambda z: (-int(reads[z]), z))[:DEVICE_MAX_ZONES]))
 
 
 def status_reads(answer: dict[str, Any]) -> int | None:
@@ -403,8 +410,9 @@ class Session:
 
     def _apply(self, d: Decision, st: WatchState) -> WatchState:
         before = status_reads(self.device.status())
-        res = self.device.set(d.zones)
-        self.journal.write("apply", window=self.window, zones=list(d.zones), ok=res.get("ok"),
+        sent = sent_zones(d.zones, zone_counts(self.counts, self.params.cells_per_zone))
+        res = self.device.set(sent)
+        self.journal.write("apply", window=self.window, zones=list(d.zones), sent=list(sent), ok=res.get("ok"),
                            exit_code=res.get("exit_code"), message=res.get("message"), answer=res.get("result"))
         if not res.get("ok"):
             # the device refused (QEMU's has no ZTBP protocol): the set is not in force; the session goes on
