@@ -98,6 +98,11 @@ bench-analysis N="10000000": setup
 bench-cluster ZONES="1024,4096" READS="1000000": setup
     {{PY}} pipelines/benchmarks/bench_cluster.py --zones {{quote(ZONES)}} --reads {{quote(READS)}}
 
+# ztbp watch's memory over a long session: N synthetic commands (hot set A, B, Zipf, over and over) through the session's pipeline, RSS every INTERVAL commands (flat), commands/s
+[group('test')]
+bench-watch N="10000000" INTERVAL="1000000": setup
+    {{PY}} pipelines/benchmarks/bench_watch.py --commands {{quote(N)}} --interval {{quote(INTERVAL)}}
+
 # at scale (docs/scale.md): streaming ingest, streaming analyses, SHARDS vs exact, ztbp batch on 2 workers vs sequential
 [group('test')]
 bench-scale CSV_ROWS="200000000" EVENTS="1000000000" RUNS="50": setup

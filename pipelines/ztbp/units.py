@@ -219,6 +219,14 @@ LIMITS: dict[str, Bound] = {
     "seconds": Bound(0, 3600, open_lo=True),                   # seconds per measurement
     "ramp": Bound(0, 3600),
     "span-mib": Bound(0, 1 << 20),                             # MiB; 0 = the whole zone
+    # ztbp watch
+    "window-commands": Bound(1_000, 2_000_000, integer=True),   # commands per window (held in memory: one window)
+    "watch-window-s": Bound(0.1, 86_400),                       # seconds per window
+    "k": Bound(1, 1000, integer=True),                          # windows in a row before a change (hysteresis)
+    "budget-per-day": Bound(0, 1000, integer=True),             # applies a day; 0 = never apply
+    "min-interval": Bound(0, 7 * 86_400),                       # seconds between two applies
+    "backoff": Bound(0, 30 * 86_400),                           # seconds a rolled-back set is not applied again
+    "journal-cap": Bound(1 << 20, 1 << 40, integer=True),       # bytes of the rolling Parquet journal
 }
 
 

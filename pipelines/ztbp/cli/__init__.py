@@ -31,6 +31,7 @@ def emit(obj: Any, as_json: bool, text: str | None = None) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from . import acquire, analyse, app, apply, compare, device_study, doctor, export, loop, regime, report, scale
     from .common import say_bounds
+    from .watch import register as register_watch
 
     parser = argparse.ArgumentParser(
         prog="ztbp", description="ZTBP workbench: analyse NVMe traces of zoned SSDs (see probes/FORMAT.md).")
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.register(sub)
     export.register(sub)
     scale.register(sub)
+    register_watch(sub)
     say_bounds(parser)
     return parser
 

@@ -78,6 +78,16 @@ def apply(run: RunPaths, cfg: dict[str, Any], dev: str | None = None, force: boo
     options = ["--top5", "--config", str(cfg_path), "--json", *(["--force"] if force else [])]
     # the device goes after `--`, where ztbp-ctl never reads an option
     argv = [str(ctl), "set", *options, *(["--dry-run"] if not dev else ["--", dev])]
+    proc, out, message = _run_ctl(argv)
+    shown = ["ztbp-ctl", "set", *(["--dry-run"] if not dev else [dev]), "--top5", "--config",
+             "derived/cache-config.json", "--json", *(["--force"] if force else [])]
+    return {"ok": proc.returncode == 0, "exit_code": proc.returncode, "dry_run": not dev, "device": dev or None,
+            "command": " ".join(shown), "config": str(cfg_path), "hot_zones": cfg["hot_zones"], "result": out,
+            "message": message}
+
+
+def _run_ctl(argv: list[str]) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None, str]:
+    """Run ztbp-ctl: the process, its JSON answer (the last line of stdout, None without one) and its message."""
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=CTL_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -86,9 +96,14 @@ def apply(run: RunPaths, cfg: dict[str, Any], dev: str | None = None, force: boo
         out = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else None
     except json.JSONDecodeError:
         out = None
-    shown = ["ztbp-ctl", "set", *(["--dry-run"] if not dev else [dev]), "--top5", "--config",
-             "derived/cache-config.json", "--json", *(["--force"] if force else [])]
     message = (out or {}).get("message") or proc.stderr.strip().removeprefix("ztbp-ctl: error: ")
-    return {"ok": proc.returncode == 0, "exit_code": proc.returncode, "dry_run": not dev, "device": dev or None,
-            "command": " ".join(shown), "config": str(cfg_path), "hot_zones": cfg["hot_zones"], "result": out,
-            "message": message}
+    return proc, out if isinstance(out, dict) else None, message
+
+
+def command(name: str, dev: str, *options: str) -> dict[str, Any]:
+    """`ztbp-ctl NAME OPTIONS --json -- DEV` (set --zones, stop, status): ok, exit code, JSON answer, message. A
+    refusal by the device (exit code 30: no ZTBP protocol) is a result with ok false, not an exception."""
+    check_device(dev)
+    proc, out, message = _run_ctl([str(ensure_ctl()), name, *options, "--json", "--", dev])
+    return {"ok": proc.returncode == 0, "exit_code": proc.returncode, "command": f"ztbp-ctl {name} {dev}",
+            "result": out, "message": message}

@@ -1,0 +1,103 @@
+"""`ztbp watch` benchmark (`just bench-watch`): the session's memory stays flat and its analysis keeps up.
+
+A synthetic stream of N one-block reads (hot set A, hot set B, then Zipf, over and over, each phase ten windows) is
+replayed through the session's own pipeline — windows, hot rule, held-out gain, decisions, the rolling Parquet
+journal (capped at 64 MiB, in a temporary folder) and watch.jsonl — with a device that accepts every SET. The
+resident set size (VmRSS) is printed every INTERVAL commands, then its first and last figure, its peak, the
+commands per second and the session's decisions. Flat means: the last figure within a few MiB of the one after the
+first windows, whatever N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+META = {"zone_size_lba": 1024, "lba_bytes": 4096, "nr_zones": 512}
+WINDOW = 100_000
+A = (3, 70, 160, 301, 477)
+B = (11, 95, 222, 350, 500)
+
+
+def rss_mib() -> float:
+    """This process's resident set size, MiB (Linux /proc)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Accepting:
+    def set(self, zones: tuple[int, ...]) -> dict[str, Any]:
+        return {"ok": True, "exit_code": 0}
+
+    def stop(self) -> dict[str, Any]:
+        return {"ok": True, "exit_code": 0}
+
+    def status(self) -> dict[str, Any]:
+        return {"ok": False}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--commands", type=int, default=10_000_000)
+    ap.add_argument("--interval", type=int, default=1_000_000, help="print RSS every this many commands")
+    args = ap.parse_args()
+    if not 3 * WINDOW <= args.commands <= 10**9 or not WINDOW <= args.interval <= args.commands:
+        print(f"--commands in [{3 * WINDOW}, 10^9], --interval in [{WINDOW}, --commands]", file=sys.stderr)
+        return 2
+    from ztbp.analysis.watch import WatchParams
+    from ztbp.control.watch import Session, WatchRequest, read_journal, replay
+
+    phase = 10 * WINDOW
+    phases: list[tuple[str, int, tuple[int, ...]]] = []
+    left = args.commands
+    while left > 0:
+        for kind, hot in (("hot", A), ("hot", B), ("zipf", ())):
+            n = min(phase, left)
+            if n:
+                phases.append((kind, n, hot))
+            left -= n
+    tick = {"t": 1.7e9}
+
+    def clock() -> float:
+        tick["t"] += 600.0
+        return tick["t"]
+
+    rows: list[tuple[int, float]] = []
+    with tempfile.TemporaryDirectory(prefix="ztbp-bench-watch.") as tmp:
+        req = WatchRequest(META, WatchParams(cache_mib=8), Path(tmp), journal_cap_bytes=64 << 20,
+                           window_commands=WINDOW)
+        next_at = {"n": 0}
+
+        def on_window(s: Session) -> None:
+            if s.commands_total >= next_at["n"]:
+                rows.append((s.commands_total, rss_mib()))
+                print(f"{s.commands_total:>13,} commands  RSS {rows[-1][1]:8.1f} MiB", flush=True)
+                next_at["n"] = s.commands_total + args.interval
+
+        start = time.perf_counter()
+        session = Session(req, Accepting(), clock, on_window)
+        summary = session.run(replay(phases, META, seed=1))
+        wall = time.perf_counter() - start
+        records = read_journal(Path(tmp))
+        parts = sum(p.stat().st_size for p in (Path(tmp) / "rows").glob("*.parquet"))
+    actions: dict[str, int] = {}
+    for r in records:
+        if r["kind"] == "decision":
+            actions[r["action"]] = actions.get(r["action"], 0) + 1
+    out = {"commands": summary["commands"], "windows": summary["windows"], "wall_s": round(wall, 1),
+           "commands_per_s": round(summary["commands"] / wall), "rss_first_mib": round(rows[0][1], 1),
+           "rss_last_mib": round(rss_mib(), 1), "rss_peak_mib": round(max(r for _, r in rows), 1),
+           "decisions": actions, "parquet_journal_mib": round(parts / (1 << 20), 1)}
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,511 @@
+"""`ztbp watch`'s session: rows in, bounded windows, a journal, decisions, and the device through ztbp-ctl.
+
+Rows come from a source, an iterator of `Batch`es: the streaming probe's CSV lines (`ProbeLines`, parsed as the
+capture's streaming path does: from the "# ztbp nvme v1" line on, bpftrace's "Lost N events" counted as lost, its
+counters and blank lines dropped, the data lines typed by io/nvme.py), or a synthetic replay (`replay`).
+A window keeps its reads per cell and its read rows only (analysis/watch.py), so memory stays flat however long
+the session runs. The raw rows go to a rolling Parquet journal (`rows/rows-NNNNNN.parquet`, one file per window,
+the oldest deleted past the size cap) and every event to `watch.jsonl` (one JSON object a line, flushed and
+synced per record) of kinds:
+  start     the session's parameters and geometry (a resumed session writes one too, with "resumed": true)
+  window    a window's summary (analysis/watch.WindowSummary)
+  decision  the decision after a window (apply / rollback / hold / defer) with its reason and the state it leaves
+  apply     ztbp-ctl set's answer (a refusal, e.g. QEMU's device without the protocol, is journaled and the
+            session goes on; the set is then not in force)
+  verify    the first window after an apply: the measured gain of the set in force and, where the device
+            answers STATUS, its read count's change against the reads traced
+  rollback  ztbp-ctl stop's answer and the reason
+  stop      the end of the session (why; what was done to the device)
+`--resume` rebuilds the state from the last decision record. A full disk stops the journal and the session with
+one FileSystemError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+import numpy as np
+import polars as pl
+
+from ..analysis.watch import Decision, WatchParams, WatchState, cell_counts, decide, read_rows, summarise, zone_counts
+from ..contract import NVME_VERSION_LINE
+from ..errors import FileSystemError, ZtbpError
+from ..files import fs_error, make_dir
+from ..io.nvme import IngestReport, body_rows
+from ..writeback.config import DEVICE_MAX_ZONES
+
+JOURNAL = "watch.jsonl"
+ROWS = "rows"
+#: data lines parsed at once from the probe's output, or fewer when the first of them came this many seconds ago
+#: (checked as each line arrives: a device that goes idle leaves its last lines waiting for the next one)
+BATCH_LINES = 8192
+BATCH_S = 1.0
+
+
+@dataclass
+class Batch:
+    """Rows of the probe (io/nvme.py's typed columns) and the events bpftrace reported lost since the last batch."""
+
+    frame: pl.DataFrame
+    lost: int = 0
+
+
+# ---- sources ---------------------------------------------------------------------------------------------------
+class ProbeLines:
+    """Batches from the streaming probe's output lines (bytes or str), as the capture's streaming path reads them."""
+
+    def __init__(self, lines: Iterable[bytes | str], zone_size_lba: int, batch_lines: int = BATCH_LINES,
+                 batch_s: float = BATCH_S) -> None:
+        self.lines, self.zone_size_lba, self.batch_lines, self.batch_s = lines, zone_size_lba, batch_lines, batch_s
+        self.report = IngestReport("stream")
+        self.header: list[str] | None = None
+        self.line_no = 0
+
+    def __iter__(self) -> Iterator[Batch]:
+        version = NVME_VERSION_LINE.encode()
+        body: list[bytes] = []
+        lost, first, since = 0, 0, 0.0
+        for raw in self.lines:
+            line = raw.encode() if isinstance(raw, str) else raw
+            self.line_no += 1
+            text = line.rstrip(b"\r\n")
+            if self.header is None:
+                if text == version:
+                    self.header = []
+                continue
+            if not self.header:
+                self.header = [c.strip() for c in text.decode("utf-8", "replace").split(",")]
+                continue
+            if text.startswith(b"Lost ") and text.endswith(b" events"):
+                lost += int(text.split()[1])
+                continue
+            if not text or (text.startswith(b"@") and b": " in text):
+                continue
+            if not body:
+                first, since = self.line_no, time.monotonic()
+            body.append(text + b"\n")
+            if len(body) >= self.batch_lines or time.monotonic() - since >= self.batch_s:
+                yield Batch(body_rows(b"".join(body), self.header, self.zone_size_lba, first, self.report), lost)
+                body, lost = [], 0
+        if body or lost:
+            frame = (body_rows(b"".join(body), self.header or [], self.zone_size_lba, first, self.report) if body
+                     else pl.DataFrame())
+            yield Batch(frame, lost)
+
+
+def synthetic_slba(kind: str, n: int, meta: dict[str, Any], rng: np.random.Generator, hot: tuple[int, ...] = (),
+                   hot_share: float = 0.8, zipf: float = 0.9) -> np.ndarray:
+    """Start LBAs of n one-block reads: "hot" (hot_share of them on the zones `hot`, the rest uniform), "zipf"
+    (pages ranked by a Zipf law scattered over the device: no hot zone) or "uniform"."""
+    zl, nz = meta["zone_size_lba"], meta["nr_zones"]
+    if kind == "hot":
+        on = rng.random(n) < hot_share
+        zone = np.where(on, np.asarray(hot, dtype=np.int64)[rng.integers(0, len(hot), n)], rng.integers(0, nz, n))
+        return zone * zl + rng.integers(0, zl, n)
+    if kind == "zipf":
+        span = zl * nz
+        ranks = np.minimum(rng.zipf(1 + zipf, n) - 1, span - 1) if zipf > 0 else rng.integers(0, span, n)
+        return np.random.default_rng(12345).permutation(span)[ranks]
+    if kind == "uniform":
+        return rng.integers(0, zl * nz, n)
+    raise ZtbpError(f"synthetic phase {kind!r}: hot, zipf or uniform")
+
+
+def replay(phases: list[tuple[str, int, tuple[int, ...]]], meta: dict[str, Any], seed: int = 0,
+           batch: int = BATCH_LINES, rate: float = 100_000.0) -> Iterator[Batch]:
+    """A synthetic stream of one-block reads: phases of (kind, commands, hot zones), `rate` commands a second."""
+    rng = np.random.default_rng(seed)
+    t = 0
+    step = int(1e9 / rate)
+    for kind, n, hot in phases:
+        for lo in range(0, n, batch):
+            m = min(batch, n - lo)
+            slba = synthetic_slba(kind, m, meta, rng, hot)
+            ts = t + step * np.arange(m, dtype=np.uint64)
+            t += step * m
+            yield Batch(pl.DataFrame({"ts_ns": ts, "lat_ns": np.full(m, 100_000, dtype=np.uint64),
+                                      "op": pl.Series(["read"] * m), "slba": slba.astype(np.uint64),
+                                      "nlb": np.ones(m, dtype=np.uint32)}))
+
+
+class ProbeProcess:
+    """bpftrace running probes/nvme_zone_stream.bt on this machine: its stdout lines; close() detaches it."""
+
+    def __init__(self, script: Path) -> None:
+        missing = [t for t in ("bpftrace",) if shutil.which(t) is None]
+        if missing:
+            raise ZtbpError("cannot start the streaming probe: bpftrace not found on this machine (install it, e.g. "
+                            "apt-get install bpftrace)")
+        if os.geteuid() != 0:
+            raise ZtbpError("cannot start the streaming probe: watch needs root (bpftrace); run it with sudo")
+        env = {**os.environ, "BPFTRACE_STRLEN": "16", "BPFTRACE_PERF_RB_PAGES": "32768"}
+        # stderr joins stdout: bpftrace's messages ("Lost N events", its errors) are read in order, and a pipe
+        # nobody reads never fills and blocks it
+        self.proc = subprocess.Popen(["bpftrace", str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     env=env, start_new_session=True)
+        self.last = b""
+        self.stopping = False
+
+    def stop(self) -> None:
+        """SIGINT to bpftrace: it detaches, prints what it still holds and exits (the end of its lines)."""
+        self.stopping = True
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+
+    def lines(self) -> Iterator[bytes]:
+        """bpftrace's output lines; a ZtbpError with its last line when it exits with an error."""
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.strip():
+                self.last = line
+            yield line
+        if self.proc.wait() != 0 and not self.stopping:
+            last = self.last.decode("utf-8", "replace").strip() or "no message"
+            raise ZtbpError(f"the streaming probe could not run on this machine (bpftrace exit "
+                            f"{self.proc.returncode}): {last}")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.stop()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+# ---- the device ------------------------------------------------------------------------------------------------
+class Device(Protocol):
+    """What the session asks of the device: SET the zones, STOP, and STATUS (the read count, None without one)."""
+
+    def set(self, zones: tuple[int, ...]) -> dict[str, Any]: ...
+    def stop(self) -> dict[str, Any]: ...
+    def status(self) -> dict[str, Any]: ...
+
+
+@dataclass
+class CtlDevice:
+    """The device through ztbp-ctl (writeback/ctl.py)."""
+
+    dev: str
+
+    def set(self, zones: tuple[int, ...]) -> dict[str, Any]:
+        from ..writeback.ctl import command
+        return command("set", self.dev, "--zones", ",".join(str(z) for z in zones))
+
+    def stop(self) -> dict[str, Any]:
+        from ..writeback.ctl import command
+        return command("stop", self.dev)
+
+    def status(self) -> dict[str, Any]:
+        from ..writeback.ctl import command
+        return command("status", self.dev)
+
+
+def sent_zones(zones: tuple[int, ...], reads: np.ndarray) -> tuple[int, ...]:
+    """The zones SET sends, by zone id: the device takes at most DEVICE_MAX_ZONES, so the most read of the window
+    (ties by zone id), as ztbp-ctl's --top5 does."""
+    return tuple(sorted(sorted(zones, key=lambda z: (-int(reads[z]), z))[:DEVICE_MAX_ZONES]))
+
+
+def status_reads(answer: dict[str, Any]) -> int | None:
+    """The read count of a STATUS answer, None when the device gave none."""
+    res = answer.get("result") or {}
+    reads = res.get("reads", res.get("read_count")) if answer.get("ok") else None
+    return int(reads) if isinstance(reads, int | float) else None
+
+
+# ---- the journal -----------------------------------------------------------------------------------------------
+class Journal:
+    """watch.jsonl (flushed and synced per record) and the rolling Parquet journal of raw rows under a size cap."""
+
+    def __init__(self, folder: Path, cap_bytes: int) -> None:
+        self.folder, self.cap = folder, cap_bytes
+        self.path = folder / JOURNAL
+        make_dir(folder / ROWS)
+        self.parts = sorted((folder / ROWS).glob("rows-*.parquet"))
+        self.next_part = int(self.parts[-1].stem.split("-")[1]) + 1 if self.parts else 0
+        self.f: IO[str] | None = self.path.open("a", encoding="utf-8")
+
+    def _full(self, e: OSError, path: Path) -> FileSystemError:
+        self.close()
+        err = fs_error(e, path) or FileSystemError(str(e))
+        return FileSystemError(f"the journal stopped, and the session with it: {err}")
+
+    def write(self, kind: str, **record: Any) -> dict[str, Any]:
+        rec = {"kind": kind, "wall": time.time(), **record}
+        if self.f is None:
+            return rec
+        try:
+            self.f.write(json.dumps(rec, default=str) + "\n")
+            self.f.flush()
+            os.fsync(self.f.fileno())
+        except OSError as e:
+            raise self._full(e, self.path) from None
+        return rec
+
+    def rows(self, frame: pl.DataFrame) -> None:
+        """One window's raw rows as the next Parquet part; the oldest parts go while the parts pass the cap."""
+        if frame.height == 0 or self.f is None:
+            return
+        path = self.folder / ROWS / f"rows-{self.next_part:06d}.parquet"
+        tmp = path.with_suffix(".tmp")
+        try:
+            frame.write_parquet(tmp)
+            tmp.replace(path)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise self._full(e, path) from None
+        self.next_part += 1
+        self.parts.append(path)
+        sizes = [p.stat().st_size for p in self.parts]
+        while len(self.parts) > 1 and sum(sizes) > self.cap:
+            self.parts.pop(0).unlink(missing_ok=True)
+            sizes.pop(0)
+
+    def close(self) -> None:
+        if self.f is not None:
+            with contextlib.suppress(OSError):  # a full disk may refuse the last flush too
+                self.f.close()
+            self.f = None
+
+
+def read_journal(folder: Path) -> list[dict[str, Any]]:
+    """The records of a session's watch.jsonl (a last line cut by a crash is ignored)."""
+    path = folder / JOURNAL
+    if not path.is_file():
+        raise ZtbpError(f"--resume: no journal {path}")
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def resumed_state(records: list[dict[str, Any]]) -> tuple[WatchState, int]:
+    """The state the last decision left and the next window's index."""
+    decisions = [r for r in records if r.get("kind") == "decision"]
+    if not decisions:
+        return WatchState(), 0
+    last = decisions[-1]
+    return WatchState.from_dict(last["state"]), int(last["window"]) + 1
+
+
+# ---- the session -----------------------------------------------------------------------------------------------
+@dataclass
+class WatchRequest:
+    meta: dict[str, Any]
+    params: WatchParams = field(default_factory=WatchParams)
+    journal_dir: Path = Path("watch")
+    journal_cap_bytes: int = 1 << 30
+    window_commands: int = 100_000
+    window_s: float | None = None
+    resume: bool = False
+    on_exit: str = "keep"
+
+
+class Session:
+    """Feed batches; a window closes after `window_commands` commands (or `window_s` seconds of the rows' time)."""
+
+    def __init__(self, req: WatchRequest, device: Device, clock: Callable[[], float] = time.time,
+                 on_window: Callable[[Session], None] | None = None) -> None:
+        self.req, self.device, self.clock, self.on_window = req, device, clock, on_window
+        self.params = req.params
+        meta = req.meta
+        self.cell_lba = meta["zone_size_lba"] // self.params.cells_per_zone
+        self.n_cells = meta["nr_zones"] * self.params.cells_per_zone
+        self.state, self.window = WatchState(), 0
+        if req.resume:
+            self.state, self.window = resumed_state(read_journal(req.journal_dir))
+        self.journal = Journal(req.journal_dir, req.journal_cap_bytes)
+        self.journal.write("start", resumed=req.resume, window=self.window, meta=meta,
+                           params=self.params.__dict__, window_commands=req.window_commands, window_s=req.window_s,
+                           state=self.state.as_dict())
+        self.prev_reads = pl.DataFrame(schema={"slba": pl.UInt64, "nlb": pl.UInt32})
+        self.prev_hot: tuple[int, ...] = ()
+        self.verify_next = False
+        self.status_before: int | None = None
+        self.commands_total = self.lost_total = 0
+        self.last: Decision | None = None
+        self.started = clock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self.counts = np.zeros(self.n_cells, dtype=np.int64)
+        self.frames: list[pl.DataFrame] = []
+        self.reads: list[pl.DataFrame] = []
+        self.commands = self.lost = 0
+        self.t0: int | None = None
+
+    def feed(self, batch: Batch) -> None:
+        self.lost += batch.lost
+        self.lost_total += batch.lost
+        frame = batch.frame
+        limit = None if self.req.window_s is None else int(self.req.window_s * 1e9)
+        while frame.height:
+            head = frame.head(self.req.window_commands - self.commands)
+            if limit is not None:
+                ts = head["ts_ns"].cast(pl.Int64)
+                if self.t0 is None:
+                    self.t0 = int(ts[0])
+                past = ts - self.t0 >= limit
+                if past.any():  # the window's time is up at the first row past it
+                    cut = int(past.arg_max() or 0)
+                    self._add(head.head(cut))
+                    frame = frame.slice(cut)
+                    self.close_window()
+                    continue
+            self._add(head)
+            frame = frame.slice(head.height)
+            if self.commands >= self.req.window_commands:
+                self.close_window()
+
+    def _add(self, frame: pl.DataFrame) -> None:
+        if frame.height == 0:
+            return
+        reads = read_rows(frame)
+        self.counts += cell_counts(reads, self.cell_lba, self.n_cells)
+        self.reads.append(reads)
+        self.frames.append(frame)
+        self.commands += frame.height
+        self.commands_total += frame.height
+
+    def close_window(self) -> None:
+        """Summarise the window, journal it, decide and act."""
+        if self.commands == 0:
+            return
+        frame = pl.concat(self.frames, how="diagonal_relaxed")
+        reads = pl.concat(self.reads) if self.reads else self.prev_reads.clear()
+        now = self.clock()
+        s = summarise(self.window, now, self.commands, self.lost, self.counts, reads, self.prev_reads,
+                      self.prev_hot, self.state.in_force, self.req.meta, self.params)
+        self.journal.rows(frame)
+        self.journal.write("window", **s.as_dict())
+        if self.verify_next:
+            self._verify(s.in_force_gain, reads.height)
+        d, st = decide(self.state, s, self.params, now)
+        self.journal.write("decision", window=self.window, **d.as_dict(), state=st.as_dict())
+        if d.action == "apply":
+            st = self._apply(d, st)
+        elif d.action == "rollback":
+            self._rollback(d)
+        self.state, self.last = st, d
+        self.prev_reads, self.prev_hot = reads, s.hot
+        self.window += 1
+        self._reset()
+        if self.on_window is not None:
+            self.on_window(self)
+
+    def _apply(self, d: Decision, st: WatchState) -> WatchState:
+        before = status_reads(self.device.status())
+        sent = sent_zones(d.zones, zone_counts(self.counts, self.params.cells_per_zone))
+        res = self.device.set(sent)
+        self.journal.write("apply", window=self.window, zones=list(d.zones), sent=list(sent), ok=res.get("ok"),
+                           exit_code=res.get("exit_code"), message=res.get("message"), answer=res.get("result"))
+        if not res.get("ok"):
+            # the device refused (QEMU's has no ZTBP protocol): the set is not in force; the session goes on
+            return WatchState(self.state.in_force, (), 0, 0, st.applies, st.backoff)
+        self.verify_next, self.status_before = True, before
+        return st
+
+    def _verify(self, gain: float | None, reads: int) -> None:
+        after = status_reads(self.device.status())
+        # STATUS's count is ztbp-ctl's u32 result dword: it wraps at 2^32
+        moved = None if after is None or self.status_before is None else (after - self.status_before) % (1 << 32)
+        self.journal.write("verify", window=self.window, zones=list(self.state.in_force), measured_gain=gain,
+                           status_reads_delta=moved, reads_traced=reads,
+                           status_matches=None if moved is None else moved == reads)
+        self.verify_next = False
+
+    def _rollback(self, d: Decision) -> None:
+        res = self.device.stop()
+        self.journal.write("rollback", window=self.window, zones=list(d.zones), reason=d.reason,
+                           ok=res.get("ok"), message=res.get("message"))
+        self.verify_next = False
+
+    def run(self, source: Iterable[Batch], stopped: Callable[[], str | None] = lambda: None) -> dict[str, Any]:
+        """Feed the source until it ends (stopped(): why it was made to end, e.g. a signal) or an interruption;
+        the journal is closed and the device left as it is (on_exit "keep") or STOPped ("stop"). A full journal
+        raises FileSystemError after the clean-up."""
+        try:
+            for batch in source:
+                self.feed(batch)
+            why = stopped() or "the source ended"
+        except KeyboardInterrupt:
+            why = "interrupted"
+        except FileSystemError:
+            raise  # the journal is closed already
+        except ZtbpError as e:  # the source failed (the probe stopped): the journal says so and closes
+            self.finish(f"error: {e}")
+            raise
+        finally:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
+        return self.finish(why)
+
+    def finish(self, why: str) -> dict[str, Any]:
+        """The end: the open window's rows kept (not decided on), the device as on_exit says, the stop record."""
+        if self.frames:
+            try:
+                self.journal.rows(pl.concat(self.frames, how="diagonal_relaxed"))
+            except FileSystemError as e:
+                why += f"; {e}"
+        device = "left as it is"
+        if self.req.on_exit == "stop" and self.state.in_force:
+            res = self.device.stop()
+            device = "stopped" if res.get("ok") else f"STOP failed: {res.get('message')}"
+        summary = {"windows": self.window, "commands": self.commands_total, "open_window_commands": self.commands,
+                   "lost": self.lost_total,
+                   "in_force": list(self.state.in_force), "why": why, "device": device,
+                   "last_decision": self.last.as_dict() if self.last else None}
+        try:
+            self.journal.write("stop", **summary)
+        finally:
+            self.journal.close()
+        return summary
+
+
+# ---- on this machine -------------------------------------------------------------------------------------------
+def watch_device(req: WatchRequest, dev: str, on_window: Callable[[Session], None] | None = None
+                 ) -> dict[str, Any]:
+    """`ztbp watch DEV`: the streaming probe on this machine's zoned namespace DEV, the session, ztbp-ctl on DEV.
+    SIGTERM and SIGINT stop the session cleanly (bpftrace detached, the journal closed)."""
+    from .. import paths
+    from ..acquire.capture import check_zoned, host_geometry
+    from ..writeback.ctl import check_device
+
+    check_device(dev)
+    sysfs = Path(os.environ.get("ZTBP_SYSFS", "/sys"))
+    check_zoned(dev, sysfs)
+    lba, zone_bytes, nr = host_geometry(dev, sysfs)
+    req.meta = {"device": Path(dev).name, "lba_bytes": lba, "zone_size_lba": zone_bytes // lba, "nr_zones": nr}
+    probe = ProbeProcess(paths.PROBES / "nvme_zone_stream.bt")
+    caught: list[str] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        # never raise in the middle of a window: ask bpftrace to stop; the session reads its last rows to the end
+        caught.append(signal.Signals(signum).name)
+        probe.stop()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        session = Session(req, CtlDevice(dev), on_window=on_window)
+        source = ProbeLines(probe.lines(), req.meta["zone_size_lba"])
+        return session.run(source, lambda: f"interrupted ({caught[0]})" if caught else None)
+    finally:
+        probe.close()  # never leave bpftrace running, whatever happened
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

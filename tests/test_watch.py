@@ -1,0 +1,390 @@
+"""`ztbp watch`: windows, drift with hysteresis, the budget, rollback, the journal and --resume, on synthetic streams
+through the session's own pipeline with a fake device (no probe, no VM)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ztbp.analysis.watch import Decision, WatchParams, WatchState, WindowSummary, decide
+from ztbp.control import watch as cw
+from ztbp.control.watch import ProbeLines, Session, WatchRequest, read_journal, replay
+from ztbp.errors import FileSystemError
+
+META = {"zone_size_lba": 1024, "lba_bytes": 4096, "nr_zones": 128}
+A = (3, 17, 40, 77, 101)
+B = (9, 22, 58, 90, 120)
+W = 10_000  # commands per window
+K = 3
+T0 = 1.7e9
+
+
+class FakeDevice:
+    """Records SET and STOP; refuses SET when `refuse` (QEMU's device has no ZTBP protocol)."""
+
+    def __init__(self, refuse: bool = False, reads: list[int] | None = None) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.refuse = refuse
+        self.reads = reads or []  # STATUS's read counts, one per call (none: no STATUS)
+
+    def set(self, zones: tuple[int, ...]) -> dict[str, Any]:
+        self.calls.append(("set", zones))
+        if self.refuse:
+            return {"ok": False, "exit_code": 30, "message": "device does not implement the ZTBP cache protocol"}
+        return {"ok": True, "exit_code": 0}
+
+    def stop(self) -> dict[str, Any]:
+        self.calls.append(("stop",))
+        return {"ok": True, "exit_code": 0}
+
+    def status(self) -> dict[str, Any]:
+        if not self.reads:
+            return {"ok": False}
+        return {"ok": True, "result": {"ok": True, "reads": self.reads.pop(0)}}
+
+
+def session(tmp: Path, device: FakeDevice, resume: bool = False, start: float = T0, **params: Any) -> Session:
+    """A session whose clock moves 10 minutes a window (the default minimum interval) from `start`."""
+    p = WatchParams(**{"k": K, "cache_mib": 8, **params})
+    tick = {"n": 0}
+
+    def clock() -> float:
+        tick["n"] += 1
+        return start + 600.0 * tick["n"]
+
+    return Session(WatchRequest(META, p, tmp, window_commands=W, resume=resume), device, clock)
+
+
+def windows(phases: list[tuple[str, int, tuple[int, ...]]]) -> list[tuple[str, int, tuple[int, ...]]]:
+    return [(kind, n * W, hot) for kind, n, hot in phases]
+
+
+def decisions(folder: Path) -> list[dict[str, Any]]:
+    return [r for r in read_journal(folder) if r["kind"] == "decision"]
+
+
+def test_three_phases_follow_the_hot_set_and_roll_back(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    s = session(tmp_path, dev)
+    out = s.run(replay(windows([("hot", 8, A), ("hot", 8, B), ("zipf", 8, ())]), META, seed=1))
+    assert out["windows"] == 24 and out["commands"] == 24 * W and out["in_force"] == []
+    assert dev.calls == [("set", A), ("set", B), ("stop",)]
+    d = decisions(tmp_path)
+    applies = [(r["window"], tuple(r["zones"])) for r in d if r["action"] == "apply"]
+    assert applies == [(K - 1, A), (8 + K - 1, B)]  # A after K windows; B within K windows of the shift
+    assert "replacing [3, 17, 40, 77, 101]" in d[8 + K - 1]["reason"]
+    rollbacks = [r for r in d if r["action"] == "rollback"]
+    assert [r["window"] for r in rollbacks] == [16 + K - 1] and "stayed below +0.01" in rollbacks[0]["reason"]
+    assert all(r["action"] != "apply" for r in d[16:])  # nothing applied in the Zipf phase
+    kinds = [r["kind"] for r in read_journal(tmp_path)]
+    assert kinds[0] == "start" and kinds[-1] == "stop"
+    assert kinds.count("window") == 24 and kinds.count("apply") == 2 and kinds.count("rollback") == 1
+    assert kinds.count("verify") == 2
+    rows = sorted((tmp_path / "rows").glob("rows-*.parquet"))
+    assert len(rows) == 24
+
+
+def test_a_budget_of_one_apply_defers_the_second(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    session(tmp_path, dev, budget_per_day=1).run(replay(windows([("hot", 5, A), ("hot", 6, B)]), META, seed=2))
+    assert dev.calls[0] == ("set", A) and ("set", B) not in dev.calls
+    deferred = [r for r in decisions(tmp_path) if "deferred: budget of 1 apply a day used at" in r["reason"]]
+    assert deferred and deferred[0]["window"] == 5 + K - 1
+    assert "zones [9, 22, 58, 90, 120]" in deferred[0]["reason"]
+
+
+def test_one_noisy_window_does_not_flip_the_device(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    session(tmp_path, dev).run(replay(windows([("hot", 5, A), ("hot", 1, B), ("uniform", 1, ()), ("hot", 4, A)]),
+                                      META, seed=3))
+    assert dev.calls == [("set", A)]
+    assert [r["action"] for r in decisions(tmp_path)].count("hold") == 10
+
+
+def test_resume_continues_from_the_journal(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    session(tmp_path, dev).run(replay(windows([("hot", 4, A)]), META, seed=4))
+    assert dev.calls == [("set", A)]
+    dev2 = FakeDevice()
+    s = session(tmp_path, dev2, resume=True, start=T0 + 3600)  # the machine's clock went on
+    assert s.window == 4 and s.state.in_force == A and len(s.state.applies) == 1
+    s.run(replay(windows([("hot", 4, B)]), META, seed=5))
+    assert dev2.calls == [("set", B)]
+    d = decisions(tmp_path)
+    assert [r["window"] for r in d] == list(range(8))
+    assert d[4 + K - 1]["action"] == "apply" and "replacing [3, 17, 40, 77, 101]" in d[4 + K - 1]["reason"]
+    parts = sorted(p.name for p in (tmp_path / "rows").glob("rows-*.parquet"))
+    assert parts == [f"rows-{i:06d}.parquet" for i in range(8)]  # the Parquet journal goes on too
+    starts = [r for r in read_journal(tmp_path) if r["kind"] == "start"]
+    assert [r["resumed"] for r in starts] == [False, True]
+
+
+def test_a_full_disk_stops_the_journal_with_one_clear_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    calls = {"n": 0}
+
+    def fsync(fd: int) -> None:
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(cw.os, "fsync", fsync)
+    s = session(tmp_path, FakeDevice())
+    with pytest.raises(FileSystemError) as e:
+        s.run(replay(windows([("hot", 5, A)]), META, seed=6))
+    msg = str(e.value)
+    assert msg.startswith("the journal stopped, and the session with it: cannot write ")
+    assert "watch.jsonl: no space left on its device" in msg and "\n" not in msg
+    assert s.journal.f is None  # closed
+    assert e.value.code == 74
+
+
+def test_uniform_stream_applies_nothing_ever(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    session(tmp_path, dev).run(replay(windows([("uniform", 12, ())]), META, seed=7))
+    assert dev.calls == []
+    d = decisions(tmp_path)
+    assert len(d) == 12 and {r["reason"] for r in d} == {"hold: no hot zone"}
+
+
+def test_a_device_refusing_set_does_not_end_the_session(tmp_path: Path) -> None:
+    dev = FakeDevice(refuse=True)
+    out = session(tmp_path, dev, min_interval_s=0).run(replay(windows([("hot", 6, A)]), META, seed=8))
+    assert out["windows"] == 6 and out["in_force"] == []
+    assert dev.calls == [("set", A), ("set", A)]  # tried again after K more windows; never rolled back
+    refused = [r for r in read_journal(tmp_path) if r["kind"] == "apply"]
+    assert [r["ok"] for r in refused] == [False, False]
+    assert "ZTBP cache protocol" in refused[0]["message"]
+
+
+def test_on_exit_stop_stops_the_set_in_force(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    s = session(tmp_path, dev)
+    s.req.on_exit = "stop"
+    out = s.run(replay(windows([("hot", 4, A)]), META, seed=9))
+    assert dev.calls == [("set", A), ("stop",)] and out["device"] == "stopped"
+
+
+def test_the_parquet_journal_rotates_under_its_cap(tmp_path: Path) -> None:
+    s = session(tmp_path, FakeDevice())
+    s.journal.cap = 256 << 10
+    s.run(replay(windows([("uniform", 12, ())]), META, seed=10))
+    parts = sorted((tmp_path / "rows").glob("rows-*.parquet"))
+    sizes = [p.stat().st_size for p in parts]
+    assert 1 <= len(parts) < 12 and sum(sizes) <= (256 << 10)
+    assert parts[-1].name == "rows-000011.parquet"
+
+
+def test_windows_by_seconds_close_on_the_rows_time(tmp_path: Path) -> None:
+    p = WatchParams(k=K, cache_mib=8)
+    s = Session(WatchRequest(META, p, tmp_path, window_commands=10**6, window_s=0.05), FakeDevice(), lambda: T0)
+    s.run(replay([("uniform", 20_000, ())], META, rate=100_000.0))  # 0.2 s of rows: four windows of 5,000
+    w = [r for r in read_journal(tmp_path) if r["kind"] == "window"]
+    assert [r["commands"] for r in w] == [5_000, 5_000, 5_000]  # the fourth is still open when the source ends
+
+
+def test_probe_lines_are_read_as_the_capture_reads_them() -> None:
+    lines = ["Attaching 4 probes...", "# ztbp nvme v1",
+             "ts_ns,lat_ns,ctrl,qid,cid,nsid,opcode,op,slba,nlb,zone_action,status,tid",
+             "21904415620,412901,0,1,20,1,121,zone_mgmt_send,8192,0,reset,0,312",
+             "Lost 7 events", "", "30122093117,301822,0,1,4129,1,2,read,60417,1,,0,320",
+             "30122130054,288113,0,2,8264,1,2,read,12008,1,,0,321", "@completed: 3"]
+    batches = list(ProbeLines(lines, 1024, batch_lines=2))
+    assert [b.frame.height for b in batches] == [2, 1] and sum(b.lost for b in batches) == 7
+    assert batches[0].frame["op"].to_list() == ["zone_mgmt_send", "read"]
+
+
+def summary(hot: tuple[int, ...], gain: float | None, in_force_gain: float | None = None) -> WindowSummary:
+    return WindowSummary(0, T0, W, W, 0, hot, hot, gain, in_force_gain)
+
+
+def test_a_set_that_is_not_recommended_is_never_applied() -> None:
+    st = WatchState()
+    for _ in range(5):
+        d, st = decide(st, summary(A, 0.001), WatchParams(k=2), T0)
+        assert d.action == "hold"
+    assert "not recommended: held-out gain +0.0010 below +0.01" in d.reason
+
+
+def test_the_minimum_interval_defers_with_the_time_allowed() -> None:
+    st = WatchState(in_force=B, applies=(T0,), candidate=A, candidate_streak=2)
+    d, _ = decide(st, summary(A, 0.05, 0.05), WatchParams(k=3, min_interval_s=600), T0 + 60)
+    assert d == Decision("defer", d.reason, A)
+    assert d.reason.startswith("deferred: minimum interval of 600 s since the apply at ")
+    assert "next allowed at 2023-11-14 22:23:20 UTC" in d.reason
+
+
+def test_a_rolled_back_set_backs_off() -> None:
+    st = WatchState(in_force=A, low_gain_streak=1)
+    p = WatchParams(k=2, backoff_s=3600)
+    d, st = decide(st, summary((), None, 0.0), p, T0)
+    assert d.action == "rollback" and st.backoff == ((A, T0 + 3600),)
+    for _ in range(2):
+        d, st = decide(st, summary(A, 0.05), p, T0 + 60)
+    assert d.action == "hold" and "backing off until" in d.reason
+    d, st = decide(st, summary(A, 0.05), p, T0 + 3700)
+    assert d.action == "apply"
+
+
+def test_watch_refuses_a_missing_device_in_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "ZTBP_SYSFS": str(tmp_path)}
+    p = subprocess.run([sys.executable, "-m", "ztbp.cli", "watch", "/dev/nvme7n1", "--journal", str(tmp_path / "j")],
+                       capture_output=True, text=True, env=env, check=False)
+    assert p.returncode != 0 and p.stdout == ""
+    assert p.stderr.strip().splitlines() == [
+        f"ztbp watch: error: /dev/nvme7n1: no such block device ({tmp_path}/block/nvme7n1/queue missing); give a "
+        "whole namespace like /dev/nvme0n1"]
+    assert not (tmp_path / "j").exists()
+
+
+def test_watch_refuses_an_option_out_of_range() -> None:
+    p = subprocess.run([sys.executable, "-m", "ztbp.cli", "watch", "/dev/nvme0n1", "--budget-per-day", "-1"],
+                       capture_output=True, text=True, check=False)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.strip().splitlines()[-1] == ("ztbp watch: error: argument --budget-per-day: '-1' is out of "
+                                                 "range: give an integer in [0, 1000]")
+
+
+def test_the_journal_lines_are_json(tmp_path: Path) -> None:
+    session(tmp_path, FakeDevice()).run(replay(windows([("hot", 3, A)]), META, seed=11))
+    for line in (tmp_path / "watch.jsonl").read_text().splitlines():
+        assert isinstance(json.loads(line)["kind"], str)
+
+
+def test_the_ctl_device_runs_ztbp_ctl_with_the_device_after_double_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ztbp.writeback import ctl
+
+    seen: list[list[str]] = []
+
+    def fake_run(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        seen.append(argv)
+        return subprocess.CompletedProcess(argv, 30, '{"message": "device does not implement the ZTBP cache '
+                                                     'protocol"}\n', "")
+
+    monkeypatch.setattr(ctl, "ensure_ctl", lambda: Path("/bin/true"))
+    monkeypatch.setattr(ctl.subprocess, "run", fake_run)
+    res = cw.CtlDevice("/dev/nvme0n1").set(A)
+    assert seen[-1][1:] == ["set", "--zones", "3,17,40,77,101", "--json", "--", "/dev/nvme0n1"]
+    assert res["ok"] is False and res["exit_code"] == 30 and "ZTBP cache protocol" in res["message"]
+    cw.CtlDevice("/dev/nvme0n1").stop()
+    assert seen[-1][1:] == ["stop", "--json", "--", "/dev/nvme0n1"]
+
+
+def fake_bpftrace(tmp: Path, body: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stand-in bpftrace first on PATH running `body`, and this process taken for root."""
+    (tmp / "bpftrace").write_text(f"#!/bin/sh\n{body}\n")
+    (tmp / "bpftrace").chmod(0o755)
+    monkeypatch.setattr(cw.os, "geteuid", lambda: 0)
+    monkeypatch.setenv("PATH", f"{tmp}:{os.environ['PATH']}")
+
+
+def fake_zoned(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sysfs (ZTBP_SYSFS) where nvme0n1 is a host-managed namespace of 128 zones of 4 MiB, 4 KiB blocks."""
+    q = tmp / "sys" / "block" / "nvme0n1" / "queue"
+    q.mkdir(parents=True)
+    for name, value in (("zoned", "host-managed"), ("logical_block_size", "4096"), ("chunk_sectors", "8192"),
+                        ("nr_zones", "128")):
+        (q / name).write_text(value + "\n")
+    monkeypatch.setenv("ZTBP_SYSFS", str(tmp / "sys"))
+
+
+def probe_output(reads: int, stride: int) -> str:
+    """Shell printing the probe's version line, header and `reads` one-block reads `stride` LBAs apart."""
+    return ("echo '# ztbp nvme v1'; echo 'ts_ns,lat_ns,ctrl,qid,cid,nsid,opcode,op,slba,nlb,zone_action,status,tid'\n"
+            f"i=0; while [ $i -lt {reads} ]; do echo \"$i,100,0,1,$i,1,2,read,$((i * {stride})),1,,0,1\"; "
+            "i=$((i + 1)); done")
+
+
+def test_the_probe_process_feeds_the_session_and_its_failure_is_one_line(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_bpftrace(tmp_path, f"echo 'Attaching 4 probes...'; {probe_output(3000, 7)}; echo 'Lost 2 events' >&2",
+                  monkeypatch)
+    probe = cw.ProbeProcess(tmp_path / "x.bt")
+    p = WatchParams(k=K, cache_mib=8)
+    s = Session(WatchRequest(META, p, tmp_path / "j", window_commands=1_000), FakeDevice(), lambda: T0)
+    out = s.run(ProbeLines(probe.lines(), 1024))
+    probe.close()
+    assert out["commands"] == 3_000 and out["windows"] == 3 and out["lost"] == 2
+    fake_bpftrace(tmp_path, "echo 'ERROR: kprobe attach failed: no such kprobe nvme_setup_cmd' >&2; exit 1",
+                  monkeypatch)
+    probe = cw.ProbeProcess(tmp_path / "x.bt")
+    s = Session(WatchRequest(META, p, tmp_path / "k"), FakeDevice(), lambda: T0)
+    with pytest.raises(cw.ZtbpError) as e:
+        s.run(ProbeLines(probe.lines(), 1024))
+    assert str(e.value) == ("the streaming probe could not run on this machine (bpftrace exit 1): ERROR: kprobe "
+                            "attach failed: no such kprobe nvme_setup_cmd")
+    last = read_journal(tmp_path / "k")[-1]
+    assert last["kind"] == "stop" and last["why"].startswith("error: the streaming probe could not run")
+
+
+def test_the_status_line_says_rate_lost_set_last_decision_and_next_apply() -> None:
+    from ztbp.present.watch import status_line
+
+    st = WatchState(in_force=A, applies=(T0,))
+    line = status_line(50_000, 2.0, 3, st, {"action": "apply"}, WatchParams(min_interval_s=600), T0 + 60)
+    assert line == ("25,000 cmd/s | lost 3 | in force: 3,17,40,77,101 | last: apply | next apply allowed: "
+                    "2023-11-14 22:23:20 UTC")
+    line = status_line(0, 0.0, 0, WatchState(), None, WatchParams(), T0)
+    assert line == "0 cmd/s | lost 0 | in force: none | last: none yet | next apply allowed: now"
+
+
+def test_verify_compares_statuss_read_count_with_the_reads_traced(tmp_path: Path) -> None:
+    dev = FakeDevice(reads=[2**32 - 100, W - 100])  # before the apply, after the next window (wrapped at 2^32)
+    session(tmp_path, dev).run(replay(windows([("hot", 4, A)]), META, seed=12))
+    v = [r for r in read_journal(tmp_path) if r["kind"] == "verify"]
+    assert len(v) == 1 and v[0]["window"] == K and v[0]["zones"] == list(A)
+    assert v[0]["status_reads_delta"] == W == v[0]["reads_traced"] and v[0]["status_matches"] is True
+    assert v[0]["measured_gain"] > 0.01
+
+
+def test_ztbp_watch_runs_a_session_from_the_probe_to_the_journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from ztbp.cli import main
+
+    fake_zoned(tmp_path, monkeypatch)
+    fake_bpftrace(tmp_path, probe_output(2500, 53), monkeypatch)
+    rc = main(["watch", "/dev/nvme0n1", "--window-commands", "1000", "--journal", str(tmp_path / "j"), "--json"])
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rc == 0 and [o.get("window") for o in out[:2]] == [0, 1]
+    assert out[-1]["summary"]["commands"] == 2_500 and out[-1]["summary"]["windows"] == 2
+    assert out[-1]["summary"]["why"] == "the source ended" and out[-1]["summary"]["open_window_commands"] == 500
+    assert len(list((tmp_path / "j" / "rows").glob("rows-*.parquet"))) == 3  # the open window's rows kept too
+    start = read_journal(tmp_path / "j")[0]
+    assert start["meta"] == {"device": "nvme0n1", "lba_bytes": 4096, "zone_size_lba": 1024, "nr_zones": 128}
+
+
+def test_sigterm_stops_the_session_cleanly_and_detaches_the_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from ztbp.cli import main
+
+    fake_zoned(tmp_path, monkeypatch)
+    pid = tmp_path / "probe.pid"
+    fake_bpftrace(tmp_path, f"echo $$ > {pid}; {probe_output(2500, 53)}; kill -TERM $PPID; exec sleep 30",
+                  monkeypatch)
+    dev = FakeDevice()
+    monkeypatch.setattr(cw, "CtlDevice", lambda name: dev)
+    rc = main(["watch", "/dev/nvme0n1", "--window-commands", "1000", "--journal", str(tmp_path / "j"),
+               "--on-exit", "stop"])
+    assert rc == 130
+    assert "watch stopped (interrupted (SIGTERM)): 2 windows, 2,500 commands, 0 lost" in capsys.readouterr().out
+    last = read_journal(tmp_path / "j")[-1]
+    assert last["kind"] == "stop" and last["why"] == "interrupted (SIGTERM)" and last["device"] == "left as it is"
+    assert last["open_window_commands"] == 500
+    with pytest.raises(ProcessLookupError):  # bpftrace is gone
+        os.kill(int(pid.read_text()), 0)
+
+
+def test_set_sends_the_five_most_read_zones_of_a_larger_hot_set() -> None:
+    import numpy as np
+
+    reads = np.zeros(128, dtype=np.int64)
+    reads[[1, 2, 3, 4, 5, 6, 7]] = [10, 70, 30, 70, 50, 60, 20]
+    assert cw.sent_zones((1, 2, 3, 4, 5, 6, 7), reads) == (2, 3, 4, 5, 6)
+    assert cw.sent_zones(A, reads) == A[:5]
