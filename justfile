@@ -74,6 +74,11 @@ test-fast: setup
 test-wheel NOTEBOOKS="all": setup
     ZTBP_TEST_WHEEL=1 ZTBP_WHEEL_REPORT={{quote(NOTEBOOKS)}} {{PY}} -m pytest -q -s -p no:cacheprovider tests/test_wheel.py
 
+# the host path in the guest as on a user's machine with a real-drive-shaped zoned namespace (64 MiB zones holding 48 MiB, 14 open/active, 1,024 zones): the wheel installed with pip, then doctor, capture-host, cluster and a 2-round loop --host (tests/test_host_path_vm.py; minutes under emulation, not in `just test`)
+[group('test')]
+test-host-path: setup
+    ZTBP_TEST_HOST_PATH=1 {{PY}} -m pytest -q -p no:cacheprovider -rs tests/test_host_path_vm.py
+
 # ruff over the package and tests
 [group('test')]
 lint: setup

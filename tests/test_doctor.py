@@ -15,9 +15,9 @@ import pytest
 
 from ztbp.cli import main
 from ztbp.doctor import facts as facts_mod
-from ztbp.doctor.facts import Facts, Namespace, Tool, gather, parse_info, zone_capacity
+from ztbp.doctor.facts import Facts, Namespace, Tool, gather, parse_info
 from ztbp.doctor.verdicts import FAIL, OK, WARN, checks, ready, report, text
-from ztbp.units import GIB, MIB
+from ztbp.units import GIB, MIB, zone_capacity
 
 ZNS = Namespace("nvme0n1", zoned="host-managed", lba_bytes=4096, zone_bytes=2 * GIB, nr_zones=904,
                 max_open_zones=14, max_active_zones=14, size_bytes=904 * 2 * GIB, zone_cap_bytes=1077 * MIB,

@@ -166,3 +166,56 @@ def test_each_seed_draws_its_own_offsets(tmp_path: Path) -> None:
     # same offsets (every seed alike without randrepeat=0) made it 100 %, a shared clone (seed times thread number
     # alike, seeds 1 and 2 as fio's randseed) 30 %
     assert len(a & b) / len(b) < 0.12
+
+
+# ---- a real drive's zone capacity ------------------------------------------------------------------------------
+CAPPED = {"zone_bytes": 64 * MIB, "zone_cap_bytes": 48 * MIB, "nr_zones": 1024, "region_bytes": 2048 * MIB}
+
+
+def test_zones_that_hold_less_than_their_size_are_written_and_read_within_their_capacity() -> None:
+    wl = Workload(name="paper80", reads=20_000, **CAPPED)
+    secs = sections(wl.fio_job())
+    hot = secs["hot-a"]
+    assert hot["random_distribution"] == ("zoned_abs:20/48M:0/336M:20/48M:0/208M:20/48M:0/208M:20/48M:0/208M:"
+                                          "20/48M")  # zone 1's first 48 MiB, zone 1's tail and zones 2-6, ...
+    assert (int(hot["offset"]), int(hot["size"])) == (64 * MIB, 19 * 64 * MIB + 48 * MIB - 64 * MIB)
+    for name in ("hot-a", "cold-a"):
+        s = secs[name]
+        ranges = zoned_abs_ranges(s["random_distribution"].removeprefix("zoned_abs:"), int(s["offset"]))
+        assert sum(p for p, _, _ in ranges) == 100 and ranges[-1][2] == int(s["offset"]) + int(s["size"])
+        for pct, lo, hi in ranges:  # every part with reads lies within one zone's capacity
+            if pct:
+                z = lo // (64 * MIB)
+                assert z * 64 * MIB <= lo < hi <= z * 64 * MIB + 48 * MIB, (name, pct, lo, hi)
+    cold = zoned_abs_ranges(secs["cold-a"]["random_distribution"].removeprefix("zoned_abs:"), 10 * MIB)
+    assert {lo // (64 * MIB) for p, lo, _ in cold if p} == set(range(32))  # every zone of the region is read
+    pre = sections(wl.prefill_job() or "")["prefill"]
+    assert int(pre["size"]) == 32 * 64 * MIB and int(pre["io_size"]) == 32 * 48 * MIB  # each zone to its capacity
+    assert wl.meta()["zone_cap_bytes"] == 48 * MIB and "cap=48MiB" in wl.describe_line()
+    # zones that hold their size: the job of before, byte for byte
+    assert Workload(name="paper80", reads=999, zone_cap_bytes=32 * MIB).fio_job() == \
+        Workload(name="paper80", reads=999).fio_job()
+
+
+@pytest.mark.parametrize("kwargs,msg", [
+    ({"name": "zipf"}, "fio's own distribution"),
+    ({"name": "mixed"}, "fio's own distribution"),
+    ({"name": "uniform", "region_bytes": 64 * 200 * MIB}, "give a smaller --region"),
+    ({"name": "paper80", "zone_cap_bytes": 8 * MIB}, "past the zone capacity"),
+    ({"name": "paper80", "zone_cap_bytes": 65 * MIB}, "up to the zone size"),
+])
+def test_workloads_that_cannot_keep_within_the_capacity_are_refused(kwargs: dict, msg: str) -> None:
+    with pytest.raises(WorkloadError, match=msg):
+        Workload(**{**CAPPED, **kwargs})
+
+
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed on this machine (just deps installs it)")
+def test_fio_reads_no_block_past_a_zones_capacity(tmp_path: Path) -> None:
+    """fio itself (null engine) draws the capped paper80 job's offsets: none in a zone's tail past its capacity,
+    80 % of them on the hot zones."""
+    job = Workload("paper80", reads=8000, jobs=4, iodepth=1, device=str(tmp_path / "dev"), **CAPPED).fio_job()
+    offsets = _offsets(job, tmp_path, "capped")
+    assert len(offsets) > 7000
+    assert all(o % (64 * MIB) < 48 * MIB for o in offsets)
+    hot = sum(o // (64 * MIB) in (1, 7, 11, 15, 19) for o in offsets) / len(offsets)
+    assert 0.78 < hot < 0.86, hot  # 0.8, plus the cold reads that land on hot zones

@@ -4,6 +4,7 @@ MiB, one table of bounds: LIMITS)."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from .errors import ZtbpError
@@ -38,6 +39,16 @@ def parse_size(text: str) -> int:
     if out > MAX_SIZE:
         raise ZtbpError(f"size {text!r} is beyond 1 PiB (1024T), the largest size ztbp takes")
     return int(out)
+
+
+_CAP_RE = re.compile(r"\bcap\s+(0x[0-9a-f]+)", re.I)
+
+
+def zone_capacity(text: str) -> int | None:
+    """The first zone's capacity in bytes from `blkzone report` (blkzone counts 512-byte sectors); None when the
+    report has no capacity column (an old blkzone)."""
+    m = _CAP_RE.search(text)
+    return int(m.group(1), 16) * 512 if m else None
 
 
 def parse_zone_list(text: str, what: str = "zone list") -> tuple[int, ...]:

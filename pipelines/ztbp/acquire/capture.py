@@ -28,7 +28,7 @@ from ..errors import ZtbpError
 from ..files import hand_over_tree, make_dir, read_env
 from ..io.fio import fio_totals
 from ..paths import RunPaths
-from ..units import MIB, parse_size
+from ..units import MIB, parse_size, zone_capacity
 from .channel import run_here
 from .vm import Geometry, GuestResult, VmDevice, ensure_image, nvmevirt_notes, qemu_version, run_in_guest, vm_device
 from .workload import PRESETS, Workload, WorkloadOptions, read_user_job, user_job, user_job_meta
@@ -388,7 +388,8 @@ def run_capture(req: VmCapture) -> CaptureOutcome:
     dev = vm_device(req.backend, req.geometry, req.nvmevirt_ko, req.nvmevirt_storage_bytes, CaptureError,
                     req.nvmevirt_reserve_bytes)
     script = nvme_probe(req.probe)
-    wl = req.workload.build(device="/dev/nvme0n1", zone_bytes=dev.zone_bytes, nr_zones=dev.nr_zones)
+    wl = req.workload.build(device="/dev/nvme0n1", zone_bytes=dev.zone_bytes, nr_zones=dev.nr_zones,
+                            zone_cap_bytes=dev.zone_cap_bytes)
     if req.fio_file is None:
         name, what, workload = wl.name, wl.describe_line(), wl.meta()
     else:
@@ -595,6 +596,21 @@ def host_geometry(dev: str, sysfs: Path = Path("/sys")) -> tuple[int, int, int]:
     return lba, zone_bytes, nr
 
 
+def host_zone_cap(dev: str) -> int | None:
+    """The zone capacity of a real zoned device in bytes, from `blkzone report -c 1` (None: its blkzone prints no
+    capacity, an old util-linux); a CaptureError when blkzone cannot report the device."""
+    try:
+        proc = subprocess.run(["blkzone", "report", "-c", "1", dev], capture_output=True, text=True, timeout=60,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise CaptureError(f"blkzone report {dev} did not run ({e}); it tells the zone capacity the workload must "
+                           "keep within: install util-linux") from None
+    if proc.returncode != 0:
+        raise CaptureError(f"blkzone report {dev} failed: {proc.stderr.strip()[-300:]}; it tells the zone capacity "
+                           "the workload must keep within")
+    return zone_capacity(proc.stdout)
+
+
 @dataclass(frozen=True)
 class HostCapture:
     """What `ztbp capture-host` was asked for: a real zoned namespace of this machine and the workload."""
@@ -623,8 +639,11 @@ def run_capture_host(req: HostCapture) -> CaptureOutcome:
                            "apt-get install bpftrace fio util-linux")
     if os.geteuid() != 0:
         raise CaptureError("capture-host needs root (bpftrace and raw device access); run it with sudo")
+    cap = host_zone_cap(dev)
+    if cap and cap < zone_bytes:  # a real drive's zones hold less than their size: the workload keeps within
+        wl = req.workload.build(device=dev, zone_bytes=zone_bytes, nr_zones=nr, zone_cap_bytes=cap)
     meta = capture_meta(device=Path(dev).name, lba=lba, zone_bytes=zone_bytes, nr_zones=nr, workload=wl.meta(),
-                        backend="host", probes={"nvme": script})
+                        backend="host", probes={"nvme": script}, zone_cap_bytes=cap)
     run = start_run(wl.name, req.out, meta, vm=False)
     started = time.monotonic()
     progress = Progress(wl.total_reads, req.verbose)

@@ -9,6 +9,12 @@ paper80 / paper60 follow the ZTBP paper: a share p (0.8 / 0.6) of the reads go t
 of {1, 7, 11, 15, 19} at a uniform 4 KiB offset (fio `random_distribution=zoned_abs` over the hot zones), the
 rest to a uniform 4 KiB block in [10 MiB, 1 GiB). The paper ran 36 jobs x QD 4 (80 %) and 48 jobs x QD 4
 (60 %); the hot jobs get round(p x jobs) of the jobs and exactly round(p x reads) of the reads.
+
+A real drive's zones may hold less than their size (zone capacity: a ZN540's 2 GiB zones take 1,077 MiB). On such
+a device (`zone_cap_bytes` below `zone_bytes`) the prefill writes each zone up to its capacity, and the reads stay
+in the written part of every zone: the hot zones' and the cold range's `zoned_abs` specs leave out each zone's tail
+past its capacity (0 % of the reads there), their shares in proportion to the bytes each part holds. zipf and mixed,
+whose reads spread over the whole region by fio's own distributions, are refused there.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ CYCLE_PASSES = 3
 CYCLE_OPEN_ZONES = 4
 CYCLE_RESET_THRESHOLD = 0.4
 CYCLE_RESET_FREQUENCY = 0.05
+#: parts of a zoned_abs spec fio takes (its zone split holds 256 entries)
+ZONED_ABS_MAX = 256
 
 
 class WorkloadError(ZtbpError):
@@ -85,6 +93,7 @@ class Workload:
     device: str = "/dev/nvme0n1"
     zone_bytes: int = 32 * MIB
     nr_zones: int = 64
+    zone_cap_bytes: int = 0  # bytes a zone can hold (a real drive's zone capacity); 0: the zone size
     ioengine: str = "io_uring"
     hot_zones: tuple[int, ...] = PAPER_HOT_ZONES
     hot_share: float | None = None
@@ -112,6 +121,21 @@ class Workload:
             raise WorkloadError(f"--jobs and --iodepth must be at least 1 (got {self.jobs}, {self.iodepth})")
         if self.zone_bytes % BLOCK or self.zone_bytes <= 0:
             raise WorkloadError(f"zone size must be a positive multiple of 4 KiB, got {self.zone_bytes} bytes")
+        if self.zone_cap_bytes and (self.zone_cap_bytes % BLOCK or not 0 < self.zone_cap_bytes <= self.zone_bytes):
+            raise WorkloadError(f"zone capacity must be a multiple of 4 KiB up to the zone size, got "
+                                f"{self.zone_cap_bytes} bytes for zones of {self.zone_bytes} bytes")
+        if self.capped:
+            if self.preset.kind in ("zipf", "mixed"):
+                raise WorkloadError(f"workload '{self.name}' reads by fio's own distribution over the whole region, "
+                                    f"past the capacity of its zones ({self.cap_bytes // MIB} MiB of "
+                                    f"{self.zone_bytes // MIB} MiB): use paper80, paper60 or uniform there")
+            if 2 * self.region_zones > ZONED_ABS_MAX:
+                raise WorkloadError(f"reads kept within the zone capacity over {self.region_zones} zones need "
+                                    f"{2 * self.region_zones} parts of fio's zoned_abs (it takes {ZONED_ABS_MAX}): "
+                                    "give a smaller --region")
+            if self.preset.kind == "hotcold" and self.cap_bytes <= COLD_START:
+                raise WorkloadError(f"the cold reads start at {COLD_START // MIB} MiB, past the zone capacity "
+                                    f"({self.cap_bytes // MIB} MiB)")
         if self.region_bytes % self.zone_bytes:
             raise WorkloadError(f"the read region ({self.region_bytes // MIB} MiB) must be a whole number of "
                                 f"zones of {self.zone_bytes // MIB} MiB")
@@ -139,6 +163,16 @@ class Workload:
         return self.region_bytes // self.zone_bytes
 
     @property
+    def cap_bytes(self) -> int:
+        """The bytes of a zone that can be written, and so read back."""
+        return self.zone_cap_bytes or self.zone_bytes
+
+    @property
+    def capped(self) -> bool:
+        """The zones hold less than their size."""
+        return self.cap_bytes < self.zone_bytes
+
+    @property
     def write_zones(self) -> int:
         """Zones the mixed workload writes into (after the read region)."""
         writes = self.writes
@@ -149,7 +183,7 @@ class Workload:
         if self.preset.kind == "mixed":
             return max(1, round(self.reads * self.write_share))
         if self.preset.kind == "seqwrite":
-            return self.region_bytes // (128 * KIB)
+            return self.region_zones * self.cap_bytes // (128 * KIB)
         if self.preset.kind == "zonecycle":
             return CYCLE_PASSES * self.region_bytes // CYCLE_BLOCK
         return 0
@@ -162,7 +196,7 @@ class Workload:
     def expected_commands(self) -> int:
         """NVMe commands a capture of this workload issues: zone resets, 128 KiB prefill writes, the workload's
         reads and writes (the block layer may still split a write; the capture leaves room for that)."""
-        prefill = len(self.prefill_zones) * self.zone_bytes // (128 * KIB)
+        prefill = len(self.prefill_zones) * self.cap_bytes // (128 * KIB)
         return len(self.reset_zones) + prefill + self.total_reads + self.writes
 
     @property
@@ -187,20 +221,47 @@ class Workload:
         return hot_jobs, self.jobs - hot_jobs, hot_reads, self.reads - hot_reads
 
     def zoned_abs_spec(self) -> tuple[int, int, str]:
-        """(offset, size, spec) of the hot jobs: equal shares of the hot zones, 0 % for the gaps."""
+        """(offset, size, spec) of the hot jobs: equal shares of the hot zones (their first cap_bytes), 0 % for the
+        gaps."""
         zones = sorted(self.hot_zones)
-        zb = self.zone_bytes
+        zb, cap = self.zone_bytes, self.cap_bytes
         shares = _integer_shares(100, len(zones))
         parts: list[str] = []
         for i, z in enumerate(zones):
             if i:
-                gap = (z - zones[i - 1] - 1) * zb
+                gap = (z - zones[i - 1] - 1) * zb + zb - cap
                 if gap:
                     parts.append(f"0/{_size(gap)}")
-            parts.append(f"{shares[i]}/{_size(zb)}")
+            parts.append(f"{shares[i]}/{_size(cap)}")
         offset = zones[0] * zb
-        size = (zones[-1] + 1) * zb - offset
+        size = zones[-1] * zb + cap - offset
         return offset, size, ":".join(parts)
+
+    def readable_spec(self, start: int) -> tuple[int, str]:
+        """(size, zoned_abs spec) of uniform reads over [start, region) that keep to the first cap_bytes of every
+        zone: each zone's written part gets reads in proportion to its bytes, its tail past the capacity none."""
+        zb, cap = self.zone_bytes, self.cap_bytes
+        spans: list[tuple[int, int]] = []  # (readable bytes, tail bytes) of each zone from `start` on
+        for z in range(start // zb, self.region_zones):
+            lo = max(start, z * zb)
+            spans.append((max(0, z * zb + cap - lo), (z + 1) * zb - max(lo, z * zb + cap)))
+        end = max(i for i, (r, _) in enumerate(spans) if r)  # no tail after the last written part
+        shares = _shares_by_size(100, [r for r, _ in spans[:end + 1]])
+        parts: list[str] = []
+        for i, (readable, tail) in enumerate(spans[:end + 1]):
+            if readable:
+                parts.append(f"{shares[i]}/{_size(readable)}")
+            if tail and i < end:
+                parts.append(f"0/{_size(tail)}")
+        size = sum(r + t for r, t in spans[:end]) + spans[end][0]
+        return size, ":".join(parts)
+
+    def _uniform_reads(self, start: int) -> list[str]:
+        """fio options of uniform 4 KiB reads over [start, region): within the zone capacity on a capped device."""
+        if not self.capped:
+            return [f"offset={start}", f"size={self.region_bytes - start}"]
+        size, spec = self.readable_spec(start)
+        return [f"offset={start}", f"size={size}", f"random_distribution=zoned_abs:{spec}"]
 
     # ---- job files ----------------------------------------------------------------------------------------
     def _global(self) -> list[str]:
@@ -245,10 +306,9 @@ class Workload:
             offset, size, spec = self.zoned_abs_spec()
             lines += self._read_sections("hot", hot_reads, hot_jobs, [
                 f"offset={offset}", f"size={size}", f"random_distribution=zoned_abs:{spec}"])
-            lines += self._read_sections("cold", cold_reads, cold_jobs, [
-                f"offset={COLD_START}", f"size={self.region_bytes - COLD_START}"])
+            lines += self._read_sections("cold", cold_reads, cold_jobs, self._uniform_reads(COLD_START))
         elif kind == "uniform":
-            lines += self._read_sections("uniform", self.reads, self.jobs, ["offset=0", f"size={self.region_bytes}"])
+            lines += self._read_sections("uniform", self.reads, self.jobs, self._uniform_reads(0))
         elif kind == "zipf":
             lines += self._read_sections("zipf", self.reads, self.jobs, [
                 "offset=0", f"size={self.region_bytes}", f"random_distribution=zipf:{self.zipf_theta}"])
@@ -264,7 +324,8 @@ class Workload:
                       f"zone_reset_threshold={CYCLE_RESET_THRESHOLD}",
                       f"zone_reset_frequency={CYCLE_RESET_FREQUENCY}"]
         elif kind == "seqwrite":
-            lines += self._write_section("fill", 0, self.region_bytes, self.region_bytes, 128 * KIB)
+            lines += self._write_section("fill", 0, self.region_bytes, self.region_zones * self.cap_bytes,
+                                         128 * KIB)
         return "\n".join(lines) + "\n"
 
     def _write_section(self, label: str, offset: int, size: int, io_size: int, bs: int) -> list[str]:
@@ -287,14 +348,18 @@ class Workload:
         if not zones:
             return None
         size = len(zones) * self.zone_bytes
-        lines = [f"; ztbp prefill for {self.name}: write zones {zones.start}..{zones.stop - 1} sequentially"]
+        lines = [f"; ztbp prefill for {self.name}: write zones {zones.start}..{zones.stop - 1} sequentially"
+                 + (f", each up to its capacity ({self.cap_bytes // MIB} MiB)" if self.capped else "")]
         lines += self._global()
-        lines += self._write_section("prefill", zones.start * self.zone_bytes, size, size, 128 * KIB)
+        # fio's zoned mode moves on to the next zone at a zone's capacity: io_size is what the zones hold
+        lines += self._write_section("prefill", zones.start * self.zone_bytes, size, len(zones) * self.cap_bytes,
+                                     128 * KIB)
         return "\n".join(lines) + "\n"
 
     def describe_line(self) -> str:
+        cap = f" cap={self.cap_bytes // MIB}MiB" if self.capped else ""
         return (f"reads={self.total_reads} writes={self.writes} jobs={self.jobs} iodepth={self.iodepth} "
-                f"zone={self.zone_bytes // MIB}MiB region={self.region_bytes // MIB}MiB")
+                f"zone={self.zone_bytes // MIB}MiB{cap} region={self.region_bytes // MIB}MiB")
 
     def meta(self) -> dict[str, Any]:
         """The `workload` object of meta.json."""
@@ -312,6 +377,8 @@ class Workload:
             "reset_zones": [self.reset_zones.start, self.reset_zones.stop],
             "seed": self.seed,
         }
+        if self.capped:
+            d["zone_cap_bytes"] = self.cap_bytes
         if self.preset.kind == "hotcold":
             hot_jobs, cold_jobs, hot_reads, cold_reads = self.hot_split()
             d.update(hot_zones=list(self.hot_zones), hot_share=self.hot_share, hot_jobs=hot_jobs,
@@ -339,6 +406,16 @@ def _integer_shares(total: int, parts: int) -> list[int]:
     """Split `total` into `parts` integers that differ by at most one (fio percentages are integers)."""
     base, extra = divmod(total, parts)
     return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def _shares_by_size(total: int, sizes: list[int]) -> list[int]:
+    """Split `total` into integers in proportion to `sizes` (largest remainders first, ties to the earlier part)."""
+    whole = sum(sizes)
+    exact = [total * s / whole for s in sizes]
+    shares = [int(x) for x in exact]
+    for i in sorted(range(len(sizes)), key=lambda i: (shares[i] - exact[i], i))[:total - sum(shares)]:
+        shares[i] += 1
+    return shares
 
 
 def _split_counts(count: int, jobs: int) -> list[tuple[int, int, str]]:
@@ -369,10 +446,12 @@ class WorkloadOptions:
     seed: int = 1
     region_bytes: int = READ_REGION
 
-    def build(self, *, device: str, zone_bytes: int, nr_zones: int) -> Workload:
-        """The workload on a device of this geometry (checked: WorkloadError when it cannot work there)."""
+    def build(self, *, device: str, zone_bytes: int, nr_zones: int, zone_cap_bytes: int | None = None) -> Workload:
+        """The workload on a device of this geometry (checked: WorkloadError when it cannot work there);
+        `zone_cap_bytes` None: the zones hold their size."""
         return Workload(name=self.name, reads=self.reads, jobs=self.jobs, iodepth=self.iodepth, device=device,
-                        zone_bytes=zone_bytes, nr_zones=nr_zones, ioengine=self.ioengine, hot_zones=self.hot_zones,
+                        zone_bytes=zone_bytes, nr_zones=nr_zones, zone_cap_bytes=zone_cap_bytes or 0,
+                        ioengine=self.ioengine, hot_zones=self.hot_zones,
                         hot_share=self.hot_share, seed=self.seed, region_bytes=self.region_bytes)
 
 

@@ -55,8 +55,9 @@ def workload_options(args: argparse.Namespace) -> WorkloadOptions:
 
 
 def _workload(args: argparse.Namespace) -> int:
+    cap = parse_size(args.zone_cap) if args.zone_cap else None
     wl = workload_options(args).build(device=args.device, zone_bytes=args.zone_size,
-                                      nr_zones=args.device_zones)
+                                      nr_zones=args.device_zones, zone_cap_bytes=cap)
     out = Path(args.output)
     if out.parent and not out.parent.exists():
         raise WorkloadError(f"folder {out.parent} does not exist; create it or choose another -o path")
@@ -194,6 +195,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prefill", metavar="FILE", help="also write the prefill job (sequential zone fill) here")
     p.add_argument("--device", default="/dev/nvme0n1", help="block device in the job file (default: %(default)s)")
     add_geometry_args(p, lba=False)
+    p.add_argument("--zone-cap", default=None,
+                   help="zone capacity (default: the zone size): the prefill and the reads keep within it")
     add_workload_options(p)
     p.set_defaults(func=_workload)
 

@@ -63,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", metavar="DEV", default=None,
                    help="run on this machine's zoned namespace DEV instead of a VM (root; destroys the data of the "
                         "zones the workload resets and prefills)")
-    add_geometry_args(p)
+    add_geometry_args(p, limits=True)
     p.add_argument("-o", "--out", default=None, help="loop directory (default: runs/<UTC time>-loop-<workload>)")
     p.add_argument("--timeout", type=bounded("timeout"), default=7200, help="kill the guest after this many seconds")
     p.add_argument("--json", action="store_true", help="print loop.json instead of the summary")

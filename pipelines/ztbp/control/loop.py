@@ -38,6 +38,7 @@ from ..acquire.capture import (
     check_zoned,
     finish_meta,
     host_geometry,
+    host_zone_cap,
     map_rows_csv,
     start_run,
     write_jobs,
@@ -105,6 +106,7 @@ class LoopRequest:
         if self.backend == "qemu":  # its namespace is known now: the workload must fit it before a boot
             self.geometry.validate()
             self.workload.build(device="/dev/nvme0n1", zone_bytes=self.geometry.zone_bytes,
+                                zone_cap_bytes=self.geometry.zone_cap_bytes,
                                 nr_zones=self.geometry.zones)
         if self.backend == "nvmevirt":
             nvmevirt_module(self.nvmevirt_ko, LoopError)
@@ -378,14 +380,13 @@ def after_apply(st: LoopState, res: dict[str, Any] | None) -> None:
                         "with the model only (out of sample on the next round)")
 
 
-def _new_state(req: LoopRequest, root: Path, wl: Workload, lba: int, zone_bytes: int, nr: int,
-               prefix: str, progress: Progress) -> LoopState:
+def _new_state(req: LoopRequest, root: Path, wl: Workload, place: Place, progress: Progress) -> LoopState:
     workload = wl.meta() if req.fio_file is None else user_job_meta(wl, req.fio_file)
-    meta = capture_meta(device=Path(wl.device).name, lba=lba, zone_bytes=zone_bytes, nr_zones=nr,
-                        workload=workload, backend=req.backend, probes={"nvme": LOOP_PROBE},
-                        module=req.nvmevirt_ko)
+    meta = capture_meta(device=Path(wl.device).name, lba=place.lba_bytes, zone_bytes=place.zone_bytes,
+                        nr_zones=place.nr_zones, workload=workload, backend=req.backend, probes={"nvme": LOOP_PROBE},
+                        zone_cap_bytes=place.zone_cap_bytes, module=req.nvmevirt_ko)
     return LoopState(req=req, root=root, workload=wl, meta_base=meta, progress=progress, rounds=[],
-                     guest_prefix=prefix, in_force=[], started=time.monotonic())
+                     guest_prefix=place.prefix(root), in_force=[], started=time.monotonic())
 
 
 def _handler(st: LoopState) -> Any:
@@ -431,6 +432,7 @@ class Place:
     zone_bytes: int
     nr_zones: int
     vm: Any = None  # acquire.vm.VmDevice in the VM, None on this machine
+    zone_cap_bytes: int | None = None  # None: the zones hold their size
 
     def prefix(self, root: Path) -> str:
         return "/ztbp/out" if self.vm is not None else str(root)
@@ -451,7 +453,11 @@ def host_place(dev: str | None) -> Place:
     if os.geteuid() != 0:
         raise LoopError("loop --host needs root (bpftrace, raw device access, admin commands); run it with sudo")
     lba, zone_bytes, nr = host_geometry(dev, sysfs)
-    return Place(dev, lba, zone_bytes, nr)
+    try:
+        cap = host_zone_cap(dev)
+    except CaptureError as e:
+        raise LoopError(str(e)) from None
+    return Place(dev, lba, zone_bytes, nr, zone_cap_bytes=cap)
 
 
 def run_loop(req: LoopRequest) -> dict[str, Any]:
@@ -466,12 +472,14 @@ def run_loop(req: LoopRequest) -> dict[str, Any]:
     else:
         dev = vm_device(req.backend, req.geometry, req.nvmevirt_ko, error=LoopError,
                         reserve_bytes=req.nvmevirt_reserve_bytes)
-        place = Place("/dev/nvme0n1", dev.lba_bytes, dev.zone_bytes, dev.nr_zones, vm=dev)
-    wl = req.workload.build(device=place.device, zone_bytes=place.zone_bytes, nr_zones=place.nr_zones)
+        place = Place("/dev/nvme0n1", dev.lba_bytes, dev.zone_bytes, dev.nr_zones, vm=dev,
+                      zone_cap_bytes=dev.zone_cap_bytes)
+    wl = req.workload.build(device=place.device, zone_bytes=place.zone_bytes, nr_zones=place.nr_zones,
+                            zone_cap_bytes=place.zone_cap_bytes)
     progress.expected = wl.total_reads if req.fio_file is None else 0  # each round's countdown (A/B: on_round)
     root = new_loop_dir(req, wl.name if req.fio_file is None else "fio-file", place.vm is not None, progress.say)
     root = root if place.vm is not None else root.resolve()
-    st = _new_state(req, root, wl, place.lba_bytes, place.zone_bytes, place.nr_zones, place.prefix(root), progress)
+    st = _new_state(req, root, wl, place, progress)
     plan = (f"round 1 of {wl.describe_line()}, then {req.ab_pairs} pairs of A/B blocks of {req.ab_reads:,} reads "
             "(the configuration on and off)" if req.ab_pairs else f"up to {req.rounds} rounds of {wl.describe_line()}")
     progress.say(f"loop {wl.name}: {plan}, backend {req.backend} -> {root}")

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..units import zone_capacity
+
 #: (argv) -> (exit code, stdout, stderr); exit code None when the command could not run at all
 Runner = Callable[[list[str]], tuple[int | None, str, str]]
 Which = Callable[[str], str | None]
@@ -139,15 +141,6 @@ def cap_eff(status_text: str | None) -> int:
     """The effective capability set of /proc/self/status (0 when it cannot be read)."""
     m = re.search(r"^CapEff:\s*([0-9a-fA-F]+)", status_text or "", re.M)
     return int(m.group(1), 16) if m else 0
-
-
-_CAP_RE = re.compile(r"\bcap\s+(0x[0-9a-f]+)", re.I)
-
-
-def zone_capacity(text: str) -> int | None:
-    """The first zone's capacity in bytes from `blkzone report` (blkzone counts 512-byte sectors)."""
-    m = _CAP_RE.search(text)
-    return int(m.group(1), 16) * 512 if m else None
 
 
 def controller_of(name: str) -> str:
