@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -388,3 +389,25 @@ def test_set_sends_the_five_most_read_zones_of_a_larger_hot_set() -> None:
     reads[[1, 2, 3, 4, 5, 6, 7]] = [10, 70, 30, 70, 50, 60, 20]
     assert cw.sent_zones((1, 2, 3, 4, 5, 6, 7), reads) == (2, 3, 4, 5, 6)
     assert cw.sent_zones(A, reads) == A[:5]
+
+
+def test_an_idle_devices_last_rows_go_out_on_the_clocks_tick() -> None:
+    """The probe's reader hears a tick (an empty item) when no line came for a while: the rows it holds go out
+    then, not when the device next completes a command."""
+    head = ["# ztbp nvme v1", "ts_ns,lat_ns,ctrl,qid,cid,nsid,opcode,op,slba,nlb,zone_action,status,tid"]
+    row = "30122093117,301822,0,1,4129,1,2,read,60417,1,,0,320"
+    seen: list[str] = []
+
+    def lines() -> Any:
+        yield from head
+        yield row
+        time.sleep(0.1)
+        seen.append("tick")
+        yield ""  # idle: nothing more for a while
+        seen.append("after")
+        yield row
+
+    it = iter(ProbeLines(lines(), 1024, batch_s=0.05))
+    first = next(it)
+    assert first.frame.height == 1 and seen == ["tick"]  # out at the tick, before the next line was read
+    assert [b.frame.height for b in it] == [1]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -50,6 +51,9 @@ ROWS = "rows"
 #: (checked as each line arrives: a device that goes idle leaves its last lines waiting for the next one)
 BATCH_LINES = 8192
 BATCH_S = 1.0
+#: seconds without a line of the probe after which its reader hears a tick (b""): an idle device's last rows are
+#: not kept waiting for the next line
+IDLE_TICK_S = 1.0
 
 
 @dataclass
@@ -62,7 +66,9 @@ class Batch:
 
 # ---- sources ---------------------------------------------------------------------------------------------------
 class ProbeLines:
-    """Batches from the streaming probe's output lines (bytes or str), as the capture's streaming path reads them."""
+    """Batches from the streaming probe's output lines (bytes or str), as the capture's streaming path reads them.
+    An empty item (not a line: a line ends with its newline) is a tick of the clock: the rows held for longer than
+    batch_s go out then, without waiting for the next line."""
 
     def __init__(self, lines: Iterable[bytes | str], zone_size_lba: int, batch_lines: int = BATCH_LINES,
                  batch_s: float = BATCH_S) -> None:
@@ -76,6 +82,12 @@ class ProbeLines:
         body: list[bytes] = []
         lost, first, since = 0, 0, 0.0
         for raw in self.lines:
+            if not raw:  # a tick: an idle device's rows go out
+                if body and time.monotonic() - since >= self.batch_s:
+                    yield Batch(body_rows(b"".join(body), self.header or [], self.zone_size_lba, first, self.report),
+                                lost)
+                    body, lost = [], 0
+                continue
             line = raw.encode() if isinstance(raw, str) else raw
             self.line_no += 1
             text = line.rstrip(b"\r\n")
@@ -163,12 +175,24 @@ class ProbeProcess:
             self.proc.send_signal(signal.SIGINT)
 
     def lines(self) -> Iterator[bytes]:
-        """bpftrace's output lines; a ZtbpError with its last line when it exits with an error."""
+        """bpftrace's output lines, and a tick (b"") after each IDLE_TICK_S without one; a ZtbpError with its
+        last line when it exits with an error."""
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.strip():
-                self.last = line
-            yield line
+        fd, pending = self.proc.stdout.fileno(), b""
+        while True:
+            if not select.select([fd], [], [], IDLE_TICK_S)[0]:
+                yield b""
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            *whole, pending = (pending + chunk).split(b"\n")
+            for line in whole:
+                if line.strip():
+                    self.last = line
+                yield line + b"\n"
+        if pending:
+            yield pending
         if self.proc.wait() != 0 and not self.stopping:
             last = self.last.decode("utf-8", "replace").strip() or "no message"
             raise ZtbpError(f"the streaming probe could not run on this machine (bpftrace exit "
