@@ -65,7 +65,7 @@ _POOL: Path | None = None
 #: conventional namespace beside the zoned one (bookworm and trixie; compiles and captures); "vm-a": bookworm's
 #: default device (captures, ztbp-ctl, QEMU's loops, the profiler), then NVMeVirt. Within a chain the files run in
 #: this order, so the tests of one guest follow each other and (ZTBP_POOL_MAX) each guest boots once.
-VM_CHAINS = {"vm-b": ("test_app_vm.py", "test_layers_vm.py", "test_one_liners_vm.py"),
+VM_CHAINS = {"vm-b": ("test_app_vm.py", "test_resets_vm.py", "test_layers_vm.py", "test_one_liners_vm.py"),
              "vm-a": ("test_capture_vm.py", "test_capture_fio_file_vm.py", "test_ztbp_ctl_vm.py",
                       "test_loop_qemu_vm.py", "test_device_vm.py", "test_loop_vm.py")}
 VM_ORDER = VM_CHAINS["vm-b"] + VM_CHAINS["vm-a"]

@@ -27,9 +27,9 @@ def loop(out: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[
     return proc, doc
 
 
-def assert_rounds_whole(doc: dict[str, Any]) -> None:
-    """Every round complete, every fio read traced (READS a round, AB_READS an A/B block), nothing lost."""
+def assert_rounds_whole(doc: dict[str, Any], reads: int = READS) -> None:
+    """Every round complete, every fio read traced (`reads` a round, AB_READS an A/B block), nothing lost."""
     for e in doc["rounds"]:
         assert e["complete"], e
-        assert e["read_rows"] == e["fio_reads"] == (AB_READS if "ab" in e else READS), e
+        assert e["read_rows"] == e["fio_reads"] == (AB_READS if "ab" in e else reads), e
         assert e["lost"] == 0, e

@@ -203,7 +203,7 @@ def test_a_tiny_layer_map_loses_nothing_uncounted(battery: tuple[GuestResult, Pa
 
 
 #: the Ctrl-C capture: asked for ASKED reads, stopped once STOP_AT are done (its map sized for ASKED * 1.5 keys)
-ASKED, STOP_AT = 400_000, 100_000
+ASKED, STOP_AT = 300_000, 100_000
 
 
 def test_ctrl_c_leaves_a_valid_partial_run(tmp_path: Path) -> None:

@@ -1,8 +1,7 @@
 """The device studies on the real VM path: `ztbp profile` on QEMU's zoned namespace (a negative control: no
 parallel structure, the profiler must say so), on NVMeVirt's prototype (the positive control: zones on one die
 land in one conflict group, zones on other dies in their own, and the verdict calls it structure; the answer key is
-the module's own layout), and a fio zoned
-cycling workload captured with `ztbp capture`, read back by `ztbp resets`.
+the module's own layout). The zone-cycling capture read back by `ztbp resets` is in test_resets_vm.py.
 
 QEMU's tests share a pooled guest; NVMeVirt's profile shares its guest with NVMeVirt's loop (test_loop_vm.py: the
 same memory reserve). NVMeVirt is built from ../shared/nvmevirt; without it that test is skipped.
@@ -112,28 +111,3 @@ def test_nvmevirt_zones_on_one_die_form_one_group(nvmevirt_ko: Path, tmp_path: P
     v = doc["verdict"]
     assert v["structure"] is True, (v, doc["log"])
     assert v["noise_sd"] is not None and v["noise_separation"] >= 4 and abs(v["drift"]) < 0.25
-
-
-@pytest.fixture(scope="module")
-def cycle_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("cycle") / "zonecycle"
-    proc = ztbp("capture", "zonecycle", "--region", "64M", "--out", str(out), "--timeout", "900")
-    assert proc.returncode == 0, proc.stderr
-    return out
-
-
-def test_zone_cycling_workload_resets_and_far_replays_it(cycle_run: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    meta = json.loads((cycle_run / "meta.json").read_text())
-    assert meta["workload"]["name"] == "zonecycle" and meta["complete"]
-    assert main(["resets", str(cycle_run), "--json"]) == 0
-    res = json.loads(capsys.readouterr().out)
-    s = res["summary"]
-    # the capture resets the 2 zones of the region first; fio then resets zones as it cycles over them
-    assert s["resets"] > 2 and s["resets_per_s"] > 0
-    assert s["backend"] == "qemu" and "hole" in s["latency_means"]
-    assert s["partial_resets"] + s["full_resets"] > 0
-    far = res["far"]
-    assert far["traced_resets"] == s["resets"]
-    assert far["eager"]["written_mib"] == far["far"]["written_mib"] > 0
-    assert far["far"]["resets"] <= far["eager"]["resets"]

@@ -47,7 +47,7 @@ def test_{name}():
 
 
 def test_nvmevirt_waits_for_the_other_chain_on_another_worker(tmp_path: Path) -> None:
-    """Stand-in VM tests (they sleep) run through the project's conftest with three workers: each chain on a worker
+    """Stand-in VM tests (they sleep) run through the project's conftest with two workers: each chain on a worker
     of its own, and NVMeVirt's test only once the other chain has ended."""
     log = tmp_path / "log"
     shutil.copy(HERE / "conftest.py", tmp_path / "conftest.py")
@@ -57,7 +57,7 @@ def test_nvmevirt_waits_for_the_other_chain_on_another_worker(tmp_path: Path) ->
         (tmp_path / file).write_text(FAKE_VM_TEST.format(name=name, sleep=sleep, log=log))
     (tmp_path / "test_unit.py").write_text("def test_u():\n    pass\n")
     env = {**os.environ, "ZTBP_NO_IMAGE_PREBUILD": "1", "ZTBP_NO_GUEST_POOL": "1"}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "3",
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2",
                            "--basetemp", str(tmp_path / "bt"), "."],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
