@@ -188,14 +188,16 @@ def test_layers_page_of_a_layer_probe_run(tmp_path: Path, browser: Any) -> None:
 
 @pytest.fixture(scope="module")
 def qemu_loop_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path, Path]:
-    """`ztbp report LOOP --rounds` on a two-round QEMU loop made without a VM (tests/loop_fixture.py)."""
+    """`ztbp report LOOP --rounds --only 1,7,8` on a two-round QEMU loop made without a VM (tests/loop_fixture.py):
+    the loop's page and each round's overview and device pages, the ones these tests open."""
     from loop_fixture import make_loop
 
     base = tmp_path_factory.mktemp("loop-browser")
     loop = make_loop(base / "loop-qemu", "qemu", reads=5000)
     out = base / "report"
-    proc = subprocess.run([sys.executable, "-m", "ztbp.cli", "report", str(loop), "--rounds", "-o", str(out),
-                           "--json"], cwd=ROOT, capture_output=True, text=True, timeout=1200, check=False)
+    proc = subprocess.run([sys.executable, "-m", "ztbp.cli", "report", str(loop), "--rounds", "--only", "1,7,8",
+                           "-o", str(out), "--json"], cwd=ROOT, capture_output=True, text=True, timeout=1200,
+                          check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "without encryption" not in proc.stderr and "WARNING" not in proc.stderr, proc.stderr[-3000:]
     return json.loads(proc.stdout), loop, out

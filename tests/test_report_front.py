@@ -11,12 +11,21 @@ import polars as pl
 import pytest
 from loop_fixture import make_loop
 
+from ztbp.errors import ZtbpError
 from ztbp.io.loop import read_loop
 from ztbp.present import loop as present_loop
 from ztbp.present.device_study import profile_for_run
 from ztbp.present.figures import Note
 from ztbp.present.tables import MISSING, column_unit, html_table, show
-from ztbp.report.render import headline_html, input_stamp, loop_index_html
+from ztbp.report.render import (
+    INPUT_APP_RUN,
+    INPUT_LOOP,
+    INPUT_RUN,
+    headline_html,
+    input_stamp,
+    loop_index_html,
+    only_for,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_LOOP = ROOT / "tests" / "data" / "loops" / "sample-nvmevirt"
@@ -133,3 +142,13 @@ def test_input_stamp_follows_the_inputs(tmp_path: Path) -> None:
     (run / "raw" / "nvme.csv").write_text("a\nb\n")
     assert input_stamp(nb, {"run_dir": str(run)}, [run]) != first
     assert input_stamp(nb, {"run_dir": str(run), "top": 3}, [run]) != input_stamp(nb, {"run_dir": str(run)}, [run])
+
+
+def test_only_picks_the_loop_pages_and_the_rounds_pages_apart() -> None:
+    """`ztbp report LOOP --rounds --only 1,7,8`: the loop's notebook 8 for its page, the run notebooks 1 and 7 for
+    each round; a selection that names no notebook is an error."""
+    assert only_for(["1", "7", "8-loop"], (INPUT_LOOP,)) == ["8-loop"]
+    assert only_for(["1", "7", "8-loop"], (INPUT_RUN, INPUT_APP_RUN)) == ["1", "7"]
+    assert only_for(["1"], (INPUT_LOOP,)) == [] and only_for(None, (INPUT_LOOP,)) is None
+    with pytest.raises(ZtbpError, match="no notebook '42'"):
+        only_for(["42"], (INPUT_RUN,))

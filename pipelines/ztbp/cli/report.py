@@ -63,7 +63,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-f", "--params-file", help="YAML mapping of notebook parameters")
     p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    help="one notebook parameter (value read as YAML); repeatable")
-    p.add_argument("--only", help="comma-separated notebooks to run, by number or name (default: all)")
+    p.add_argument("--only", help="comma-separated notebooks to run, by number or name (default: all); for a loop "
+                                  "with --rounds, its loop notebooks for its page and its run notebooks for each "
+                                  "round's")
     p.add_argument("--timeout", type=bounded("cell-timeout"), default=900,
                    help="seconds per notebook cell (default 900)")
     p.add_argument("--send", action="store_true",

@@ -347,6 +347,22 @@ def _pages_json(pages: list[Page]) -> list[dict[str, Any]]:
              "seconds": round(p.seconds, 2)} for p in pages]
 
 
+def only_for(only: list[str] | None, inputs: tuple[str, ...]) -> list[str] | None:
+    """The selections of `only` that name a notebook reading one of `inputs` (None: no selection, every notebook);
+    a selection that names no notebook at all is an error, as in `notebooks`."""
+    if not only:
+        return None
+    every = notebooks()
+    kept = []
+    for sel in only:
+        hit = [p for p in every if p.stem == sel or p.stem.split("-", 1)[0] == sel]
+        if not hit:
+            raise ZtbpError(f"no notebook {sel!r}; choose from {', '.join(p.stem for p in every)}")
+        if any(notebook_input(p) in inputs for p in hit):
+            kept.append(sel)
+    return kept
+
+
 def render(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None,
            parameters: dict[str, Any] | None = None, only: list[str] | None = None, timeout: int = 900,
            log: Callable[[str], None] = print, allow_send: bool = False, perfetto: bool = True,
@@ -383,13 +399,15 @@ def render_loop(loop_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str
                 parameters: dict[str, Any] | None = None, only: list[str] | None = None, timeout: int = 900,
                 log: Callable[[str], None] = print, rounds: bool = False, jobs: int | None = None) -> dict[str, Any]:
     """The report of a loop directory: the loop notebook(s) and an index with the loop's rounds; with `rounds`,
-    each round's run report too (the run notebooks, in round-NN/ of the report folder, linked from the index)."""
+    each round's run report too (the run notebooks, in round-NN/ of the report folder, linked from the index).
+    `only` picks among both: its loop notebooks for the loop's pages, its run notebooks for the rounds'."""
     from ..io.loop import read_loop, round_dir
 
     doc = read_loop(loop_dir)  # checked before any kernel starts
     root = Path(doc["dir"]).resolve()
     parameters = dict(parameters or {})
-    nbs = notebooks(only, (INPUT_LOOP,))
+    loop_only, round_only = only_for(only, (INPUT_LOOP,)), only_for(only, (INPUT_RUN, INPUT_APP_RUN))
+    nbs = [] if loop_only == [] else notebooks(loop_only, (INPUT_LOOP,))
     declared = _check_parameters(nbs, parameters, False)
     out = Path(out_dir) if out_dir else REPORTS / root.name
     round_reports = []
@@ -402,7 +420,7 @@ def render_loop(loop_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str
         at_once = min(jobs, len(runs)) or 1
         with ThreadPoolExecutor(max_workers=at_once) as pool:
             round_reports = list(pool.map(lambda run_dir: render(
-                run_dir, out / run_dir.name, log=log, perfetto=False, jobs=max(1, jobs // at_once),
+                run_dir, out / run_dir.name, only=round_only, log=log, perfetto=False, jobs=max(1, jobs // at_once),
                 source_prefix=f"loop {root.name}, "), runs))
     source = (f"loop {root.name} · {len(doc['rounds'])} round(s) on {doc.get('backend') or 'an unknown device'} · "
               f"workload {(doc.get('workload') or {}).get('name') or 'unnamed'}")
