@@ -39,14 +39,17 @@ step() { # NAME COMMAND...: run it from a folder outside any checkout; record it
 	return "$rc"
 }
 
-install_wheel() { # a venv without pip (Debian's python3 has no ensurepip), then pip run from its own wheel
+install_wheel() { # a venv without pip (Debian's python3 has no ensurepip), then pip run from its own wheel.
+	# --ignore-requires-python: the wheelhouse holds the versions of the host's environment, whose Python may be
+	# newer than this Debian release's (soupsieve 2.8 asks 3.11.5, Debian 12 has 3.11.2); a user's pip online picks
+	# versions for their Python
 	local pip wheel
 	pip="$(ls "$OUT"/wheelhouse/pip-*.whl | head -n 1)"
 	wheel="$(ls "$OUT"/ztbp-*.whl | head -n 1)"
 	[ -n "$pip" ] && [ -n "$wheel" ] || { say "error no wheel or no pip wheel in $OUT"; return 1; }
 	python3 -m venv --without-pip "$HOST_VENV" &&
-		"$HOST_VENV/bin/python" "$pip/pip" install -q --no-index --no-compile --find-links "$OUT/wheelhouse" \
-			"$pip" "$wheel"
+		"$HOST_VENV/bin/python" "$pip/pip" install -q --no-index --no-compile --ignore-requires-python \
+			--find-links "$OUT/wheelhouse" "$pip" "$wheel"
 }
 
 install_ctl() { # `ztbp build-ctl` where make and a C compiler exist; otherwise the binary the host built
@@ -55,7 +58,7 @@ install_ctl() { # `ztbp build-ctl` where make and a C compiler exist; otherwise 
 		return
 	fi
 	local dest
-	dest="$("$HOST_VENV/bin/python" -c 'from ztbp.paths import CTL; print(CTL)')" || return 1
+	dest="$("$HOST_VENV/bin/python" -c 'from ztbp.writeback.ctl import CTL; print(CTL)')" || return 1
 	say "stage ctl: no make or cc here: the ztbp-ctl built on the host for this Debian release -> $dest"
 	mkdir -p "$(dirname "$dest")" && install -m 0755 "$OUT/ztbp-ctl" "$dest"
 }
