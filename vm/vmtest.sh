@@ -46,6 +46,11 @@ NO_ZNS=0
 CTL_DIR=""
 SHARE_DIR=""
 ACCEL="auto"
+# The emulated CPU: QEMU's "max" without the AVX family. QEMU 7.2 was the first to emulate AVX and AVX2, and
+# runs some of it wrongly: numpy's AVX2 argsort returned out-of-order arrays or died with SIGSEGV in the guest,
+# polars' group_by died with SIGSEGV. Without AVX, every library takes its SSE code path (vm/README.md).
+DEFAULT_TCG_CPU="max,avx=off,avx2=off,fma=off,f16c=off,vaes=off,vpclmulqdq=off,avx-vnni=off"
+CPU="${ZTBP_GUEST_CPU:-}"
 APPEND_EXTRA=""
 INTERACTIVE=0
 QUIET=0
@@ -95,6 +100,8 @@ Options:
       --conv-ns SIZE     add a second, conventional namespace of SIZE (/dev/nvme0n2)
       --no-zns           no emulated NVMe device (for the NVMeVirt backend)
       --accel MODE       auto, kvm or tcg (default: auto = KVM only if a test boot works)
+      --cpu MODEL        QEMU's -cpu (default: host under KVM; under TCG $DEFAULT_TCG_CPU,
+                         QEMU 7.2's AVX emulation being wrong; or ZTBP_GUEST_CPU)
       --append ARGS      extra guest kernel command line (e.g. 'memmap=1025M\$4G')
       --file FILE        copy FILE into the control share, visible as /ztbp/ctl/<name> (repeatable)
       --env NAME=VALUE   set a variable for COMMAND (repeatable)
@@ -145,6 +152,7 @@ parse_args() {
 			--ctl-dir) CTL_DIR="$2"; shift ;;
 			--share) SHARE_DIR="$2"; shift ;;
 			--accel) ACCEL="$2"; shift ;;
+			--cpu) CPU="$2"; shift ;;
 			--append) APPEND_EXTRA="$2"; shift ;;
 			--file) FILES+=("$2"); shift ;;
 			--env) ENVS+=("$2"); shift ;;
@@ -229,9 +237,9 @@ choose_accel() {
 	local mode="$ACCEL"
 	[ "$mode" = "auto" ] && mode="$(kvm_verdict)"
 	if [ "$mode" = "kvm" ]; then
-		ACCEL_ARGS=(-accel kvm -cpu host)
+		ACCEL_ARGS=(-accel kvm -cpu "${CPU:-host}")
 	else
-		ACCEL_ARGS=(-accel tcg,thread=multi -cpu max)
+		ACCEL_ARGS=(-accel tcg,thread=multi -cpu "${CPU:-$DEFAULT_TCG_CPU}")
 	fi
 	ACCEL="$mode"
 }
@@ -332,6 +340,9 @@ run_qemu() {
 		-append "$(kernel_cmdline)"
 		-drive "file=$IMAGE_DIR/rootfs.ext4,if=virtio,format=raw,snapshot=on"
 		-virtfs "local,path=$REPO,mount_tag=ztbp_src,security_model=none,readonly=on"
+		# the repository once more, for guest/boot.sh to mount over /ztbp/src with the guest's cache on (ztbp-init,
+		# part of the image, mounts ztbp_src without it; a 9p tag mounts once)
+		-virtfs "local,path=$REPO,mount_tag=ztbp_src_cached,security_model=none,readonly=on"
 		-virtfs "local,path=$OUTDIR,mount_tag=ztbp_out,security_model=none"
 		-virtfs "local,path=$CTL_DIR,mount_tag=ztbp_ctl,security_model=none"
 		-chardev "stdio,id=con0,signal=off,logfile=$OUTDIR/console.log"
@@ -432,8 +443,8 @@ pool_wanted() {
 }
 
 pool_config() { # what makes two commands able to share a guest
-	printf 'repo=%s\nimage=%s\naccel=%s\nsmp=%s\nmemory=%s\nno_zns=%s\nappend=%s\n' \
-		"$REPO" "$IMAGE_DIR" "$ACCEL" "$SMP" "$MEMORY" "$NO_ZNS" "$APPEND_EXTRA"
+	printf 'repo=%s\nimage=%s\naccel=%s\ncpu=%s\nsmp=%s\nmemory=%s\nno_zns=%s\nappend=%s\n' \
+		"$REPO" "$IMAGE_DIR" "$ACCEL" "$CPU" "$SMP" "$MEMORY" "$NO_ZNS" "$APPEND_EXTRA"
 	# sizes in bytes: 32M and 33554432 are one device
 	[ "$NO_ZNS" -eq 1 ] || printf 'zone_size=%s\nzones=%s\nzone_cap=%s\nmax_open=%s\nmax_active=%s\nlba=%s\nconv=%s\n' \
 		"$(to_bytes "$ZONE_SIZE")" "$ZONES" "$(to_bytes "${ZONE_CAP:-$ZONE_SIZE}")" "$MAX_OPEN" "$MAX_ACTIVE" \
@@ -491,7 +502,7 @@ pool_make_room() { # KDIR: stop the least recently used other guests until one m
 pool_boot() { # KDIR: boot its guest; 0 once it is ready
 	local kdir="$1" attempt start pid size new quiet_since
 	local args=(-q -i "$IMAGE_DIR" -o "$kdir/console" -t "$POOL_LIFETIME" --ctl-dir "$kdir/ctl"
-		--share "$POOL_SHARE" -m "$MEMORY" -s "$SMP" --accel "$ACCEL" --env "ZTBP_POOL_IDLE=$POOL_IDLE")
+		--share "$POOL_SHARE" -m "$MEMORY" -s "$SMP" --accel "$ACCEL" --cpu "$CPU" --env "ZTBP_POOL_IDLE=$POOL_IDLE")
 	if [ "$NO_ZNS" -eq 1 ]; then
 		args+=(--no-zns)
 	else
