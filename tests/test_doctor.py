@@ -15,7 +15,7 @@ import pytest
 
 from ztbp.cli import main
 from ztbp.doctor import facts as facts_mod
-from ztbp.doctor.facts import Facts, Namespace, Tool, gather, parse_info
+from ztbp.doctor.facts import Facts, Namespace, Tool, cpu, gather, parse_info, polars_runtime
 from ztbp.doctor.verdicts import FAIL, OK, WARN, checks, ready, report, text
 from ztbp.units import GIB, MIB, zone_capacity
 
@@ -236,3 +236,35 @@ def test_build_ctl_without_a_compiler(tmp_path: Path) -> None:
     assert proc.stderr.strip().splitlines() == [
         "ztbp build-ctl: error: cannot build ztbp-ctl: make and cc not found; install make and a C compiler "
         "(`just deps`), then `ztbp build-ctl`"]
+
+
+CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+model name\t: QEMU TCG CPU version 2.5+
+flags\t\t: fpu sse sse2 ssse3 sse4_1 sse4_2 popcnt bmi1 bmi2
+"""
+
+
+def test_cpu_facts_come_from_cpuinfo_and_polars_runtimes_without_importing_polars(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert cpu(CPUINFO) == ("QEMU TCG CPU version 2.5+", ())
+    assert cpu(CPUINFO.replace("sse2 ", "sse2 avx fma avx2 "))[1] == ("avx", "avx2", "fma")
+    assert cpu(None) == ("", ())
+    present = {"_polars_runtime_32", "_polars_runtime_compat"}
+    monkeypatch.delenv("POLARS_FORCE_PKG", raising=False)
+    assert polars_runtime(lambda m: m if m in present else None) == "compat"  # polars prefers compat too
+    monkeypatch.setenv("POLARS_FORCE_PKG", "32")
+    assert polars_runtime(lambda m: m if m in present else None) == "32"
+    assert polars_runtime(lambda m: None) == ""
+
+
+def test_a_cpu_without_avx2_needs_polars_compat_runtime_and_tcg_avx2_is_warned() -> None:
+    fine = working(cpu_model="AMD EPYC", cpu_avx=("avx", "avx2", "fma"), polars_runtime="32")
+    assert status(fine, "cpu") == ["ok"] and ready(checks(fine))
+    old = working(cpu_model="QEMU TCG CPU version 2.5+", cpu_avx=(), polars_runtime="32")
+    assert status(old, "cpu") == ["fail"] and "cpu" in failed(old)
+    assert "rtcompat" in next(c.fix for c in checks(old) if c.name == "cpu")
+    assert status(replace(old, polars_runtime="compat"), "cpu") == ["ok"]  # the guest's set-up
+    tcg = working(cpu_model="QEMU TCG CPU version 2.5+", cpu_avx=("avx", "avx2", "fma"), polars_runtime="compat")
+    assert status(tcg, "cpu") == ["warn"] and ready(checks(tcg))
+    assert "avx2=off" in next(c.fix for c in checks(tcg) if c.name == "cpu")

@@ -84,6 +84,11 @@ class Facts:
     ctl_build_missing: list[str]
     runs_dir: str
     free_bytes: int | None
+    #: the CPU's model name (/proc/cpuinfo) and which of the AVX family it has ("avx", "avx2", "fma")
+    cpu_model: str = ""
+    cpu_avx: tuple[str, ...] = ()
+    #: the polars runtime the analysis will load: "compat", "64", "32", or "" when polars is not installed
+    polars_runtime: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -203,6 +208,38 @@ def free_space(folder: Path) -> int | None:
     return None
 
 
+#: the x86 features polars' default runtimes (32 and 64) are built for; "compat" runs without them
+AVX_FLAGS = ("avx", "avx2", "fma")
+#: the runtimes polars looks for, in its own order of preference (polars/_plr.py)
+POLARS_RUNTIMES = (("compat", "_polars_runtime_compat"), ("64", "_polars_runtime_64"), ("32", "_polars_runtime_32"))
+
+
+def cpu(cpuinfo: str | None) -> tuple[str, tuple[str, ...]]:
+    """The first CPU's model name and the AVX-family flags it has, from /proc/cpuinfo's text."""
+    model, flags = "", set()
+    for line in (cpuinfo or "").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and not model:
+            model = value.strip()
+        elif key.strip() == "flags":
+            flags = set(value.split())
+            break
+    return model, tuple(f for f in AVX_FLAGS if f in flags)
+
+
+def polars_runtime(find: Callable[[str], object] | None = None) -> str:
+    """Which polars runtime an import would load (POLARS_FORCE_PKG first), found without importing polars: its
+    default runtimes die with SIGILL on a CPU without AVX2, and doctor must be able to say so."""
+    import importlib.util
+
+    look = find or importlib.util.find_spec
+    forced = os.environ.get("POLARS_FORCE_PKG")
+    for name, module in POLARS_RUNTIMES:
+        if (forced is None or forced == name) and look(module) is not None:
+            return name
+    return ""
+
+
 def gather(sysfs: Path = Path("/sys"), proc: Path = Path("/proc"), dev_dir: Path = Path("/dev"),
            run: Runner = run_command, which: Which = shutil.which, euid: int | None = None,
            runs_dir: Path | None = None, ctl: Path | None = None) -> Facts:
@@ -223,6 +260,7 @@ def gather(sysfs: Path = Path("/sys"), proc: Path = Path("/proc"), dev_dir: Path
     namespaces = [with_protocol(with_zone_capacity(ns, blkzone, dev_dir, run), ctl_path, dev_dir, run)
                   for ns in nvme_namespaces(sysfs)]
     runs = runs_dir if runs_dir is not None else paths.RUNS
+    model, avx = cpu(read_text(proc / "cpuinfo"))
     return Facts(
         kernel=read_text(proc / "sys" / "kernel" / "osrelease") or os.uname().release,
         btf_vmlinux=(sysfs / "kernel" / "btf" / "vmlinux").is_file(),
@@ -235,4 +273,5 @@ def gather(sysfs: Path = Path("/sys"), proc: Path = Path("/proc"), dev_dir: Path
         euid=os.geteuid() if euid is None else euid,
         cap_eff=cap_eff(read_text(proc / "self" / "status")),
         namespaces=namespaces, ctl=ctl_path, ctl_build_missing=missing_tools(which),
-        runs_dir=str(runs), free_bytes=free_space(runs))
+        runs_dir=str(runs), free_bytes=free_space(runs),
+        cpu_model=model, cpu_avx=avx, polars_runtime=polars_runtime())

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..units import GIB, MIB
-from .facts import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, Facts, Namespace, Tool
+from .facts import AVX_FLAGS, CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, Facts, Namespace, Tool
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 #: free space for runs below which a capture fails / is only warned about (a run of the paper's 1,000,000 reads
@@ -196,7 +196,31 @@ def space(f: Facts) -> Check:
 def checks(f: Facts) -> list[Check]:
     """Every verdict on the facts, in the order a person reads them."""
     return [*kernel(f), *bpftrace(f), kprobes(f), *nvme_driver(f), *zoned(f), *protocol(f), ctl(f),
-            permissions(f), *tools(f), space(f)]
+            permissions(f), *tools(f), space(f), cpu(f)]
+
+
+#: QEMU names the CPU it emulates (TCG) so in /proc/cpuinfo ("QEMU TCG CPU version 2.5+")
+TCG_CPU = "QEMU TCG CPU"
+#: a guest CPU for QEMU's TCG without the AVX family (vm/vmtest.sh's default)
+NO_AVX_CPU = "-cpu max,avx=off,avx2=off,fma=off,f16c=off"
+
+
+def cpu(f: Facts) -> Check:
+    """Whether the analysis's compiled libraries run right on this CPU: polars' default runtimes need AVX2 and FMA
+    (SIGILL without them); QEMU 7.2's TCG emulates AVX2 wrongly (numpy's argsort out of order or SIGSEGV, polars'
+    group_by SIGSEGV, measured in the project's guest)."""
+    what = f"{f.cpu_model or 'CPU model unknown'}; {', '.join(f.cpu_avx) or 'no AVX'}"
+    missing = [x for x in AVX_FLAGS if x not in f.cpu_avx]
+    if f.polars_runtime in ("32", "64") and missing and f.cpu_model:
+        return Check("cpu", FAIL, f"{what}: polars' default runtime needs {', '.join(missing)} and would die with "
+                     "SIGILL", "pip install 'polars[rtcompat]' (polars' runtime for any x86-64 CPU)")
+    if TCG_CPU in f.cpu_model and "avx2" in f.cpu_avx:
+        return Check("cpu", WARN, f"{what}: QEMU's TCG emulates AVX2, and QEMU 7.2 does it wrongly (numpy's and "
+                     "polars' AVX2 code gave wrong results or SIGSEGV)",
+                     f"start the VM with {NO_AVX_CPU} and install 'polars[rtcompat]'")
+    runtime = {"compat": "polars' compat runtime", "": "polars not installed"}.get(
+        f.polars_runtime, f"polars' runtime {f.polars_runtime}")
+    return Check("cpu", OK, f"{what}; {runtime}")
 
 
 def ready(cs: list[Check]) -> bool:
