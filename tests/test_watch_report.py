@@ -167,7 +167,8 @@ def test_the_figures_exist_with_titles_and_axes_and_open_offline(three_phases: P
     w, events = pw.windows_frame(recs), pw.events_frame(recs)
     fig = pw.hot_set_figure(w, events, 128)
     assert fig.layout.xaxis.title.text == "window" and fig.layout.yaxis.title.text == "zone"
-    hot, force = fig.data
+    hot, force, *legend = fig.data
+    assert [t.name for t in legend] == ["apply made", "rollback"]  # the marks' kinds, named once
     assert {(x, y) for x, y in zip(hot.x, hot.y, strict=True) if x == 0} == {(0, z) for z in A}
     assert {(x, y) for x, y in zip(force.x, force.y, strict=True) if x == 9} == {(9, z) for z in A}
     marks = sorted((s.x0, s.line.color) for s in fig.layout.shapes)
@@ -361,6 +362,43 @@ def test_a_journal_without_a_stop_record_says_so(three_phases: Path, tmp_path: P
     head = headline_of(Path(res["index"]).read_text())
     assert head["stopped"] == "no stop record"
     assert res["summary"]["commands"] == 24 * W and res["summary"]["windows"] == 24
+
+
+def test_a_long_session_renders_in_seconds_and_its_headline_stays_short(tmp_path: Path) -> None:
+    """3,000 windows a minute apart, an apply and a rollback every 20 (records written by hand, no rows): the marks are
+    set in one layout update (plotly's add_vline took 46 s for 1,000 windows), the headline names a few windows."""
+    import time
+
+    recs: list[dict[str, Any]] = [{"kind": "start", "wall": T0, "resumed": False, "window": 0, "meta": META,
+                                   "params": {"k": K, "threshold": 0.01}, "window_commands": W,
+                                   "state": {"in_force": []}}]
+    for i in range(3_000):
+        wall = T0 + 60.0 * (i + 1)
+        recs.append({"kind": "window", "wall": wall, "window": i, "commands": W, "reads": W, "lost": i % 7,
+                     "hot": list(A if i % 20 < 10 else B), "held_out_gain": 0.05, "in_force_gain": 0.02})
+        action = {9: "apply", 19: "rollback"}.get(i % 20, "hold")
+        zones = list(A if i % 20 < 10 else B)
+        recs.append({"kind": "decision", "wall": wall, "window": i, "action": action, "reason": f"{action}: x",
+                     "zones": zones, "state": {"in_force": zones if action == "apply" else []}})
+        if action == "apply":
+            recs.append({"kind": "apply", "wall": wall, "window": i, "zones": zones, "sent": zones, "ok": True})
+        elif action == "rollback":
+            recs.append({"kind": "rollback", "wall": wall, "window": i, "reason": "rollback: x", "ok": True})
+    folder = tmp_path / "long"
+    folder.mkdir()
+    (folder / "watch.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))  # no stop record: killed
+    t0 = time.monotonic()
+    res = render_watch(folder, tmp_path / "out", log=lambda s: None)
+    seconds = time.monotonic() - t0
+    assert seconds < 30, seconds
+    sm = res["summary"]
+    assert sm["windows"] == 3_000 and sm["commands"] == 3_000 * W and sm["applies_made"] == 150
+    assert sm["rollbacks"] == 150 and sm["lost"] == sum(i % 7 for i in range(3_000))
+    head = headline_of(Path(res["index"]).read_text())
+    assert head["stopped"] == "no stop record"
+    page = html.unescape(Path(res["index"]).read_text())
+    assert "made in windows 9, 29, 49, …, 2969, 2989" in page
+    assert "commands/s per window" in page and head["iops"] == "median 167 (min 167, max 167)"  # W a minute
 
 
 # ---- through the command line ------------------------------------------------------------------------------------

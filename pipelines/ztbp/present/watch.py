@@ -312,7 +312,10 @@ def watch_headline(summary: dict[str, Any], rates: pl.DataFrame | None = None,
     s = summary
 
     def windows_of(ws: list[int | None]) -> str:
+        """ in windows 2, 10, …, 994: the first and the last few when there are many (the table has them all)"""
         known = [str(w) for w in ws if w is not None]
+        if len(known) > HEADLINE_WINDOWS:
+            known = [*known[:3], "…", *known[-2:]]
         return (" in window " if len(known) == 1 else " in windows ") + ", ".join(known) if known else ""
 
     runs = s["runs"]
@@ -333,9 +336,15 @@ def watch_headline(summary: dict[str, Any], rates: pl.DataFrame | None = None,
                       f"deferred by the budget or the interval{windows_of(s['deferred_in'])}" if s["deferred"]
                       else ""]))})
     rb = s["rollback_records"]
-    items.append({"key": "rollbacks", "label": "rollbacks", "value": f"{len(rb)}",
-                  "detail": "; ".join(f"window {r['window']}: {r['reason']}" + ("" if r["ok"] else " (STOP failed)")
-                                      for r in rb) or "the sets applied were never rolled back"})
+    if not rb:
+        rb_detail = "the sets applied were never rolled back"
+    else:
+        last = rb[-1]
+        failed = sum(not r["ok"] for r in rb)
+        rb_detail = ((f"{windows_of([r['window'] for r in rb]).strip()}; the last: " if len(rb) > 1 else
+                      f"window {last['window']}: ") + last["reason"]
+                     + (f"; STOP failed {failed} time{'s' if failed > 1 else ''}" if failed else ""))
+    items.append({"key": "rollbacks", "label": "rollbacks", "value": f"{len(rb)}", "detail": rb_detail})
     change = s["last_change"]
     items.append({"key": "in_force", "label": "set in force at the end", "value": _zones_text(s["in_force"]),
                   "detail": "; ".join(filter(None, [
@@ -380,16 +389,34 @@ def _window_axis(fig: Any, windows: pl.Series) -> None:
         fig.update_xaxes(range=[int(windows.min()) - 0.5, int(windows.max()) + 0.5])
 
 
+#: windows a headline box names at most (the first three and the last two past it)
+HEADLINE_WINDOWS = 8
+#: how many marks (applies, rollbacks) a figure labels with text; more are drawn without labels, named in the legend
+LABELLED_MARKS = 30
+MARK_STYLES = {"apply": ("#2ca02c", "dash"), "refused": ("#ff7f0e", "dot"), "rollback": ("#d62728", "dash")}
+
+
 def _marks(fig: Any, events: pl.DataFrame) -> None:
-    """Applies (made or refused) and rollbacks as vertical lines after the window they were decided on."""
-    styles = {"apply": ("#2ca02c", "dash"), "refused": ("#ff7f0e", "dot"), "rollback": ("#d62728", "dash")}
+    """Applies (made or refused) and rollbacks as vertical lines after the window they were decided on, set in one
+    layout update (plotly's add_vline costs time quadratic in the lines: minutes for a long session), each kind
+    named once in the legend, labelled when there are few."""
+    import plotly.graph_objects as go
+
+    marks = []
     for row in events.filter(pl.col("kind").is_in(["apply", "rollback"])).iter_rows(named=True):
-        if row["window"] is None:
-            continue
-        mark = "rollback" if row["kind"] == "rollback" else ("apply" if row["what"] == "made" else "refused")
-        colour, dash = styles[mark]
-        fig.add_vline(x=row["window"] + 0.5, line_color=colour, line_dash=dash, annotation_text=mark,
-                      annotation_position="top", annotation_font_color=colour)
+        if row["window"] is not None:
+            marks.append((row["window"] + 0.5,
+                          "rollback" if row["kind"] == "rollback" else "apply" if row["what"] == "made" else "refused"))
+    shapes = [{"type": "line", "xref": "x", "yref": "paper", "x0": x, "x1": x, "y0": 0, "y1": 1,
+               "line": {"color": MARK_STYLES[m][0], "dash": MARK_STYLES[m][1], "width": 1.5}} for x, m in marks]
+    notes = [] if len(marks) > LABELLED_MARKS else [
+        {"x": x, "y": 1, "xref": "x", "yref": "paper", "text": m, "showarrow": False, "yanchor": "bottom",
+         "font": {"color": MARK_STYLES[m][0], "size": 11}} for x, m in marks]
+    fig.update_layout(shapes=[*fig.layout.shapes, *shapes], annotations=[*fig.layout.annotations, *notes])
+    names = {"apply": "apply made", "refused": "apply refused", "rollback": "rollback"}
+    for m in dict.fromkeys(m for _, m in marks):  # a legend entry per kind, in order of appearance
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=names[m], hoverinfo="skip",
+                                 line={"color": MARK_STYLES[m][0], "dash": MARK_STYLES[m][1]}))
 
 
 def hot_set_figure(windows: pl.DataFrame, events: pl.DataFrame, nr_zones: int | None = None) -> Any:
@@ -404,12 +431,13 @@ def hot_set_figure(windows: pl.DataFrame, events: pl.DataFrame, nr_zones: int | 
     hot = windows.select("window", "hot").explode("hot").drop_nulls()
     force = windows.select("window", "in_force").explode("in_force").drop_nulls()
     fig = _figure("Hot set over time: detected per window, and the set in force", "window", "zone", 480)
+    size = max(3.0, min(8.0, 400 / windows.height))  # markers that do not run into each other over many windows
     fig.add_trace(go.Scatter(x=hot["window"].to_list(), y=hot["hot"].to_list(), mode="markers",
-                             name="hot zones detected", marker={"symbol": "square", "size": 8, "color": "#1f77b4"},
+                             name="hot zones detected", marker={"symbol": "square", "size": size, "color": "#1f77b4"},
                              hovertemplate="window %{x}<br>zone %{y}: hot<extra></extra>"))
     fig.add_trace(go.Scatter(x=force["window"].to_list(), y=force["in_force"].to_list(), mode="markers",
-                             name="set in force", marker={"symbol": "circle-open", "size": 14, "color": "#d62728",
-                                                          "line": {"width": 2}},
+                             name="set in force", marker={"symbol": "circle-open", "size": size * 1.75,
+                                                          "color": "#d62728", "line": {"width": 2}},
                              hovertemplate="window %{x}<br>zone %{y}: in force<extra></extra>"))
     _marks(fig, events)
     _window_axis(fig, windows["window"])
