@@ -314,6 +314,17 @@ def test_a_folder_that_is_not_a_session_is_one_error_line(tmp_path: Path, conten
     assert not (tmp_path / "out").exists()  # nothing written
 
 
+def test_an_empty_folder_names_the_three_inputs_a_report_reads(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from ztbp.cli import main
+
+    (tmp_path / "empty").mkdir()
+    assert main(["report", str(tmp_path / "empty"), "-o", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"ztbp report: error: {tmp_path / 'empty'}: nothing to report in it: no meta.json (a run), loop.json (a loop "
+        "of `ztbp loop`) or watch.jsonl (the journal of `ztbp watch`)"]
+
+
 def test_the_page_is_written_whole_and_never_through_a_link(three_phases: Path, tmp_path: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     from ztbp.cli import main

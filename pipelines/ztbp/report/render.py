@@ -376,10 +376,11 @@ def render(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | No
     perfetto, the run's Perfetto trace (`ztbp perfetto`) is written next to the pages and linked from the
     index."""
     from ..io.loop import is_loop_dir
-    from .watch import is_watch_dir, render_watch
+    from .watch import check_something_to_report, is_watch_dir, render_watch
 
     if is_watch_dir(run_dir):  # a `ztbp watch` journal: one page, no notebook
         return render_watch(run_dir, out_dir, log)
+    check_something_to_report(run_dir)
     if is_loop_dir(run_dir):
         return render_loop(run_dir, out_dir, parameters, only, timeout, log, rounds=rounds, jobs=jobs)
     run = load(run_dir)  # meta.json checked and the trace ingested here: a bad run fails before any kernel starts

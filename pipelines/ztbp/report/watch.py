@@ -32,10 +32,20 @@ SHOW_SKIPPED = 20
 
 
 def is_watch_dir(path: str | os.PathLike[str]) -> bool:
-    """True when `path` is a folder that holds a watch journal (watch.jsonl), or only its rows/ (a journal that lost
-    its watch.jsonl: render_watch says so)."""
+    """True when `path` is a folder that holds a watch journal (watch.jsonl), or only its rows/ and neither a run's
+    meta.json nor a loop's loop.json (a journal that lost its watch.jsonl: render_watch says so)."""
     p = Path(path)
-    return p.is_dir() and ((p / JOURNAL).exists() or (p / ROWS).is_dir())
+    return p.is_dir() and ((p / JOURNAL).exists() or (
+        (p / ROWS).is_dir() and not (p / "meta.json").exists() and not (p / "loop.json").exists()))
+
+
+def check_something_to_report(path: str | os.PathLike[str]) -> None:
+    """A folder that holds nothing `ztbp report` reads (no meta.json, raw/, loop.json or watch.jsonl) is one
+    error naming the three kinds of input, rather than a run's missing meta.json."""
+    p = Path(path)
+    if p.is_dir() and not any((p / name).exists() for name in ("meta.json", "raw", "loop.json", JOURNAL, ROWS)):
+        raise ZtbpError(f"{p}: nothing to report in it: no meta.json (a run), loop.json (a loop of `ztbp loop`) or "
+                        f"{JOURNAL} (the journal of `ztbp watch`)")
 
 
 def read_records(folder: Path) -> tuple[list[dict[str, Any]], list[int]]:
