@@ -57,24 +57,24 @@ def read_records(folder: Path) -> tuple[list[dict[str, Any]], list[int]]:
     if not path.is_file():
         raise ZtbpError(f"{folder}: no {JOURNAL} in it: not the journal of a `ztbp watch` session (give the "
                         "folder of watch --journal)")
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise ZtbpError(f"cannot read {path}: {e.strerror or e}") from None
     records: list[dict[str, Any]] = []
     skipped: list[int] = []
-    for n, raw in enumerate(data.split(b"\n"), start=1):
-        if not raw.strip():
-            continue
-        try:
-            rec = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError):
-            skipped.append(n)
-            continue
-        if not isinstance(rec, dict) or not isinstance(rec.get("kind"), str):
-            skipped.append(n)
-            continue
-        records.append(rec)
+    try:
+        with path.open("rb") as f:  # line by line: the file is never held whole beside its records
+            for n, raw in enumerate(f, start=1):
+                if not raw.strip():
+                    continue
+                try:
+                    rec = json.loads(raw.decode("utf-8"))
+                except (UnicodeDecodeError, ValueError, RecursionError):
+                    skipped.append(n)
+                    continue
+                if not isinstance(rec, dict) or not isinstance(rec.get("kind"), str):
+                    skipped.append(n)
+                    continue
+                records.append(rec)
+    except OSError as e:
+        raise ZtbpError(f"cannot read {path}: {e.strerror or e}") from None
     if not records:
         raise ZtbpError(f"{path}: no record of a watch session in it "
                         f"({len(skipped)} line{'' if len(skipped) == 1 else 's'} that are not JSON records)")
