@@ -161,7 +161,7 @@ def test_the_figures_exist_with_titles_and_axes_and_open_offline(three_phases: P
     assert not re.search(r"""<script[^>]+src=["']?(https?:)?//""", page)  # nothing from the network
     assert page.count('class="plotly-graph-div"') == 4
     for title in ("Hot set over time", "Gain of the cache model per window", "Commands per second (IOPS) per window",
-                  "Lost events per window (0 in all)"):
+                  "Lost events per window (0 in the windows closed)"):
         assert title in page
     recs = read_journal(three_phases)
     w, events = pw.windows_frame(recs), pw.events_frame(recs)
@@ -410,6 +410,19 @@ def test_a_long_session_renders_in_seconds_and_its_headline_stays_short(tmp_path
     page = html.unescape(Path(res["index"]).read_text())
     assert "made in windows 9, 29, 49, …, 2969, 2989" in page
     assert "commands/s per window" in page and head["iops"] == "median 167 (min 167, max 167)"  # W a minute
+
+
+def test_the_probes_attached_record_is_named_and_kept_out_of_the_table(three_phases: Path, tmp_path: Path) -> None:
+    def edit(recs: list[dict[str, Any]]) -> list[str]:
+        attached = {"kind": "attached", "wall": 1_764_000_000.0, "probe": "# ztbp nvme v1"}
+        return [json.dumps(r) for r in recs[:1] + [attached] + recs[1:]]
+
+    folder = copy_journal(three_phases, tmp_path / "attached", edit)
+    res = render_watch(folder, tmp_path / "out", log=lambda s: None)
+    page = Path(res["index"]).read_text()
+    assert "probe attached at 2025-11-24 16:00:00 UTC" in page
+    assert res["summary"]["windows"] == 24 and "record of a kind" not in page
+    assert page.count("<tr class=") == pw.events_frame(read_journal(three_phases)).height
 
 
 # ---- through the command line ------------------------------------------------------------------------------------

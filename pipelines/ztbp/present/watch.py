@@ -243,7 +243,7 @@ def session_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     runs = 0
     stopped = False
     last_stop: dict[str, Any] | None = None
-    applies = {"made": [], "refused": []}  # type: dict[str, list[int | None]]
+    applies: dict[str, list[int | None]] = {"made": [], "refused": []}
     deferred: list[int | None] = []
     rollbacks: list[dict[str, Any]] = []
     params: dict[str, Any] = {}
@@ -501,7 +501,7 @@ def lost_figure(windows: pl.DataFrame) -> Any:
     if windows.height == 0:
         return Note("no window closed in this session: nothing to draw")
     total = int(windows["lost"].fill_null(0).sum())
-    fig = _figure(f"Lost events per window ({total:,} in all)", "window", "events lost")
+    fig = _figure(f"Lost events per window ({total:,} in the windows closed)", "window", "events lost")
     fig.add_trace(go.Bar(x=windows["window"].to_list(), y=windows["lost"].fill_null(0).to_list(),
                          name="lost events", marker_color="#d62728"))
     fig.update_yaxes(rangemode="tozero")
