@@ -22,6 +22,7 @@ def _report(args: argparse.Namespace) -> int:
     runs = report_runs(args.all, args.run)
     if args.output and len(runs) > 1:
         raise ZtbpError("-o names one report folder; it cannot be used with several runs")
+    _check_watch_options(args, runs)
     params = load_parameters(args.params_file, args.param)
     if args.send:
         params["send"] = True
@@ -39,7 +40,11 @@ def _report(args: argparse.Namespace) -> int:
             print(f"ztbp report: error: {run}: {e}", file=sys.stderr)
             continue
         results.append(res)
-        if not args.json:
+        if not args.json and "summary" in res:  # a watch session: one page, no notebook
+            sm = res["summary"]
+            print(f"report: {res['run']}: {res['index']} ({sm['windows']} windows, applies made {sm['applies_made']}, "
+                  f"rollbacks {sm['rollbacks']})")
+        elif not args.json:
             print(f"report: {res['run']}: {res['index']} ({sum(p['ok'] for p in res['pages'])}/"
                   f"{len(res['pages'])} pages ok)")
     if args.json and results:
@@ -55,11 +60,26 @@ def _report(args: argparse.Namespace) -> int:
     return 1 if failed or bad_runs else 0
 
 
+def _check_watch_options(args: argparse.Namespace, runs: list[str]) -> None:
+    """A watch session's journal has one page and no notebook: the notebooks' options do not apply to it."""
+    from ..report.watch import is_watch_dir
+
+    watch = [r for r in runs if is_watch_dir(r)]
+    given = [name for name, on in (("--only", args.only), ("-p", args.param), ("-f", args.params_file),
+                                   ("--send", args.send), ("--rounds", args.rounds)) if on]
+    if watch and given:
+        raise ZtbpError(f"{watch[0]} is a watch session's journal: its report runs no notebook, so "
+                        f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="run the notebooks on a run (or a loop) and write an offline HTML report")
-    p.add_argument("run", nargs="*", help="run directory, loop directory of `ztbp loop`, or their id under runs/")
+    p = sub.add_parser("report", help="run the notebooks on a run (or a loop) and write an offline HTML report; "
+                                      "a watch session's journal gets one page")
+    p.add_argument("run", nargs="*", help="run directory, loop directory of `ztbp loop`, or their id under runs/; "
+                                          "or the journal folder of `ztbp watch` (holding watch.jsonl)")
     p.add_argument("--all", action="store_true", help="every run in runs/")
-    p.add_argument("-o", "--output", help="report folder (default reports/<run-id>)")
+    p.add_argument("-o", "--output", help="report folder (default reports/<run-id>; reports/watch-<folder> for a "
+                                          "watch journal)")
     p.add_argument("-f", "--params-file", help="YAML mapping of notebook parameters")
     p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    help="one notebook parameter (value read as YAML); repeatable")

@@ -369,13 +369,18 @@ def render(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | No
            rounds: bool = False, jobs: int | None = None, source_prefix: str = "") -> dict[str, Any]:
     """Run the notebooks on a run with papermill and write the HTML report. Returns what was written.
 
+    A watch session's journal folder (`ztbp watch`: watch.jsonl) gets one page of its own (report/watch.py).
     A loop directory (`ztbp loop`) gets the loop's notebooks (render_loop; with `rounds`, its rounds' run
     reports too). A run gets the run notebooks, and the application notebook when it has raw/appops.csv.
     Nothing is sent to a device unless allow_send: the cache notebook's write-back is a dry run otherwise. With
     perfetto, the run's Perfetto trace (`ztbp perfetto`) is written next to the pages and linked from the
     index."""
     from ..io.loop import is_loop_dir
+    from .watch import check_something_to_report, is_watch_dir, render_watch
 
+    if is_watch_dir(run_dir):  # a `ztbp watch` journal: one page, no notebook
+        return render_watch(run_dir, out_dir, log)
+    check_something_to_report(run_dir)
     if is_loop_dir(run_dir):
         return render_loop(run_dir, out_dir, parameters, only, timeout, log, rounds=rounds, jobs=jobs)
     run = load(run_dir)  # meta.json checked and the trace ingested here: a bad run fails before any kernel starts
