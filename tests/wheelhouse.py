@@ -101,3 +101,23 @@ def wheelhouse(wheel: Path, cache: Path) -> Path:
         if not (house / wheel_name(d)).is_file():
             pack(d, house)
     return house
+
+
+def download(requirement: str, cache: Path) -> Path:
+    """One wheel from the package index (no dependencies), kept in `cache`: what the test environment does not hold
+    itself (polars' runtime for CPUs without AVX2, which the guest needs)."""
+    import subprocess
+    import sys
+
+    name = canonicalize_name(Requirement(requirement).name).replace("-", "_")
+    version = str(Requirement(requirement).specifier).removeprefix("==")
+    cache.mkdir(parents=True, exist_ok=True)
+    have = sorted(cache.glob(f"{name}-{version}-*.whl"))
+    if have:
+        return have[0]
+    got = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(cache), requirement],
+                         capture_output=True, text=True, check=False, timeout=600)
+    have = sorted(cache.glob(f"{name}-{version}-*.whl"))
+    if got.returncode != 0 or not have:
+        raise LookupError(f"pip download {requirement} failed: {(got.stderr or got.stdout).strip()[-300:]}")
+    return have[0]

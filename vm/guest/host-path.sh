@@ -12,17 +12,26 @@
 #                      a ztbp-ctl built for this Debian release (ztbp-ctl)
 #   ZTBP_HOST_DEV      the zoned namespace (default /dev/nvme0n1)
 #   ZTBP_HOST_READS    reads of the capture and of each loop round (default 20000)
+#   ZTBP_HOST_ROUNDS   the loop's rounds at most (default 2; it stops earlier when nothing is recommended)
 #   ZTBP_HOST_REGION   their read region (default 1G; zones of 64 MiB need 2G for the paper's hot zone 19)
 #   ZTBP_HOST_VENV     where the venv goes (default /opt/ztbp)
-#   ZTBP_HOST_STEPS    the steps to run (default: install ctl doctor capture cluster loop)
+#   ZTBP_HOST_DEPS     a site-packages folder that already holds the wheel's dependencies (the checkout's venv, over
+#                      the share): the wheel is installed without them and the venv finds them there (a .pth file),
+#                      which takes seconds instead of the minutes of installing about 1 GB of wheels over 9p
+#   ZTBP_HOST_STEPS    the steps to run (default: install ctl doctor capture cluster loop watch)
+#   ZTBP_WATCH_PHASES  the watch step's workload: phases "HOT_ZONES:READS" (paper80's shape on those zones) or
+#                      "zipf:READS", one after the other under one `ztbp watch` session (default:
+#                      "3,9,14,22,27:6000 5,12,18,25,30:6000")
+#   ZTBP_WATCH_ARGS    `ztbp watch`'s options (default: "--window-commands 2000 -k 2 --min-interval 0")
 #   ZTBP_KO, ZTBP_KO_PARAMS  a device module to load first (NVMeVirt; probe-lib.sh, module_load)
 # Progress lines start with "ZTBP:".
 set -uo pipefail
 
 # shellcheck source=vm/guest/probe-lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/probe-lib.sh"   # say, module_prepare, module_load
-settings HOST_DEV=/dev/nvme0n1 HOST_READS=20000 HOST_REGION=1G HOST_VENV=/opt/ztbp \
-	HOST_STEPS="install ctl doctor capture cluster loop"
+settings HOST_DEV=/dev/nvme0n1 HOST_READS=20000 HOST_ROUNDS=2 HOST_REGION=1G HOST_VENV=/opt/ztbp HOST_DEPS= \
+	HOST_STEPS="install ctl doctor capture cluster loop watch" \
+	WATCH_PHASES="3,9,14,22,27:6000 5,12,18,25,30:6000" WATCH_ARGS="--window-commands 2000 -k 2 --min-interval 0"
 TMP=""
 ZTBP="$HOST_VENV/bin/ztbp"
 
@@ -42,14 +51,24 @@ step() { # NAME COMMAND...: run it from a folder outside any checkout; record it
 install_wheel() { # a venv without pip (Debian's python3 has no ensurepip), then pip run from its own wheel.
 	# --ignore-requires-python: the wheelhouse holds the versions of the host's environment, whose Python may be
 	# newer than this Debian release's (soupsieve 2.8 asks 3.11.5, Debian 12 has 3.11.2); a user's pip online picks
-	# versions for their Python
-	local pip wheel
+	# versions for their Python. polars[rtcompat]: the guest's CPU has no AVX (vm/vmtest.sh), which polars' default
+	# runtime needs (SIGILL without it; `ztbp doctor` says so)
+	local pip wheel compat site
 	pip="$(ls "$OUT"/wheelhouse/pip-*.whl | head -n 1)"
 	wheel="$(ls "$OUT"/ztbp-*.whl | head -n 1)"
+	compat="$(ls "$OUT"/wheelhouse/polars_runtime_compat-*.whl 2> /dev/null | head -n 1)"
 	[ -n "$pip" ] && [ -n "$wheel" ] || { say "error no wheel or no pip wheel in $OUT"; return 1; }
-	python3 -m venv --without-pip "$HOST_VENV" &&
+	python3 -m venv --without-pip "$HOST_VENV" || return 1
+	if [ -z "${HOST_DEPS:-}" ]; then
 		"$HOST_VENV/bin/python" "$pip/pip" install -q --no-index --no-compile --ignore-requires-python \
-			--find-links "$OUT/wheelhouse" "$pip" "$wheel"
+			--find-links "$OUT/wheelhouse" "$pip" "$wheel" ${compat:+"$compat"}
+		return
+	fi
+	[ -d "$HOST_DEPS" ] || { say "error ZTBP_HOST_DEPS $HOST_DEPS is not a folder"; return 1; }
+	"$HOST_VENV/bin/python" "$pip/pip" install -q --no-index --no-compile --no-deps "$wheel" ${compat:+"$compat"} || return 1
+	site="$("$HOST_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" || return 1
+	echo "$HOST_DEPS" > "$site/ztbp-dependencies.pth"
+	say "stage install: the wheel without its dependencies; they are found in $HOST_DEPS"
 }
 
 install_ctl() { # `ztbp build-ctl` where make and a C compiler exist; otherwise the binary the host built
@@ -61,6 +80,55 @@ install_ctl() { # `ztbp build-ctl` where make and a C compiler exist; otherwise 
 	dest="$("$HOST_VENV/bin/python" -c 'from ztbp.writeback.ctl import CTL; print(CTL)')" || return 1
 	say "stage ctl: no make or cc here: the ztbp-ctl built on the host for this Debian release -> $dest"
 	mkdir -p "$(dirname "$dest")" && install -m 0755 "$OUT/ztbp-ctl" "$dest"
+}
+
+geometry_args() { # the zoned namespace's geometry as `ztbp workload` options
+	local name cap
+	name="$(basename "$HOST_DEV")"
+	cap="$(( $(blkzone report -c 1 "$HOST_DEV" | sed -n 's/.*cap \(0x[0-9a-f]*\).*/\1/p') * 512 ))"
+	echo "--zone-size $(( $(cat "/sys/block/$name/queue/chunk_sectors") * 512 )) --zone-cap $cap" \
+		"--zones $(cat "/sys/block/$name/queue/nr_zones")"
+}
+
+watch_session() { # `ztbp watch` on the device while the phases of WATCH_PHASES run one after the other, then
+	# SIGINT: the journal in $OUT/watch, one JSON line a window in watch.out; fio's own counts in watch-fio-N.json
+	local geo phase i=0 pid t total=0 window windows
+	geo="$(geometry_args)" || return 1
+	# shellcheck disable=SC2086  # the options are separate words
+	"$ZTBP" watch "$HOST_DEV" $WATCH_ARGS --journal "$OUT/watch" --json > "$OUT/watch.out" 2> "$OUT/watch.err" &
+	pid=$!
+	for t in $(seq 600); do  # the journal's "attached" record: every probe is attached, nothing will be missed
+		grep -q '"kind": "attached"' "$OUT/watch/watch.jsonl" 2> /dev/null && break
+		kill -0 "$pid" 2> /dev/null || { say "error ztbp watch ended before its probe attached"; return 1; }
+		sleep 0.5
+	done
+	say "stage watch: probe attached after $((t / 2)) s"
+	for phase in $WATCH_PHASES; do
+		i=$((i + 1))
+		if [ "${phase%%:*}" = zipf ]; then
+			# shellcheck disable=SC2086
+			"$ZTBP" workload zipf $geo --reads "${phase#*:}" --region "$HOST_REGION" -o "$TMP/phase-$i.fio"
+		else
+			# shellcheck disable=SC2086
+			"$ZTBP" workload paper80 $geo --hot-zones "${phase%%:*}" --reads "${phase#*:}" \
+				--region "$HOST_REGION" -o "$TMP/phase-$i.fio"
+		fi || return 1
+		say "stage watch: phase $i (${phase%%:*}), ${phase#*:} reads"
+		fio --output-format=json --output="$OUT/watch-fio-$i.json" "$TMP/phase-$i.fio" || return 1
+		total=$((total + ${phase#*:}))
+	done
+	# the rows still in bpftrace's buffer: wait until the whole windows of the reads are journaled (bpftrace's user
+	# space formats a row at a time, slower than fio reads under emulation), then a few seconds for the rest
+	window="$(echo "$WATCH_ARGS" | sed -n 's/.*--window-commands[ =]\([0-9]*\).*/\1/p')"
+	for t in $(seq 600); do
+		windows="$(grep -c '"kind": "window"' "$OUT/watch/watch.jsonl")"
+		[ "$windows" -ge "$((total / ${window:-100000}))" ] && break
+		sleep 1
+	done
+	say "stage watch: $windows windows journaled after the workload's $total reads (+$t s)"
+	sleep 3
+	kill -INT "$pid"
+	wait "$pid"
 }
 
 main() {
@@ -79,8 +147,9 @@ main() {
 			capture) step capture "$ZTBP" capture-host "$HOST_DEV" paper80 --reads "$HOST_READS" \
 				--region "$HOST_REGION" --destructive --json --out "$OUT/capture" ;;
 			cluster) step cluster "$ZTBP" cluster "$OUT/capture" --json ;;
-			loop) step loop "$ZTBP" loop paper80 --host "$HOST_DEV" --rounds 2 --reads "$HOST_READS" \
+			loop) step loop "$ZTBP" loop paper80 --host "$HOST_DEV" --rounds "$HOST_ROUNDS" --reads "$HOST_READS" \
 				--region "$HOST_REGION" --cache-mib 16 --json -o "$OUT/loop" ;;
+			watch) step watch watch_session ;;
 			*) say "error unknown step '$s'"; return 1 ;;
 		esac
 	done
