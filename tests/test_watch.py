@@ -294,6 +294,13 @@ def fake_zoned(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
                         ("nr_zones", "128")):
         (q / name).write_text(value + "\n")
     monkeypatch.setenv("ZTBP_SYSFS", str(tmp / "sys"))
+    # blkzone: zones of 4 MiB that hold 3 MiB (0x1800 sectors), as a real drive's hold less than their size
+    blkzone = tmp / "bin" / "blkzone"
+    blkzone.parent.mkdir(exist_ok=True)
+    blkzone.write_text("#!/bin/sh\necho '  start: 0x000000000, len 0x002000, cap 0x001800, wptr 0x000000 reset:0 "
+                       "non-seq:0, zcond: 1(em) [type: 2(SEQ_WRITE_REQUIRED)]'\n")
+    blkzone.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{blkzone.parent}:{os.environ['PATH']}")
 
 
 def probe_output(reads: int, stride: int) -> str:
@@ -357,8 +364,11 @@ def test_ztbp_watch_runs_a_session_from_the_probe_to_the_journal(tmp_path: Path,
     assert out[-1]["summary"]["commands"] == 2_500 and out[-1]["summary"]["windows"] == 2
     assert out[-1]["summary"]["why"] == "the source ended" and out[-1]["summary"]["open_window_commands"] == 500
     assert len(list((tmp_path / "j" / "rows").glob("rows-*.parquet"))) == 3  # the open window's rows kept too
-    start = read_journal(tmp_path / "j")[0]
-    assert start["meta"] == {"device": "nvme0n1", "lba_bytes": 4096, "zone_size_lba": 1024, "nr_zones": 128}
+    start, attached = read_journal(tmp_path / "j")[:2]
+    assert start["meta"] == {"device": "nvme0n1", "lba_bytes": 4096, "zone_size_lba": 1024, "nr_zones": 128,
+                             "zone_cap_lba": 768}  # the hot rule counts a zone's cells up to its capacity
+    # the probe's header is journaled before any window: a workload started after it is traced whole
+    assert attached["kind"] == "attached" and attached["probe"] == "# ztbp nvme v1"
 
 
 def test_sigterm_stops_the_session_cleanly_and_detaches_the_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

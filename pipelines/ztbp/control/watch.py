@@ -503,12 +503,23 @@ class Session:
 
 
 # ---- on this machine -------------------------------------------------------------------------------------------
+def attached(lines: Iterable[bytes], journal: Journal) -> Iterator[bytes]:
+    """The probe's lines, with an "attached" record in the journal at its header (bpftrace prints it from BEGIN,
+    once every probe is attached): from then on every command is traced, so a workload started after it is whole."""
+    said = False
+    for line in lines:
+        if not said and line.strip() == NVME_VERSION_LINE.encode():
+            journal.write("attached", probe=line.decode("utf-8", "replace").strip())
+            said = True
+        yield line
+
+
 def watch_device(req: WatchRequest, dev: str, on_window: Callable[[Session], None] | None = None
                  ) -> dict[str, Any]:
     """`ztbp watch DEV`: the streaming probe on this machine's zoned namespace DEV, the session, ztbp-ctl on DEV.
     SIGTERM and SIGINT stop the session cleanly (bpftrace detached, the journal closed)."""
     from .. import paths
-    from ..acquire.capture import check_zoned, host_geometry
+    from ..acquire.capture import check_zoned, host_geometry, host_zone_cap
     from ..writeback.ctl import check_device
 
     check_device(dev)
@@ -516,6 +527,9 @@ def watch_device(req: WatchRequest, dev: str, on_window: Callable[[Session], Non
     check_zoned(dev, sysfs)
     lba, zone_bytes, nr = host_geometry(dev, sysfs)
     req.meta = {"device": Path(dev).name, "lba_bytes": lba, "zone_size_lba": zone_bytes // lba, "nr_zones": nr}
+    cap = host_zone_cap(dev)
+    if cap and cap < zone_bytes:  # a real drive's zones hold less than their size: the hot rule's cells per zone
+        req.meta["zone_cap_lba"] = cap // lba
     probe = ProbeProcess(paths.PROBES / "nvme_zone_stream.bt")
     caught: list[str] = []
 
@@ -527,7 +541,7 @@ def watch_device(req: WatchRequest, dev: str, on_window: Callable[[Session], Non
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         session = Session(req, CtlDevice(dev), on_window=on_window)
-        source = ProbeLines(probe.lines(), req.meta["zone_size_lba"])
+        source = ProbeLines(attached(probe.lines(), session.journal), req.meta["zone_size_lba"])
         return session.run(source, lambda: f"interrupted ({caught[0]})" if caught else None)
     finally:
         probe.close()  # never leave bpftrace running, whatever happened
