@@ -1,10 +1,12 @@
 """`ztbp loop` as the VM tests run it (test_loop_vm.py on NVMeVirt, test_loop_qemu_vm.py on QEMU): the real CLI in
-a subprocess, its loop.json read back, and the check every round of a loop must pass."""
+a subprocess, its loop.json read back, and the check every round of a loop must pass; `ztbp` for the other VM tests
+that run the CLI in a subprocess (its output printed for the test's log)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,13 @@ AB_READS = 5000
 NVMEVIRT_RESERVE = ["--nvmevirt-reserve", "4608M"]
 #: the model's cache for 20,000 reads: at the default 64 MiB nothing is evicted and zone-LRU equals LRU
 CACHE = ["--cache-mib", "16"]
+
+
+def ztbp(*args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI in a subprocess from the checkout; the tail of its stdout and stderr printed."""
+    proc = subprocess.run([sys.executable, "-m", "ztbp.cli", *args], capture_output=True, text=True, cwd=paths.ROOT)
+    print(proc.stdout[-4000:], proc.stderr[-3000:])
+    return proc
 
 
 def loop(out: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:

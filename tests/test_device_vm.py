@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from loop_run import NVMEVIRT_RESERVE
+from loop_run import NVMEVIRT_RESERVE, ztbp
 
 from ztbp import paths
 from ztbp.acquire.vm import ensure_image
@@ -31,12 +30,6 @@ NVMEVIRT = paths.ROOT.parent / "shared" / "nvmevirt"
 SLOW = "20"
 #: 144 zones of 32 MiB: 128 dies, so zones z and z + 128 share a die.
 NVMEVIRT_STORAGE = "4608M"
-
-
-def ztbp(*args: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "ztbp.cli", *args], capture_output=True, text=True, cwd=paths.ROOT)
-    print(proc.stdout[-4000:], proc.stderr[-3000:])
-    return proc
 
 
 @pytest.fixture(scope="module")

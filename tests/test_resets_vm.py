@@ -4,22 +4,14 @@ VM with `ztbp capture`, read back by `ztbp resets` (resets per second, latency b
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from loop_run import ztbp
 
-from ztbp import paths
 from ztbp.cli import main
 
 pytestmark = pytest.mark.vm
-
-
-def ztbp(*args: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "ztbp.cli", *args], capture_output=True, text=True, cwd=paths.ROOT)
-    print(proc.stdout[-4000:], proc.stderr[-3000:])
-    return proc
 
 
 @pytest.fixture(scope="module")

@@ -225,7 +225,7 @@ class Workload:
         gaps."""
         zones = sorted(self.hot_zones)
         zb, cap = self.zone_bytes, self.cap_bytes
-        shares = _integer_shares(100, len(zones))
+        shares = _shares_by_size(100, [1] * len(zones))  # integers that differ by at most one
         parts: list[str] = []
         for i, z in enumerate(zones):
             if i:
@@ -400,12 +400,6 @@ def _size(n: int) -> str:
         if n % mult == 0:
             return f"{n // mult}{unit}"
     return str(n)
-
-
-def _integer_shares(total: int, parts: int) -> list[int]:
-    """Split `total` into `parts` integers that differ by at most one (fio percentages are integers)."""
-    base, extra = divmod(total, parts)
-    return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
 def _shares_by_size(total: int, sizes: list[int]) -> list[int]:

@@ -77,6 +77,12 @@ class ProbeLines:
         self.header: list[str] | None = None
         self.line_no = 0
 
+    def _batch(self, body: list[bytes], first: int, lost: int) -> Batch:
+        """The rows held (from line `first` on) as one batch, with the events bpftrace reported lost meanwhile."""
+        frame = (body_rows(b"".join(body), self.header or [], self.zone_size_lba, first, self.report) if body
+                 else pl.DataFrame())
+        return Batch(frame, lost)
+
     def __iter__(self) -> Iterator[Batch]:
         version = NVME_VERSION_LINE.encode()
         body: list[bytes] = []
@@ -84,8 +90,7 @@ class ProbeLines:
         for raw in self.lines:
             if not raw:  # a tick: an idle device's rows go out
                 if body and time.monotonic() - since >= self.batch_s:
-                    yield Batch(body_rows(b"".join(body), self.header or [], self.zone_size_lba, first, self.report),
-                                lost)
+                    yield self._batch(body, first, lost)
                     body, lost = [], 0
                 continue
             line = raw.encode() if isinstance(raw, str) else raw
@@ -107,12 +112,10 @@ class ProbeLines:
                 first, since = self.line_no, time.monotonic()
             body.append(text + b"\n")
             if len(body) >= self.batch_lines or time.monotonic() - since >= self.batch_s:
-                yield Batch(body_rows(b"".join(body), self.header, self.zone_size_lba, first, self.report), lost)
+                yield self._batch(body, first, lost)
                 body, lost = [], 0
         if body or lost:
-            frame = (body_rows(b"".join(body), self.header or [], self.zone_size_lba, first, self.report) if body
-                     else pl.DataFrame())
-            yield Batch(frame, lost)
+            yield self._batch(body, first, lost)
 
 
 def synthetic_slba(kind: str, n: int, meta: dict[str, Any], rng: np.random.Generator, hot: tuple[int, ...] = (),
