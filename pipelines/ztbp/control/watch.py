@@ -38,6 +38,7 @@ from typing import IO, Any, Protocol
 import numpy as np
 import polars as pl
 
+from ..analysis.loop import status_delta
 from ..analysis.watch import Decision, WatchParams, WatchState, cell_counts, decide, read_rows, summarise, zone_counts
 from ..contract import NVME_VERSION_LINE
 from ..errors import FileSystemError, ZtbpError
@@ -449,8 +450,8 @@ class Session:
 
     def _verify(self, gain: float | None, reads: int) -> None:
         after = status_reads(self.device.status())
-        # STATUS's count is ztbp-ctl's u32 result dword: it wraps at 2^32
-        moved = None if after is None or self.status_before is None else (after - self.status_before) % (1 << 32)
+        # the protocol's read counter starts at -1 and goes back to 0 at 1,000,000 (analysis/loop.status_delta)
+        moved = status_delta(self.status_before, after)
         self.journal.write("verify", window=self.window, zones=list(self.state.in_force), measured_gain=gain,
                            status_reads_delta=moved, reads_traced=reads,
                            status_matches=None if moved is None else moved == reads)
