@@ -30,6 +30,7 @@ from ..io.fio import fio_totals
 from ..paths import RunPaths
 from ..units import MIB, parse_size, zone_capacity
 from .channel import run_here
+from .module import DeviceModule, device_present
 from .vm import Geometry, GuestResult, VmDevice, ensure_image, nvmevirt_notes, qemu_version, run_in_guest, vm_device
 from .workload import PRESETS, Workload, WorkloadOptions, read_user_job, user_job, user_job_meta
 
@@ -622,28 +623,53 @@ class HostCapture:
     out: str | None = None
     verbose: bool = False
     probe: str | None = None  # None: ZTBP_PROBE of the environment, else probes/nvme_zone.bt
+    module: DeviceModule | None = None  # the module that creates `device` (NVMeVirt), checked (validate())
+
+
+def host_tools(error: type[ZtbpError], command: str) -> None:
+    """What the host path needs on this machine: bpftrace, fio, blkzone, and root."""
+    missing = [t for t in ("bpftrace", "fio", "blkzone") if shutil.which(t) is None]
+    if missing:
+        raise error(f"missing on this machine: {', '.join(missing)}; install with "
+                    "apt-get install bpftrace fio util-linux")
+    if os.geteuid() != 0:
+        raise error(f"{command} needs root (bpftrace and raw device access); run it with sudo")
+
+
+def module_geometry(dev: str, sysfs: Path, module: DeviceModule) -> tuple[int, int, int, int | None]:
+    """(lba bytes, zone bytes, nr zones, zone capacity) of the device `module` creates: loaded for the moment of
+    reading them and unloaded again, before any probe attaches (acquire/module.py)."""
+    with device_present(module, dev):
+        check_zoned(dev, sysfs)
+        lba, zone_bytes, nr = host_geometry(dev, sysfs)
+        return lba, zone_bytes, nr, host_zone_cap(dev)
 
 
 def run_capture_host(req: HostCapture) -> CaptureOutcome:
-    """Trace a workload on a real zoned drive with the same guest script as a VM capture."""
+    """Trace a workload on a real zoned drive with the same guest script as a VM capture. With a device module the
+    device exists only while it is loaded: its geometry is read with the module loaded for that moment, and the
+    script loads it again after its probe attached and unloads it before the probe stops (ZTBP_KO)."""
     dev = req.device
     sysfs = Path(os.environ.get("ZTBP_SYSFS", "/sys"))
-    check_zoned(dev, sysfs)
-    lba, zone_bytes, nr = host_geometry(dev, sysfs)
+    cap: int | None = None
+    if req.module is not None:  # root first: the module is loaded before anything else is checked
+        host_tools(CaptureError, "capture-host")
+        lba, zone_bytes, nr, cap = module_geometry(dev, sysfs, req.module)
+    else:
+        check_zoned(dev, sysfs)
+        lba, zone_bytes, nr = host_geometry(dev, sysfs)
     wl = req.workload.build(device=dev, zone_bytes=zone_bytes, nr_zones=nr)
     check_writes(dev, wl, req.destructive, req.no_prefill)
     script = nvme_probe(req.probe) if req.probe else os.environ.get("ZTBP_PROBE", NVME_SCRIPT)
-    missing = [t for t in ("bpftrace", "fio", "blkzone") if shutil.which(t) is None]
-    if missing:
-        raise CaptureError(f"missing on this machine: {', '.join(missing)}; install with "
-                           "apt-get install bpftrace fio util-linux")
-    if os.geteuid() != 0:
-        raise CaptureError("capture-host needs root (bpftrace and raw device access); run it with sudo")
-    cap = host_zone_cap(dev)
+    if req.module is None:
+        host_tools(CaptureError, "capture-host")
+        cap = host_zone_cap(dev)
     if cap and cap < zone_bytes:  # a real drive's zones hold less than their size: the workload keeps within
         wl = req.workload.build(device=dev, zone_bytes=zone_bytes, nr_zones=nr, zone_cap_bytes=cap)
     meta = capture_meta(device=Path(dev).name, lba=lba, zone_bytes=zone_bytes, nr_zones=nr, workload=wl.meta(),
                         backend="host", probes={"nvme": script}, zone_cap_bytes=cap)
+    if req.module is not None:
+        meta["device_module"] = {"ko": str(req.module.ko), "params": req.module.params}
     run = start_run(wl.name, req.out, meta, vm=False)
     started = time.monotonic()
     progress = Progress(wl.total_reads, req.verbose)
@@ -652,6 +678,8 @@ def run_capture_host(req: HostCapture) -> CaptureOutcome:
         env = capture_env(wl, str(job), str(pre) if pre else None, reset=not req.no_prefill,
                           probe=str(paths.ROOT / script) if req.probe else None)
         env["ZTBP_OUT"] = str(run.root)
+        if req.module is not None:  # capture.sh: the probe, then insmod; rmmod, then the probe stops
+            env.update(req.module.env())
         status, interrupted = run_here(GUEST_SCRIPT, env, Path(tmp) / "stop", progress)
     summ = finish_meta(run, meta, status, interrupted, started, {})
     if interrupted:

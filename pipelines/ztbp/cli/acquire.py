@@ -13,7 +13,7 @@ from ..acquire.workload import PAPER_HOT_ZONES, PAPER_READS, PRESETS, READ_REGIO
 from ..errors import ZtbpError
 from ..files import write_atomic
 from ..units import MIB, parse_size, parse_zone_list
-from .common import add_backend_args, add_geometry_args, bounded, device_geometry
+from .common import add_backend_args, add_geometry_args, add_module_args, bounded, device_geometry, device_module
 
 
 def add_workload_arg(p: argparse.ArgumentParser) -> None:
@@ -102,7 +102,8 @@ def _capture_host(args: argparse.Namespace) -> int:
     from ..acquire.capture import HostCapture, run_capture_host
 
     req = HostCapture(device=args.device, workload=workload_options(args), destructive=args.destructive,
-                      no_prefill=args.no_prefill, out=args.out, verbose=args.verbose, probe=args.probe)
+                      no_prefill=args.no_prefill, out=args.out, verbose=args.verbose, probe=args.probe,
+                      module=device_module(args))
     return _finish(run_capture_host(req), args.json)
 
 
@@ -221,6 +222,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(h)
     h.add_argument("--destructive", action="store_true", help="allow zone resets and writes (destroys data)")
     h.add_argument("--no-prefill", action="store_true", help="read what is on the drive; no resets, no writes")
+    add_module_args(h)
     h.set_defaults(func=_capture_host)
 
     c = sub.add_parser("capture-layers", help="trace fio random reads layer by layer in the VM (probes/layers.bt)",

@@ -120,6 +120,31 @@ def add_backend_args(p: argparse.ArgumentParser | argparse._ArgumentGroup, backe
                         "commands with the same reserve can share one pooled guest (vm/vmtest.sh, guest pool)")
 
 
+MODULE_HELP = ("the device is created by this kernel module, loaded after the probe has attached and unloaded before "
+               "it detaches (a module whose threads stall RCU-tasks grace periods, as NVMeVirt's do); DEV's geometry "
+               "is read first with the module loaded for that moment (what the device holds may not survive the "
+               "unload in between: NVMeVirt's does not)")
+
+
+def add_module_args(p: argparse.ArgumentParser | argparse._ArgumentGroup, what: str = "DEV") -> None:
+    """--module KO and --module-params, the same for capture-host, loop --host and watch (acquire/module.py)."""
+    p.add_argument("--module", type=Path, default=None, metavar="KO", help=MODULE_HELP.replace("DEV", what))
+    p.add_argument("--module-params", default=None, metavar='"K=V ..."',
+                   help="the module's parameters: name=value words of letters, digits and _ . , : + - (they go to "
+                        "insmod as they are), e.g. \"memmap_start=4G memmap_size=1025M cpus=1,2\"")
+
+
+def device_module(args: argparse.Namespace) -> Any:
+    """The acquire.module.DeviceModule of --module / --module-params, checked (None without --module)."""
+    from ..acquire.module import DeviceModule, ModuleError
+
+    if args.module is None:
+        if args.module_params is not None:
+            raise ModuleError("--module-params needs --module KO, the module they are for")
+        return None
+    return DeviceModule(args.module, args.module_params or "").validate()
+
+
 def add_geometry_args(p: argparse.ArgumentParser | argparse._ArgumentGroup, *, zones_flag: str = "--zones",
                       lba: bool = True, lba_choices: bool = False, limits: bool = False,
                       conv_ns: str | None | bool = False) -> None:

@@ -8,7 +8,7 @@ import sys
 
 from ..analysis.params import AB_READS, CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
 from .acquire import add_fio_file_option, add_workload_arg, add_workload_options, workload_options
-from .common import add_backend_args, add_geometry_args, bounded, device_geometry
+from .common import add_backend_args, add_geometry_args, add_module_args, bounded, device_geometry, device_module
 
 
 def _loop(args: argparse.Namespace) -> int:
@@ -21,7 +21,7 @@ def _loop(args: argparse.Namespace) -> int:
                       geometry=device_geometry(args),
                       host_device=args.host, fio_file=args.fio_file,
                       cache_mib=args.cache_mib, page_kib=args.page_kib, out=args.out, timeout=args.timeout,
-                      verbose=args.verbose, ab_pairs=args.ab, ab_reads=args.ab_reads)
+                      verbose=args.verbose, ab_pairs=args.ab, ab_reads=args.ab_reads, module=device_module(args))
     req.validate()  # a bad request (a --fio-file option not allowed too) is refused before the loop starts
     doc = run_loop(req)
     if args.json:
@@ -63,6 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", metavar="DEV", default=None,
                    help="run on this machine's zoned namespace DEV instead of a VM (root; destroys the data of the "
                         "zones the workload resets and prefills)")
+    add_module_args(p, "--host DEV")
     add_geometry_args(p, limits=True)
     p.add_argument("-o", "--out", default=None, help="loop directory (default: runs/<UTC time>-loop-<workload>)")
     p.add_argument("--timeout", type=bounded("timeout"), default=7200, help="kill the guest after this many seconds")

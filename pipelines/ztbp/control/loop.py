@@ -38,12 +38,15 @@ from ..acquire.capture import (
     check_zoned,
     finish_meta,
     host_geometry,
+    host_tools,
     host_zone_cap,
     map_rows_csv,
+    module_geometry,
     start_run,
     write_jobs,
 )
 from ..acquire.channel import run_here
+from ..acquire.module import DeviceModule
 from ..acquire.vm import Geometry, nvmevirt_module, qemu_version, run_in_guest, vm_device
 from ..acquire.workload import PRESETS, Workload, WorkloadOptions, read_user_job, user_job, user_job_meta
 from ..analysis.device_model import CACHE_ENTRIES
@@ -90,6 +93,7 @@ class LoopRequest:
     verbose: bool = False
     ab_pairs: int = 0  # > 0: the A/B mode (round 1, then this many pairs of on/off blocks)
     ab_reads: int = AB_READS
+    module: DeviceModule | None = None  # --host: the module that creates the device (NVMeVirt), checked
 
     def validate(self) -> None:
         check_limit("rounds", self.rounds)
@@ -110,6 +114,9 @@ class LoopRequest:
                                 nr_zones=self.geometry.zones)
         if self.backend == "nvmevirt":
             nvmevirt_module(self.nvmevirt_ko, LoopError)
+        if self.module is not None and self.backend != "host":
+            raise LoopError("--module is for --host DEV (a device module on this machine); in the VM NVMeVirt is "
+                            "--backend nvmevirt --nvmevirt-ko KO")
         if self.fio_file is not None:  # its options are checked before a VM boots or a device is touched
             read_user_job(self.fio_file)
 
@@ -385,6 +392,8 @@ def _new_state(req: LoopRequest, root: Path, wl: Workload, place: Place, progres
     meta = capture_meta(device=Path(wl.device).name, lba=place.lba_bytes, zone_bytes=place.zone_bytes,
                         nr_zones=place.nr_zones, workload=workload, backend=req.backend, probes={"nvme": LOOP_PROBE},
                         zone_cap_bytes=place.zone_cap_bytes, module=req.nvmevirt_ko)
+    if req.module is not None:
+        meta["device_module"] = {"ko": str(req.module.ko), "params": req.module.params}
     return LoopState(req=req, root=root, workload=wl, meta_base=meta, progress=progress, rounds=[],
                      guest_prefix=place.prefix(root), in_force=[], started=time.monotonic())
 
@@ -438,11 +447,20 @@ class Place:
         return "/ztbp/out" if self.vm is not None else str(root)
 
 
-def host_place(dev: str | None) -> Place:
-    """This machine's zoned namespace `dev`, checked: zoned, the tools there, root."""
+def host_place(dev: str | None, module: DeviceModule | None = None) -> Place:
+    """This machine's zoned namespace `dev`, checked: zoned, the tools there, root. With a device module, `dev`
+    exists only while it is loaded: the tools and root are checked first, then the module is loaded for the moment of
+    reading the geometry and unloaded (loop.sh loads it again after its probe attached)."""
     if not dev:
         raise LoopError("--host needs the zoned namespace, e.g. --host /dev/nvme0n1")
     sysfs = Path(os.environ.get("ZTBP_SYSFS", "/sys"))
+    if module is not None:
+        host_tools(LoopError, "loop --host")
+        try:
+            lba, zone_bytes, nr, cap = module_geometry(dev, sysfs, module)
+        except CaptureError as e:
+            raise LoopError(str(e)) from None
+        return Place(dev, lba, zone_bytes, nr, zone_cap_bytes=cap)
     try:
         check_zoned(dev, sysfs)
     except CaptureError as e:
@@ -468,7 +486,7 @@ def run_loop(req: LoopRequest) -> dict[str, Any]:
     ensure_ctl()
     progress = Progress(0, req.verbose)
     if req.backend == "host":
-        place = host_place(req.host_device)
+        place = host_place(req.host_device, req.module)
     else:
         dev = vm_device(req.backend, req.geometry, req.nvmevirt_ko, error=LoopError,
                         reserve_bytes=req.nvmevirt_reserve_bytes)
@@ -511,6 +529,8 @@ def _here(st: LoopState, pre: Path | None, stop_file: Path) -> tuple[int, bool]:
 
     env = guest_env(st.workload, str(pre) if pre else None, st.total_rounds)
     env.update(ZTBP_OUT=str(st.root), ZTBP_PROBE=str(paths.ROOT / LOOP_PROBE), ZTBP_CTL=str(ensure_ctl()))
+    if st.req.module is not None:  # loop.sh: the probe, then insmod; rmmod, then the probe stops
+        env.update(st.req.module.env())
 
     def after_stop(line: str) -> None:  # no new round is taken on once the user stopped the loop
         if not _READY.match(line):
