@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.params import CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
-from .common import BoundedSize, bounded
+from .common import BoundedSize, add_module_args, bounded, device_module
 
 
 def _watch(args: argparse.Namespace) -> int:
@@ -18,6 +18,7 @@ def _watch(args: argparse.Namespace) -> int:
     from ..control.watch import Session, WatchRequest, watch_device
     from ..present.watch import status_line, summary_text
 
+    module = device_module(args)  # a bad --module / --module-params: one line, before anything is touched
     params = WatchParams(k=args.k, threshold=args.threshold, budget_per_day=args.budget_per_day,
                          min_interval_s=args.min_interval, backoff_s=args.backoff, cache_mib=args.cache_mib,
                          page_kib=args.page_kib)
@@ -35,7 +36,7 @@ def _watch(args: argparse.Namespace) -> int:
             line = status_line(s.commands_total, now - s.started, s.lost_total, s.state, last, params, now)
             print(f"\r{line}", end="", file=sys.stderr, flush=True)
 
-    summary: dict[str, Any] = watch_device(req, args.device, on_window)
+    summary: dict[str, Any] = watch_device(req, args.device, on_window, module=module)
     if args.json:
         print(json.dumps({"summary": summary}, default=str))
     else:
@@ -80,5 +81,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue the session of the journal DIR")
     p.add_argument("--on-exit", choices=("keep", "stop"), default="keep",
                    help="on exit leave the device as it is (keep) or STOP its configuration (default: %(default)s)")
+    add_module_args(p)
     p.add_argument("--json", action="store_true", help="one JSON line per window on stdout instead of the status line")
     p.set_defaults(func=_watch)

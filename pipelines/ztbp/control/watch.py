@@ -15,7 +15,9 @@ synced per record) of kinds:
   verify    the first window after an apply: the measured gain of the set in force and, where the device
             answers STATUS, its read count's change against the reads traced
   rollback  ztbp-ctl stop's answer and the reason
-  stop      the end of the session (why; what was done to the device)
+  module    a device module (`--module`, NVMeVirt) loaded once the probe attached ("loaded": the seconds its
+            device took to appear) or refused ("failed": the error, which ends the session)
+  stop      the end of the session (why; what was done to the device and, with --module, to the module)
 `--resume` rebuilds the state from the last decision record. A full disk stops the journal and the session with
 one FileSystemError.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import select
 import shutil
@@ -38,6 +41,7 @@ from typing import IO, Any, Protocol
 import numpy as np
 import polars as pl
 
+from ..acquire.module import LOAD_TIMEOUT_S, DeviceModule, device_present
 from ..analysis.loop import status_delta
 from ..analysis.watch import Decision, WatchParams, WatchState, cell_counts, decide, read_rows, summarise, zone_counts
 from ..contract import NVME_VERSION_LINE
@@ -157,13 +161,18 @@ def replay(phases: list[tuple[str, int, tuple[int, ...]]], meta: dict[str, Any],
 class ProbeProcess:
     """bpftrace running probes/nvme_zone_stream.bt on this machine: its stdout lines; close() detaches it."""
 
-    def __init__(self, script: Path) -> None:
+    @staticmethod
+    def check() -> None:
+        """bpftrace on this machine, and root."""
         missing = [t for t in ("bpftrace",) if shutil.which(t) is None]
         if missing:
             raise ZtbpError("cannot start the streaming probe: bpftrace not found on this machine (install it, e.g. "
                             "apt-get install bpftrace)")
         if os.geteuid() != 0:
             raise ZtbpError("cannot start the streaming probe: watch needs root (bpftrace); run it with sudo")
+
+    def __init__(self, script: Path) -> None:
+        self.check()
         env = {**os.environ, "BPFTRACE_STRLEN": "16", "BPFTRACE_PERF_RB_PAGES": "32768"}
         # stderr joins stdout: bpftrace's messages ("Lost N events", its errors) are read in order, and a pipe
         # nobody reads never fills and blocks it
@@ -209,7 +218,12 @@ class ProbeProcess:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait()
+                try:
+                    self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:  # stuck in the kernel: a detach waiting for a grace period
+                    logging.getLogger("ztbp").warning(
+                        f"bpftrace (pid {self.proc.pid}) did not exit after SIGKILL: its detach waits for an RCU-tasks "
+                        "grace period (a module whose threads stall them still loaded? rmmod it)")
 
 
 # ---- the device ------------------------------------------------------------------------------------------------
@@ -368,6 +382,9 @@ class Session:
         self.commands_total = self.lost_total = 0
         self.last: Decision | None = None
         self.started = clock()
+        #: called once when the session lets go of the device, after its STOP (watch_device: the module's unload)
+        self.on_release: Callable[[], dict[str, Any]] | None = None
+        self.released: dict[str, Any] | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -421,6 +438,14 @@ class Session:
                       self.prev_hot, self.state.in_force, self.req.meta, self.params)
         self.journal.rows(frame)
         self.journal.write("window", **s.as_dict())
+        if self.released is not None:  # the device is let go (its module unloaded): rows still draining from the
+            # probe are summarised, never acted on
+            self.prev_reads, self.prev_hot = reads, s.hot
+            self.window += 1
+            self._reset()
+            if self.on_window is not None:
+                self.on_window(self)
+            return
         if self.verify_next:
             self._verify(s.in_force_gain, reads.height)
         d, st = decide(self.state, s, self.params, now)
@@ -484,6 +509,20 @@ class Session:
                 close()
         return self.finish(why)
 
+    def release(self) -> dict[str, Any]:
+        """Let go of the device, once: STOP its set when on_exit says "stop" and one is in force, then on_release
+        (the module's unload); what was done ({"device": ..., and on_release's keys}). Windows that close after this
+        are journaled but not decided on."""
+        if self.released is None:
+            device = "left as it is"
+            if self.req.on_exit == "stop" and self.state.in_force:
+                res = self.device.stop()
+                device = "stopped" if res.get("ok") else f"STOP failed: {res.get('message')}"
+            self.released = {"device": device}
+            if self.on_release is not None:
+                self.released.update(self.on_release())
+        return self.released
+
     def finish(self, why: str) -> dict[str, Any]:
         """The end: the open window's rows kept (not decided on), the device as on_exit says, the stop record."""
         if self.frames:
@@ -491,13 +530,9 @@ class Session:
                 self.journal.rows(pl.concat(self.frames, how="diagonal_relaxed"))
             except FileSystemError as e:
                 why += f"; {e}"
-        device = "left as it is"
-        if self.req.on_exit == "stop" and self.state.in_force:
-            res = self.device.stop()
-            device = "stopped" if res.get("ok") else f"STOP failed: {res.get('message')}"
         summary = {"windows": self.window, "commands": self.commands_total, "open_window_commands": self.commands,
                    "lost": self.lost_total,
-                   "in_force": list(self.state.in_force), "why": why, "device": device,
+                   "in_force": list(self.state.in_force), "why": why, **self.release(),
                    "last_decision": self.last.as_dict() if self.last else None}
         try:
             self.journal.write("stop", **summary)
@@ -518,36 +553,112 @@ def attached(lines: Iterable[bytes], journal: Journal) -> Iterator[bytes]:
         yield line
 
 
-def watch_device(req: WatchRequest, dev: str, on_window: Callable[[Session], None] | None = None
-                 ) -> dict[str, Any]:
+class ModuleHold:
+    """The device's module around the streaming probe (`ztbp watch --module`, NVMeVirt): loaded once the probe's
+    header arrives (bpftrace prints it from BEGIN, when every probe is attached), unloaded when the session lets go
+    of the device and before bpftrace is told to detach, which it cannot do while the module's threads stall
+    RCU-tasks grace periods (acquire/module.py)."""
+
+    def __init__(self, module: DeviceModule, dev: str, timeout_s: float = LOAD_TIMEOUT_S) -> None:
+        self.module, self.dev, self.timeout_s = module, dev, timeout_s
+        self.loaded = False
+        self.done = False  # unloaded, or let go of before it was loaded: never loaded again
+
+    def load(self, journal: Journal) -> None:
+        if self.loaded or self.done:
+            return
+        what = {"ko": str(self.module.ko), "params": self.module.params, "device": self.dev}
+        try:
+            appeared = self.module.load(self.dev, self.timeout_s)
+        except ZtbpError as e:
+            self.done = True
+            journal.write("module", action="failed", **what, error=str(e))
+            raise
+        self.loaded = True
+        journal.write("module", action="loaded", **what, appear_s=round(appeared, 3))
+
+    def unload(self) -> dict[str, Any]:
+        """rmmod, once; what was done, for the stop record."""
+        self.done = True
+        if not self.loaded:
+            return {"module": "not loaded"}
+        try:
+            self.module.unload()
+        except ZtbpError as e:
+            return {"module": f"{e} (bpftrace cannot detach while it stays loaded)"}
+        self.loaded = False
+        return {"module": f"{self.module.name} unloaded"}
+
+    def around(self, lines: Iterable[bytes], session: Session, probe: ProbeProcess,
+               stop_asked: Callable[[], bool]) -> Iterator[bytes]:
+        """The probe's lines, the module loaded at its header; once a stop is asked (a signal), the session lets go
+        of the device (its STOP, then the module's unload: session.on_release) and only then is bpftrace told to
+        stop: its last lines are still read to the end."""
+        header = NVME_VERSION_LINE.encode()
+        for line in lines:
+            if stop_asked() and session.released is None:
+                session.release()
+                probe.stop()
+            if session.released is None and line.strip() == header:
+                self.load(session.journal)
+            yield line
+
+
+def watch_device(req: WatchRequest, dev: str, on_window: Callable[[Session], None] | None = None,
+                 module: DeviceModule | None = None) -> dict[str, Any]:
     """`ztbp watch DEV`: the streaming probe on this machine's zoned namespace DEV, the session, ztbp-ctl on DEV.
-    SIGTERM and SIGINT stop the session cleanly (bpftrace detached, the journal closed)."""
+    SIGTERM and SIGINT stop the session cleanly (bpftrace detached, the journal closed).
+
+    With `module` (a module that creates DEV when loaded, NVMeVirt): the geometry is read with the module loaded
+    for that moment and unloaded again; the probe starts; the module is loaded when the probe's header arrives; at
+    the end (the source ended, a signal, an error) the device's STOP (--on-exit stop, a set in force), then the
+    module's unload, then bpftrace's stop. A module that fails to load ends the session with its error, the probe
+    detached."""
     from .. import paths
     from ..acquire.capture import check_zoned, host_geometry, host_zone_cap
     from ..writeback.ctl import check_device
 
     check_device(dev)
+    if module is not None:
+        ProbeProcess.check()  # root and bpftrace before the module is loaded
     sysfs = Path(os.environ.get("ZTBP_SYSFS", "/sys"))
-    check_zoned(dev, sysfs)
-    lba, zone_bytes, nr = host_geometry(dev, sysfs)
+    with device_present(module, dev):
+        check_zoned(dev, sysfs)
+        lba, zone_bytes, nr = host_geometry(dev, sysfs)
+        cap = host_zone_cap(dev)
     req.meta = {"device": Path(dev).name, "lba_bytes": lba, "zone_size_lba": zone_bytes // lba, "nr_zones": nr}
-    cap = host_zone_cap(dev)
     if cap and cap < zone_bytes:  # a real drive's zones hold less than their size: the hot rule's cells per zone
         req.meta["zone_cap_lba"] = cap // lba
+    if module is not None:
+        req.meta["device_module"] = {"ko": str(module.ko), "params": module.params}
+    hold = ModuleHold(module, dev) if module is not None else None
     probe = ProbeProcess(paths.PROBES / "nvme_zone_stream.bt")
     caught: list[str] = []
 
     def on_signal(signum: int, frame: Any) -> None:
         # never raise in the middle of a window: ask bpftrace to stop; the session reads its last rows to the end
+        # (with a module, ModuleHold.around stops it once the module is unloaded)
         caught.append(signal.Signals(signum).name)
-        probe.stop()
+        if hold is None:
+            probe.stop()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    session: Session | None = None
     try:
         session = Session(req, CtlDevice(dev), on_window=on_window)
-        source = ProbeLines(attached(probe.lines(), session.journal), req.meta["zone_size_lba"])
+        lines: Iterable[bytes] = attached(probe.lines(), session.journal)
+        if hold is not None:
+            session.on_release = hold.unload
+            lines = hold.around(lines, session, probe, lambda: bool(caught))
+        source = ProbeLines(lines, req.meta["zone_size_lba"])
         return session.run(source, lambda: f"interrupted ({caught[0]})" if caught else None)
     finally:
-        probe.close()  # never leave bpftrace running, whatever happened
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        try:
+            if session is not None:
+                session.release()  # done already unless the journal failed: STOP, the module's unload
+            elif hold is not None:
+                hold.unload()
+        finally:
+            probe.close()  # never leave bpftrace running, whatever happened
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

@@ -26,7 +26,8 @@ def summary_text(summary: dict[str, Any]) -> str:
     last = summary.get("last_decision") or {}
     force = ",".join(str(z) for z in summary["in_force"]) or "none"
     return (f"watch stopped ({summary['why']}): {summary['windows']} windows, {summary['commands']:,} commands, "
-            f"{summary['lost']} lost; zones in force: {force}; device {summary['device']}\n"
+            f"{summary['lost']} lost; zones in force: {force}; device {summary['device']}"
+            f"{'; module ' + summary['module'] if summary.get('module') else ''}\n"
             f"last decision: {last.get('reason', 'none')}")
 
 
