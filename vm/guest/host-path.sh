@@ -22,8 +22,13 @@
 #   ZTBP_WATCH_PHASES  the watch step's workload: phases "HOT_ZONES:READS" (paper80's shape on those zones) or
 #                      "zipf:READS", one after the other under one `ztbp watch` session (default:
 #                      "3,9,14,22,27:6000 5,12,18,25,30:6000")
+#   ZTBP_WATCH_BUDGET_PHASES  the phases of the watch-budget step: a second session with --budget-per-day 1
+#                      (default: the first two of ZTBP_WATCH_PHASES)
 #   ZTBP_WATCH_ARGS    `ztbp watch`'s options (default: "--window-commands 2000 -k 2 --min-interval 0")
-#   ZTBP_KO, ZTBP_KO_PARAMS  a device module to load first (NVMeVirt; probe-lib.sh, module_load)
+#   ZTBP_KO, ZTBP_KO_PARAMS  the module that makes the device (NVMeVirt): loaded for the doctor, and handed to
+#                      capture-host, loop --host and watch as --module/--module-params, which load it after their
+#                      probe attached and unload it before the probe detaches (its threads stall the RCU-tasks
+#                      grace periods fentry programs need to attach and detach)
 # Progress lines start with "ZTBP:".
 set -uo pipefail
 
@@ -31,9 +36,10 @@ set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/probe-lib.sh"   # say, module_prepare, module_load
 settings HOST_DEV=/dev/nvme0n1 HOST_READS=20000 HOST_ROUNDS=2 HOST_REGION=1G HOST_VENV=/opt/ztbp HOST_DEPS= \
 	HOST_STEPS="install ctl doctor capture cluster loop watch" \
-	WATCH_PHASES="3,9,14,22,27:6000 5,12,18,25,30:6000" WATCH_ARGS="--window-commands 2000 -k 2 --min-interval 0"
+	WATCH_PHASES="3,9,14,22,27:6000 5,12,18,25,30:6000" WATCH_BUDGET_PHASES= WATCH_ARGS="--window-commands 2000 -k 2 --min-interval 0"
 TMP=""
 ZTBP="$HOST_VENV/bin/ztbp"
+MODULE=()   # --module KO --module-params P for the commands that attach a probe (ZTBP_KO)
 
 step() { # NAME COMMAND...: run it from a folder outside any checkout; record its exit status and seconds
 	local name="$1" t0 rc
@@ -90,20 +96,34 @@ geometry_args() { # the zoned namespace's geometry as `ztbp workload` options
 		"--zones $(cat "/sys/block/$name/queue/nr_zones")"
 }
 
-watch_session() { # `ztbp watch` on the device while the phases of WATCH_PHASES run one after the other, then
-	# SIGINT: the journal in $OUT/watch, one JSON line a window in watch.out; fio's own counts in watch-fio-N.json
-	local geo phase i=0 pid t total=0 window windows
-	geo="$(geometry_args)" || return 1
+watch_session() { # NAME "EXTRA OPTIONS" "PHASES": `ztbp watch` on the device while the phases run one after the
+	# other, then SIGINT: the journal in $OUT/NAME, one JSON line a window in NAME.out; fio's counts in NAME-fio-N.json
+	local name="$1" extra="$2" phases="$3" geo phase i=0 pid t total=0 window windows
 	# shellcheck disable=SC2086  # the options are separate words
-	"$ZTBP" watch "$HOST_DEV" $WATCH_ARGS --journal "$OUT/watch" --json > "$OUT/watch.out" 2> "$OUT/watch.err" &
+	"$ZTBP" watch "$HOST_DEV" $WATCH_ARGS $extra --journal "$OUT/$name" --json "${MODULE[@]}" > "$OUT/$name.out" \
+		2> "$OUT/$name.err" &
 	pid=$!
 	for t in $(seq 600); do  # the journal's "attached" record: every probe is attached, nothing will be missed
-		grep -q '"kind": "attached"' "$OUT/watch/watch.jsonl" 2> /dev/null && break
+		grep -q '"kind": "attached"' "$OUT/$name/watch.jsonl" 2> /dev/null && break
 		kill -0 "$pid" 2> /dev/null || { say "error ztbp watch ended before its probe attached"; return 1; }
 		sleep 0.5
 	done
 	say "stage watch: probe attached after $((t / 2)) s"
-	for phase in $WATCH_PHASES; do
+	for t in $(seq 600); do  # the device (a module watch loads after the probe attached)
+		[ -b "$HOST_DEV" ] && break
+		sleep 0.1
+	done
+	geo="$(geometry_args)" || return 1
+	if [ -n "${ZTBP_KO:-}" ]; then  # a device the module has just made holds nothing: write what is read
+		# shellcheck disable=SC2086
+		"$ZTBP" workload paper80 $geo --reads 1 --region "$HOST_REGION" -o "$TMP/unused.fio" \
+			--prefill "$TMP/prefill.fio" || return 1
+		say "stage watch: prefill of the read region (traced: its writes are commands of the first windows)"
+		fio --output-format=json --output="$OUT/$name-prefill.json" "$TMP/prefill.fio" || return 1
+		total="$(python3 -c 'import json, sys; print(sum(j["write"]["total_ios"] for j in json.load(sys.stdin)["jobs"]))' \
+			< "$OUT/$name-prefill.json")" || return 1
+	fi
+	for phase in $phases; do
 		i=$((i + 1))
 		if [ "${phase%%:*}" = zipf ]; then
 			# shellcheck disable=SC2086
@@ -114,14 +134,14 @@ watch_session() { # `ztbp watch` on the device while the phases of WATCH_PHASES 
 				--region "$HOST_REGION" -o "$TMP/phase-$i.fio"
 		fi || return 1
 		say "stage watch: phase $i (${phase%%:*}), ${phase#*:} reads"
-		fio --output-format=json --output="$OUT/watch-fio-$i.json" "$TMP/phase-$i.fio" || return 1
+		fio --output-format=json --output="$OUT/$name-fio-$i.json" "$TMP/phase-$i.fio" || return 1
 		total=$((total + ${phase#*:}))
 	done
 	# the rows still in bpftrace's buffer: wait until the whole windows of the reads are journaled (bpftrace's user
 	# space formats a row at a time, slower than fio reads under emulation), then a few seconds for the rest
 	window="$(echo "$WATCH_ARGS" | sed -n 's/.*--window-commands[ =]\([0-9]*\).*/\1/p')"
 	for t in $(seq 600); do
-		windows="$(grep -c '"kind": "window"' "$OUT/watch/watch.jsonl")"
+		windows="$(grep -c '"kind": "window"' "$OUT/$name/watch.jsonl")"
 		[ "$windows" -ge "$((total / ${window:-100000}))" ] && break
 		sleep 1
 	done
@@ -132,28 +152,33 @@ watch_session() { # `ztbp watch` on the device while the phases of WATCH_PHASES 
 }
 
 main() {
-	case "${1:-}" in -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}"; return 0 ;; esac
+	case "${1:-}" in -h|--help) sed -n '2,34p' "${BASH_SOURCE[0]}"; return 0 ;; esac
 	TMP="$(mktemp -d /tmp/ztbp-host.XXXXXX)"
 	: > "$TMP/guest.env"
 	: > "$OUT/steps.env"
+	# shellcheck disable=SC2086  # the first two phases
+	[ -n "$WATCH_BUDGET_PHASES" ] || WATCH_BUDGET_PHASES="$(echo $WATCH_PHASES | cut -d' ' -f1-2)"
 	say "stage booted $(cut -d' ' -f1 /proc/uptime) s"
-	module_prepare && module_load "$HOST_DEV" || return 1
+	module_prepare || return 1
+	[ -z "${ZTBP_KO:-}" ] || MODULE=(--module "$ZTBP_KO" --module-params "${ZTBP_KO_PARAMS:-}")
 	local s
 	for s in $HOST_STEPS; do
 		case "$s" in
 			install) step install install_wheel || return 1 ;;
 			ctl) step ctl install_ctl || return 1 ;;
-			doctor) step doctor "$ZTBP" doctor --json ;;
+			doctor) module_load "$HOST_DEV" || return 1  # doctor attaches nothing: the device may be there
+				step doctor "$ZTBP" doctor --json
+				module_unload ;;
 			capture) step capture "$ZTBP" capture-host "$HOST_DEV" paper80 --reads "$HOST_READS" \
-				--region "$HOST_REGION" --destructive --json --out "$OUT/capture" ;;
+				--region "$HOST_REGION" --destructive --json --out "$OUT/capture" "${MODULE[@]}" ;;
 			cluster) step cluster "$ZTBP" cluster "$OUT/capture" --json ;;
 			loop) step loop "$ZTBP" loop paper80 --host "$HOST_DEV" --rounds "$HOST_ROUNDS" --reads "$HOST_READS" \
-				--region "$HOST_REGION" --cache-mib 16 --json -o "$OUT/loop" ;;
-			watch) step watch watch_session ;;
+				--region "$HOST_REGION" --cache-mib 16 --json -o "$OUT/loop" "${MODULE[@]}" ;;
+			watch) step watch watch_session watch "" "$WATCH_PHASES" ;;
+			watch-budget) step watch-budget watch_session watch-budget "--budget-per-day 1" "$WATCH_BUDGET_PHASES" ;;
 			*) say "error unknown step '$s'"; return 1 ;;
 		esac
 	done
-	module_unload
 	say "stage done"
 }
 
