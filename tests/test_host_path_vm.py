@@ -10,9 +10,10 @@ keeps within every zone's capacity (no read or write past it in the trace) and i
 both loop rounds are whole, round 1 finds the hot zones exactly.
 
 Two ways, one test: `just test` (the README's test line) installs the wheel with `--no-deps` and lets the venv find
-its dependencies in the checkout's venv over the share (seconds), with 4,000 reads a capture; `just test-host-path`
-(ZTBP_TEST_HOST_PATH=1) installs everything from a wheelhouse as a user would (about 900 MB: 8 minutes over 9p
-under emulation) and reads 20,000 blocks a capture.
+its dependencies in the checkout's venv over the share (seconds), with 4,000 reads a capture and no loop (the watch
+session analyses in the guest); `just test-host-path` (ZTBP_TEST_HOST_PATH=1) installs everything from a wheelhouse
+as a user would (about 900 MB: 8 minutes over 9p under emulation; INSTALL=wheel as in `just test`), reads 20,000
+blocks a capture, runs the 2-round loop, and the same host path on NVMeVirt.
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 #: a device shaped like a real drive (a ZN540's zones are 2 GiB holding 1,077 MiB, 14 open and active)
 REAL_DRIVE = Geometry(zone_bytes=64 * MIB, zones=1024, zone_cap_bytes=48 * MIB, max_open=14, max_active=14)
 READS = 20_000 if FULL else 4_000
-#: the loop's rounds: with 4,000 reads on zones holding 48 MiB the model finds no gain (the cache never fills), so
-#: the loop would stop after round 1 anyway; 20,000 reads a round give round 2
-ROUNDS = 2 if FULL else 1
+#: the loop's rounds (`just test-host-path`; the README test line leaves the loop out: its first analysis in the
+#: guest compiles the numba functions, 155 s of its 314 s, and the watch session analyses in the guest too)
+ROUNDS = 2
 #: the watch session: hot set A, then hot set B (paper80's shape on each), windows of W commands, K windows of
 #: hysteresis. QEMU's device refuses SET, so --threshold 0 lets every hot set held for K windows be sent (and
 #: refused, journaled, the session going on) whatever the model's gain on so few reads.
@@ -95,7 +96,7 @@ def quick_env() -> dict[str, str]:
         pytest.skip(f"the guest (Debian 12) has Python 3.11, this environment {sys.version_info[0]}."
                     f"{sys.version_info[1]}: `just test-host-path` installs every dependency instead")
     return {"ZTBP_HOST_DEPS": f"/ztbp/src/{site.relative_to(CHECKOUT)}", "ZTBP_HOST_VENV": "/opt/ztbp",
-            **({} if FULL else {"ZTBP_HOST_STEPS": "install ctl doctor capture loop watch"})}
+            **({} if FULL else {"ZTBP_HOST_STEPS": "install ctl doctor capture watch"})}
 
 
 @pytest.fixture(scope="module")
@@ -165,16 +166,17 @@ def test_the_hot_zones_are_found_exactly(host_path: tuple[Path, dict[str, str]])
 
 def test_the_host_loop_runs_whole_rounds(host_path: tuple[Path, dict[str, str]]) -> None:
     out, steps = host_path
+    if "loop_rc" not in steps:
+        pytest.skip("`ztbp loop --host` runs with `just test-host-path`; here the watch session analyses in the guest")
     doc: dict[str, Any] = json.loads(step_ok(out, steps, "loop"))
     assert doc["backend"] == "host" and doc["complete"] is True
     assert len(doc["rounds"]) == ROUNDS, doc.get("stopped")
     for e in doc["rounds"]:
         assert e["complete"] and e["read_rows"] == e["fio_reads"] == READS and e["lost"] == 0, e
     assert sorted(doc["rounds"][0]["config"]["hot_zones"]) == HOT
-    if ROUNDS == 2:
-        r2 = doc["rounds"][1]
-        assert r2["applied_before"]["set_exit_code"] == 30 and r2["zones_in_force"] == []  # QEMU refuses SET
-        assert "refused SET" in (out / "loop.err").read_text(errors="replace")
+    r2 = doc["rounds"][1]
+    assert r2["applied_before"]["set_exit_code"] == 30 and r2["zones_in_force"] == []  # QEMU refuses SET
+    assert "refused SET" in (out / "loop.err").read_text(errors="replace")
 
 
 def test_watch_follows_the_hot_set_from_a_to_b_and_goes_on_when_set_is_refused(
