@@ -12,9 +12,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import polars as pl
 import pytest
 
-from ztbp.analysis.watch import Decision, WatchParams, WatchState, WindowSummary, decide
+from ztbp.analysis.watch import Decision, WatchParams, WatchState, WindowSummary, decide, late_rows
 from ztbp.control import watch as cw
 from ztbp.control.watch import ProbeLines, Session, WatchRequest, read_journal, replay
 from ztbp.errors import FileSystemError
@@ -422,3 +424,21 @@ def test_an_idle_devices_last_rows_go_out_on_the_clocks_tick() -> None:
     first = next(it)
     assert first.frame.height == 1 and seen == ["tick"]  # out at the tick, before the next line was read
     assert [b.frame.height for b in it] == [1]
+
+
+def test_rows_out_of_time_order_are_counted_per_window(tmp_path: Path) -> None:
+    # known answers: a row more than 1 s older than one that came before it is late
+    assert late_rows(np.array([5, 6, 7], dtype=np.uint64) * 10**9, 0) == (0, 7 * 10**9)
+    assert late_rows(np.array([9, 2, 8, 3], dtype=np.uint64) * 10**9, 0) == (2, 9 * 10**9)
+    assert late_rows(np.array([int(9.5e9)], dtype=np.uint64), 10 * 10**9) == (0, 10 * 10**9)  # within 1 s
+    assert late_rows(np.array([], dtype=np.uint64), 4) == (0, 4)
+    # a session fed a later phase's rows before an earlier phase's (as bpftrace prints CPU buffers in turn when
+    # it lags): the windows say how many rows came late
+    early, later = list(replay(windows([("hot", 1, A)]), META, seed=1)), list(replay(windows([("hot", 1, B)]), META,
+                                                                                      seed=2))
+    shift = pl.col("ts_ns") + 60 * 10**9
+    later = [cw.Batch(b.frame.with_columns(shift), b.lost) for b in later]
+    s = session(tmp_path, FakeDevice())
+    summary = s.run(iter(later + early))
+    w = [r for r in read_journal(tmp_path) if r["kind"] == "window"]
+    assert [r["late_rows"] for r in w] == [0, W] and summary["late_rows"] == W

@@ -88,6 +88,22 @@ def window_cells(counts: np.ndarray, cell_lba: int) -> Cells:
                  log_max)
 
 
+#: a row whose issue time is this much older than a row that arrived before it came out of the probe late
+LATE_NS = 1_000_000_000
+
+
+def late_rows(ts_ns: np.ndarray, latest_ns: int, tolerance_ns: int = LATE_NS) -> tuple[int, int]:
+    """Rows that arrived out of time order (issue time more than `tolerance_ns` before the latest one seen before
+    them, `latest_ns` before this batch), and the latest issue time after them. bpftrace prints the rows of each
+    CPU's buffer in turn: when its user space lags (under emulation, or a busy CPU), rows of different times come
+    interleaved, and a window of commands in arrival order mixes them."""
+    if ts_ns.size == 0:
+        return 0, latest_ns
+    ts = ts_ns.astype(np.int64)
+    before = np.maximum.accumulate(np.concatenate(([latest_ns], ts[:-1])))
+    return int((ts + tolerance_ns < before).sum()), int(max(latest_ns, ts.max()))
+
+
 def hot_set(counts: np.ndarray, meta: dict[str, Any], params: WatchParams) -> tuple[int, ...]:
     """The window's hot zones by the hot rule of analysis/cluster.py with the fixed pair; sorted."""
     cpz = params.cells_per_zone

@@ -43,7 +43,17 @@ import polars as pl
 
 from ..acquire.module import LOAD_TIMEOUT_S, DeviceModule, device_present
 from ..analysis.loop import status_delta
-from ..analysis.watch import Decision, WatchParams, WatchState, cell_counts, decide, read_rows, summarise, zone_counts
+from ..analysis.watch import (
+    Decision,
+    WatchParams,
+    WatchState,
+    cell_counts,
+    decide,
+    late_rows,
+    read_rows,
+    summarise,
+    zone_counts,
+)
 from ..contract import NVME_VERSION_LINE
 from ..errors import FileSystemError, ZtbpError
 from ..files import fs_error, make_dir
@@ -382,6 +392,7 @@ class Session:
         self.commands_total = self.lost_total = 0
         self.last: Decision | None = None
         self.started = clock()
+        self.latest_ns, self.late_total = 0, 0
         #: called once when the session lets go of the device, after its STOP (watch_device: the module's unload)
         self.on_release: Callable[[], dict[str, Any]] | None = None
         self.released: dict[str, Any] | None = None
@@ -391,7 +402,7 @@ class Session:
         self.counts = np.zeros(self.n_cells, dtype=np.int64)
         self.frames: list[pl.DataFrame] = []
         self.reads: list[pl.DataFrame] = []
-        self.commands = self.lost = 0
+        self.commands = self.lost = self.late = 0
         self.t0: int | None = None
 
     def feed(self, batch: Batch) -> None:
@@ -420,6 +431,9 @@ class Session:
     def _add(self, frame: pl.DataFrame) -> None:
         if frame.height == 0:
             return
+        late, self.latest_ns = late_rows(frame["ts_ns"].to_numpy(), self.latest_ns)
+        self.late += late
+        self.late_total += late
         reads = read_rows(frame)
         self.counts += cell_counts(reads, self.cell_lba, self.n_cells)
         self.reads.append(reads)
@@ -437,7 +451,7 @@ class Session:
         s = summarise(self.window, now, self.commands, self.lost, self.counts, reads, self.prev_reads,
                       self.prev_hot, self.state.in_force, self.req.meta, self.params)
         self.journal.rows(frame)
-        self.journal.write("window", **s.as_dict())
+        self.journal.write("window", **s.as_dict(), late_rows=self.late)
         if self.released is not None:  # the device is let go (its module unloaded): rows still draining from the
             # probe are summarised, never acted on
             self.prev_reads, self.prev_hot = reads, s.hot
@@ -531,7 +545,7 @@ class Session:
             except FileSystemError as e:
                 why += f"; {e}"
         summary = {"windows": self.window, "commands": self.commands_total, "open_window_commands": self.commands,
-                   "lost": self.lost_total,
+                   "lost": self.lost_total, "late_rows": self.late_total,
                    "in_force": list(self.state.in_force), "why": why, **self.release(),
                    "last_decision": self.last.as_dict() if self.last else None}
         try:
