@@ -12,6 +12,7 @@
 #                      a ztbp-ctl built for this Debian release (ztbp-ctl)
 #   ZTBP_HOST_DEV      the zoned namespace (default /dev/nvme0n1)
 #   ZTBP_HOST_READS    reads of the capture and of each loop round (default 20000)
+#   ZTBP_HOST_CACHE_MIB  the loop's model cache (default 16: 20,000 reads on zones of 32 MiB)
 #   ZTBP_HOST_ROUNDS   the loop's rounds at most (default 2; it stops earlier when nothing is recommended)
 #   ZTBP_HOST_REGION   their read region (default 1G; zones of 64 MiB need 2G for the paper's hot zone 19)
 #   ZTBP_HOST_VENV     where the venv goes (default /opt/ztbp)
@@ -24,6 +25,10 @@
 #                      "3,9,14,22,27:6000 5,12,18,25,30:6000")
 #   ZTBP_WATCH_BUDGET_PHASES  the phases of the watch-budget step: a second session with --budget-per-day 1
 #                      (default: the first two of ZTBP_WATCH_PHASES)
+#   ZTBP_WATCH_RATE_IOPS  each fio job's rate_iops in the watch phases (default: none). bpftrace prints each
+#                      CPU's buffer in turn: when its user space lags (under emulation it formats 1-2k rows/s), the
+#                      rows of different times come interleaved (the journal's late_rows); a slower workload keeps it
+#                      in step
 #   ZTBP_WATCH_ARGS    `ztbp watch`'s options (default: "--window-commands 2000 -k 2 --min-interval 0")
 #   ZTBP_KO, ZTBP_KO_PARAMS  the module that makes the device (NVMeVirt): loaded for the doctor, and handed to
 #                      capture-host, loop --host and watch as --module/--module-params, which load it after their
@@ -34,9 +39,9 @@ set -uo pipefail
 
 # shellcheck source=vm/guest/probe-lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/probe-lib.sh"   # say, module_prepare, module_load
-settings HOST_DEV=/dev/nvme0n1 HOST_READS=20000 HOST_ROUNDS=2 HOST_REGION=1G HOST_VENV=/opt/ztbp HOST_DEPS= \
+settings HOST_DEV=/dev/nvme0n1 HOST_READS=20000 HOST_CACHE_MIB=16 HOST_ROUNDS=2 HOST_REGION=1G HOST_VENV=/opt/ztbp HOST_DEPS= \
 	HOST_STEPS="install ctl doctor capture cluster loop watch" \
-	WATCH_PHASES="3,9,14,22,27:6000 5,12,18,25,30:6000" WATCH_BUDGET_PHASES= WATCH_ARGS="--window-commands 2000 -k 2 --min-interval 0"
+	WATCH_PHASES="3,9,14,22,27:6000 5,12,18,25,30:6000" WATCH_BUDGET_PHASES= WATCH_RATE_IOPS= WATCH_ARGS="--window-commands 2000 -k 2 --min-interval 0"
 TMP=""
 ZTBP="$HOST_VENV/bin/ztbp"
 MODULE=()   # --module KO --module-params P for the commands that attach a probe (ZTBP_KO)
@@ -133,6 +138,7 @@ watch_session() { # NAME "EXTRA OPTIONS" "PHASES": `ztbp watch` on the device wh
 			"$ZTBP" workload paper80 $geo --hot-zones "${phase%%:*}" --reads "${phase#*:}" \
 				--region "$HOST_REGION" -o "$TMP/phase-$i.fio"
 		fi || return 1
+		[ -z "$WATCH_RATE_IOPS" ] || sed -i "/^\[global\]/a rate_iops=$WATCH_RATE_IOPS" "$TMP/phase-$i.fio"
 		say "stage watch: phase $i (${phase%%:*}), ${phase#*:} reads"
 		fio --output-format=json --output="$OUT/$name-fio-$i.json" "$TMP/phase-$i.fio" || return 1
 		total=$((total + ${phase#*:}))
@@ -173,7 +179,7 @@ main() {
 				--region "$HOST_REGION" --destructive --json --out "$OUT/capture" "${MODULE[@]}" ;;
 			cluster) step cluster "$ZTBP" cluster "$OUT/capture" --json ;;
 			loop) step loop "$ZTBP" loop paper80 --host "$HOST_DEV" --rounds "$HOST_ROUNDS" --reads "$HOST_READS" \
-				--region "$HOST_REGION" --cache-mib 16 --json -o "$OUT/loop" "${MODULE[@]}" ;;
+				--region "$HOST_REGION" --cache-mib "$HOST_CACHE_MIB" --json -o "$OUT/loop" "${MODULE[@]}" ;;
 			watch) step watch watch_session watch "" "$WATCH_PHASES" ;;
 			watch-budget) step watch-budget watch_session watch-budget "--budget-per-day 1" "$WATCH_BUDGET_PHASES" ;;
 			*) say "error unknown step '$s'"; return 1 ;;
