@@ -348,11 +348,28 @@ def test_the_status_line_says_rate_lost_set_last_decision_and_next_apply() -> No
 def test_verify_compares_statuss_read_count_with_the_reads_traced(tmp_path: Path) -> None:
     # before the apply, after the next window: the protocol's counter went back to 0 at 1,000,000 in between
     dev = FakeDevice(reads=[1_000_000 - 100, W - 100])
-    session(tmp_path, dev).run(replay(windows([("hot", 4, A)]), META, seed=12))
+    s = session(tmp_path, dev)
+    s.mono = lambda: s.latest_ns + 1  # the machine's clock just past the last row: a probe that keeps up
+    s.run(replay(windows([("hot", 4, A)]), META, seed=12))
     v = [r for r in read_journal(tmp_path) if r["kind"] == "verify"]
     assert len(v) == 1 and v[0]["window"] == K and v[0]["zones"] == list(A)
     assert v[0]["status_reads_delta"] == W == v[0]["reads_traced"] and v[0]["status_matches"] is True
     assert v[0]["measured_gain"] > 0.01
+
+
+def test_verify_counts_the_reads_by_their_own_time_when_the_probe_lags(tmp_path: Path) -> None:
+    # replay: a row every 10 us from 0. The probe lags 2,000 rows (20 ms) behind the machine: the apply, when the
+    # window of rows 20,000-29,999 closes, is at 320 ms; STATUS after the next window at 420 ms. The reads issued
+    # between the two are rows 32,000-41,999, whatever window they arrive in (the last 2,000 in the one after)
+    step, lag = 10_000, 2_000
+    s: Session
+    dev = FakeDevice(reads=[4294967295, 9999])  # a fresh device's counter starts at -1
+    s = session(tmp_path, dev)
+    s.mono = lambda: (s.latest_ns // step + 1 + lag) * step
+    s.run(replay(windows([("hot", 5, A)]), META, seed=12))
+    v = [r for r in read_journal(tmp_path) if r["kind"] == "verify"]
+    assert len(v) == 1 and v[0]["reads_traced"] == W == v[0]["status_reads_delta"], v
+    assert v[0]["status_matches"] is True and v[0]["span_s"] == 0.1 and v[0]["window"] == K
 
 
 def test_ztbp_watch_runs_a_session_from_the_probe_to_the_journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -44,6 +44,7 @@ import polars as pl
 from ..acquire.module import LOAD_TIMEOUT_S, DeviceModule, device_present
 from ..analysis.loop import status_delta
 from ..analysis.watch import (
+    LATE_NS,
     Decision,
     WatchParams,
     WatchState,
@@ -393,6 +394,12 @@ class Session:
         self.last: Decision | None = None
         self.started = clock()
         self.latest_ns, self.late_total = 0, 0
+        #: the traced machine's clock (CLOCK_MONOTONIC, as the probe's ts_ns): verification counts the reads issued
+        #: between two STATUS answers by their own time, not by the window they arrived in
+        self.mono: Callable[[], int] = time.monotonic_ns
+        self.t_before: int | None = None
+        self.span_ts: list[np.ndarray] = []
+        self.pending: dict[str, Any] | None = None
         #: called once when the session lets go of the device, after its STOP (watch_device: the module's unload)
         self.on_release: Callable[[], dict[str, Any]] | None = None
         self.released: dict[str, Any] | None = None
@@ -434,6 +441,10 @@ class Session:
         late, self.latest_ns = late_rows(frame["ts_ns"].to_numpy(), self.latest_ns)
         self.late += late
         self.late_total += late
+        if self.t_before is not None:  # an apply is being verified: the reads issued since, by their own time
+            ts = frame.filter(pl.col("op") == "read")["ts_ns"].to_numpy().astype(np.int64)
+            self.span_ts.append(ts[ts >= self.t_before])
+            self._verified()
         reads = read_rows(frame)
         self.counts += cell_counts(reads, self.cell_lba, self.n_cells)
         self.reads.append(reads)
@@ -461,7 +472,7 @@ class Session:
                 self.on_window(self)
             return
         if self.verify_next:
-            self._verify(s.in_force_gain, reads.height)
+            self._verify(s.in_force_gain)
         d, st = decide(self.state, s, self.params, now)
         self.journal.write("decision", window=self.window, **d.as_dict(), state=st.as_dict())
         if d.action == "apply":
@@ -484,17 +495,36 @@ class Session:
         if not res.get("ok"):
             # the device refused (QEMU's has no ZTBP protocol): the set is not in force; the session goes on
             return WatchState(self.state.in_force, (), 0, 0, st.applies, st.backoff)
+        self._verified(force=True)  # an earlier apply's verification, with what has arrived
         self.verify_next, self.status_before = True, before
+        self.t_before, self.span_ts = self.mono(), []
         return st
 
-    def _verify(self, gain: float | None, reads: int) -> None:
+    def _verify(self, gain: float | None) -> None:
+        """STATUS once the window after an apply has closed; the record waits until the rows issued up to now have
+        arrived (the probe's rows can lag behind the device: see docs/watch.md, "Rows in time order")."""
         after = status_reads(self.device.status())
-        # the protocol's read counter starts at -1 and goes back to 0 at 1,000,000 (analysis/loop.status_delta)
-        moved = status_delta(self.status_before, after)
-        self.journal.write("verify", window=self.window, zones=list(self.state.in_force), measured_gain=gain,
-                           status_reads_delta=moved, reads_traced=reads,
-                           status_matches=None if moved is None else moved == reads)
+        self.pending = {"window": self.window, "zones": list(self.state.in_force), "measured_gain": gain,
+                        "t_after": self.mono(), "after": after}
         self.verify_next = False
+        self._verified()
+
+    def _verified(self, force: bool = False) -> None:
+        """The verify record, once the rows' time has passed the second STATUS by LATE_NS (or now, `force`): STATUS's
+        change against the reads issued between the two STATUS answers, by their own time; equal within 1 % (reads
+        in flight at either answer are counted by one side only)."""
+        p = self.pending
+        if p is None or self.t_before is None or not (force or self.latest_ns >= p["t_after"] + LATE_NS):
+            return
+        ts = np.concatenate(self.span_ts) if self.span_ts else np.zeros(0, dtype=np.int64)
+        traced = int((ts < p["t_after"]).sum())
+        # the protocol's read counter starts at -1 and goes back to 0 at 1,000,000 (analysis/loop.status_delta)
+        moved = status_delta(self.status_before, p["after"])
+        self.journal.write("verify", window=p["window"], zones=p["zones"], measured_gain=p["measured_gain"],
+                           status_reads_delta=moved, reads_traced=traced,
+                           span_s=round((p["t_after"] - self.t_before) / 1e9, 3),
+                           status_matches=None if moved is None else abs(moved - traced) <= max(1, traced // 100))
+        self.pending, self.t_before, self.span_ts = None, None, []
 
     def _rollback(self, d: Decision) -> None:
         res = self.device.stop()
@@ -539,6 +569,7 @@ class Session:
 
     def finish(self, why: str) -> dict[str, Any]:
         """The end: the open window's rows kept (not decided on), the device as on_exit says, the stop record."""
+        self._verified(force=True)
         if self.frames:
             try:
                 self.journal.rows(pl.concat(self.frames, how="diagonal_relaxed"))
