@@ -25,7 +25,7 @@
 #                      "3,9,14,22,27:6000 5,12,18,25,30:6000")
 #   ZTBP_WATCH_BUDGET_PHASES  the phases of the watch-budget step: a second session with --budget-per-day 1
 #                      (default: the first two of ZTBP_WATCH_PHASES)
-#   ZTBP_WATCH_RATE_IOPS  each fio job's rate_iops in the watch phases (default: none). bpftrace prints each
+#   ZTBP_WATCH_RATE_IOPS  the watch phases' reads a second, shared by their fio jobs (default: no limit). bpftrace prints each
 #                      CPU's buffer in turn: when its user space lags (under emulation it formats 1-2k rows/s), the
 #                      rows of different times come interleaved (the journal's late_rows); a slower workload keeps it
 #                      in step
@@ -103,7 +103,7 @@ geometry_args() { # the zoned namespace's geometry as `ztbp workload` options
 
 watch_session() { # NAME "EXTRA OPTIONS" "PHASES": `ztbp watch` on the device while the phases run one after the
 	# other, then SIGINT: the journal in $OUT/NAME, one JSON line a window in NAME.out; fio's counts in NAME-fio-N.json
-	local name="$1" extra="$2" phases="$3" geo phase i=0 pid t total=0 window windows
+	local name="$1" extra="$2" phases="$3" geo phase i=0 pid t total=0 window windows jobs
 	# shellcheck disable=SC2086  # the options are separate words
 	"$ZTBP" watch "$HOST_DEV" $WATCH_ARGS $extra --journal "$OUT/$name" --json "${MODULE[@]}" > "$OUT/$name.out" \
 		2> "$OUT/$name.err" &
@@ -138,7 +138,10 @@ watch_session() { # NAME "EXTRA OPTIONS" "PHASES": `ztbp watch` on the device wh
 			"$ZTBP" workload paper80 $geo --hot-zones "${phase%%:*}" --reads "${phase#*:}" \
 				--region "$HOST_REGION" -o "$TMP/phase-$i.fio"
 		fi || return 1
-		[ -z "$WATCH_RATE_IOPS" ] || sed -i "/^\[global\]/a rate_iops=$WATCH_RATE_IOPS" "$TMP/phase-$i.fio"
+		if [ -n "$WATCH_RATE_IOPS" ]; then  # the phase's whole rate, shared by its jobs (rate_iops is a job's)
+			jobs="$(awk -F= '/^numjobs=/ { n += $2 } END { print n ? n : 1 }' "$TMP/phase-$i.fio")"
+			sed -i "/^\[global\]/a rate_iops=$(( (WATCH_RATE_IOPS + jobs - 1) / jobs ))" "$TMP/phase-$i.fio"
+		fi
 		say "stage watch: phase $i (${phase%%:*}), ${phase#*:} reads"
 		fio --output-format=json --output="$OUT/$name-fio-$i.json" "$TMP/phase-$i.fio" || return 1
 		total=$((total + ${phase#*:}))
