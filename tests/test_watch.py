@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from ztbp.analysis import watch as cw_analysis
 from ztbp.analysis.watch import Decision, WatchParams, WatchState, WindowSummary, decide, late_rows
 from ztbp.control import watch as cw
 from ztbp.control.watch import ProbeLines, Session, WatchRequest, read_journal, replay
@@ -459,3 +460,14 @@ def test_rows_out_of_time_order_are_counted_per_window(tmp_path: Path) -> None:
     summary = s.run(iter(later + early))
     w = [r for r in read_journal(tmp_path) if r["kind"] == "window"]
     assert [r["late_rows"] for r in w] == [0, W] and summary["late_rows"] == W
+
+
+def test_warm_up_runs_a_windows_analysis_before_the_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the hot rule and the held-out cache model both run on the synthetic window (numba compiles them then, not in
+    # the session's first window while the probe's rows pile up)
+    called: list[str] = []
+    real_hot, real_gain = cw_analysis.hot_set, cw_analysis.held_out_gain
+    monkeypatch.setattr(cw_analysis, "hot_set", lambda *a: called.append("hot") or real_hot(*a))
+    monkeypatch.setattr(cw_analysis, "held_out_gain", lambda *a: called.append("gain") or real_gain(*a))
+    assert cw.warm_up(META, WatchParams(k=K, cache_mib=8)) >= 0
+    assert "hot" in called and "gain" in called
