@@ -471,3 +471,101 @@ def test_warm_up_runs_a_windows_analysis_before_the_probe(monkeypatch: pytest.Mo
     monkeypatch.setattr(cw_analysis, "held_out_gain", lambda *a: called.append("gain") or real_gain(*a))
     assert cw.warm_up(META, WatchParams(k=K, cache_mib=8)) >= 0
     assert "hot" in called and "gain" in called
+
+
+def lagging_probe(batches: list[cw.Batch], span_s: float, lag_s: float, cpus: int = 2,
+                  seed: int = 0) -> list[tuple[int, cw.Batch]]:
+    """The rows as bpftrace prints them when its user space lags: every `span_s` of the rows' time it drains each
+    CPU's buffer in turn (the rows of CPU 0 for the span, then those of CPU 1, ...), `lag_s` after the span ended;
+    (the clock at arrival, the batch) pairs."""
+    rows = pl.concat([b.frame for b in batches])
+    cpu = np.random.default_rng(seed).integers(0, cpus, rows.height)
+    rows = rows.with_columns(cpu=pl.Series(cpu), span=(pl.col("ts_ns") // int(span_s * 1e9)).cast(pl.Int64))
+    out = []
+    for (span,), part in rows.sort("span").partition_by("span", maintain_order=True, as_dict=True).items():
+        arrive = int((span + 1) * span_s * 1e9 + lag_s * 1e9)
+        for c in range(cpus):
+            out.append((arrive, cw.Batch(part.filter(pl.col("cpu") == c).drop("cpu", "span"))))
+    return out
+
+
+def through_time_order(arrivals: list[tuple[int, cw.Batch]], **kw: Any) -> tuple[list[cw.Batch], cw.TimeOrder]:
+    """TimeOrder over the arrivals, its clock the arrival times."""
+    clock = iter([t for t, _ in arrivals])
+    order = cw.TimeOrder((b for _, b in arrivals), clock=lambda: next(clock), **kw)
+    return list(order), order
+
+
+def test_time_order_lets_rows_out_in_their_own_order() -> None:
+    # known answers: rows held 2 s at least (their lag is 1 s at most); the clock at 11.5 s lets out those issued by
+    # 9.5 s, sorted; the source's end, the rest
+    ms = 10**6
+    frame = pl.DataFrame({"ts_ns": np.array([9600, 9200, 9900, 9000], dtype=np.uint64) * ms})
+    out, _ = through_time_order([(10_000 * ms, cw.Batch(frame, lost=2)), (11_500 * ms, cw.Batch(pl.DataFrame()))])
+    assert [b.frame["ts_ns"].to_list() for b in out] == [[], [9000 * ms, 9200 * ms], [9600 * ms, 9900 * ms]]
+    assert [b.lost for b in out] == [2, 0, 0] and out[0].hold_ns == 2000 * ms
+    # the hold follows the lag: twice the oldest row's lag (10 s - 1 s), at most max_s
+    old = pl.DataFrame({"ts_ns": np.array([7, 3, 9, 1], dtype=np.uint64) * 10**9})
+    assert through_time_order([(10**10, cw.Batch(old))])[0][0].hold_ns == 18 * 10**9
+    assert through_time_order([(10**10, cw.Batch(old))], max_s=5)[0][0].hold_ns == 5 * 10**9
+    # nothing is lost or made twice, whatever the lag; at most max_rows are held
+    batches = list(replay(windows([("hot", 2, A)]), META, seed=5))
+    arrivals = lagging_probe(batches, span_s=0.05, lag_s=0.01)
+    for max_rows in (100, cw.ORDER_MAX_ROWS):
+        out, _ = through_time_order(arrivals, max_rows=max_rows)
+        got = pl.concat([b.frame for b in out if b.frame.height])
+        assert got.sort("ts_ns").equals(pl.concat([b.frame for b in batches]).sort("ts_ns"))
+        if max_rows == 100:  # the rows let out before their time: out of order, counted by the session
+            assert late_rows(got["ts_ns"].to_numpy(), 0, tolerance_ns=0)[0] > 0
+        else:
+            assert got["ts_ns"].is_sorted()
+
+
+@pytest.mark.parametrize("lag_s", [0.5, 20.0])
+def test_a_lagging_probes_rows_make_windows_of_their_own_time(tmp_path: Path, lag_s: float) -> None:
+    # two phases at 10,000 reads a second; bpftrace drains its two CPUs' buffers in turn every 3 s of the rows' time,
+    # lag_s behind: as they come, the windows mix A and B and count late rows; in time order they are the phases
+    # again, no row late, A then B applied
+    batches = list(replay(windows([("hot", 6, A), ("hot", 6, B)]), META, seed=6, rate=10_000.0))
+    arrivals = lagging_probe(batches, span_s=3.0, lag_s=lag_s)
+    raw = session(tmp_path / "raw", FakeDevice()).run(iter([b for _, b in arrivals]))
+    assert raw["late_rows"] > W
+    dev = FakeDevice()
+    ordered, order = through_time_order(arrivals)
+    out = session(tmp_path / "ordered", dev).run(iter(ordered))
+    assert out["late_rows"] == 0 and out["commands"] == 12 * W
+    assert dev.calls == [("set", A), ("set", B)]
+    w = [r for r in read_journal(tmp_path / "ordered") if r["kind"] == "window"]
+    assert all(r["order_hold_s"] >= 2 * lag_s for r in w)
+    assert [tuple(r["hot"]) for r in w] == [A] * 6 + [B] * 6
+
+
+def test_a_window_of_2000_reads_finds_the_hot_set_on_a_real_drives_geometry() -> None:
+    # the host path test's watch windows (tests/test_host_path_vm.py): zones of 64 MiB holding 48 MiB, 1,024 of
+    # them, paper80's shape over the first 32 zones (80 % of the reads on 5 hot zones), 2,000 reads a window
+    meta = {"zone_size_lba": 16384, "zone_cap_lba": 12288, "lba_bytes": 4096, "nr_zones": 1024}
+    p = WatchParams(k=2)
+    hot = np.array([3, 9, 14, 22, 27])
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        on = rng.random(2000) < 0.8
+        zone = np.where(on, hot[rng.integers(0, 5, 2000)], rng.integers(0, 32, 2000))
+        reads = pl.DataFrame({"slba": (zone * 16384 + rng.integers(0, 12288, 2000)).astype(np.uint64),
+                              "nlb": np.ones(2000, dtype=np.uint32)})
+        counts = cw_analysis.cell_counts(reads, 16384 // p.cells_per_zone, 1024 * p.cells_per_zone)
+        assert cw_analysis.hot_set(counts, meta, p) == tuple(hot), seed
+
+
+def test_each_window_gives_the_devices_read_latency_in_and_out_of_the_set_in_force(tmp_path: Path) -> None:
+    # known answers: zone 1 (in force) read in 10 and 30 µs, zone 2 in 1,000 µs
+    reads = pl.DataFrame({"slba": np.array([1024, 1030, 2048], dtype=np.uint64),
+                          "nlb": np.ones(3, dtype=np.uint32), "lat_ns": np.array([10_000, 30_000, 1_000_000])})
+    assert cw_analysis.read_latency(reads, (1,), 1024) == {
+        "in_force": {"reads": 2, "p50_us": 20.0, "mean_us": 20.0},
+        "other": {"reads": 1, "p50_us": 1000.0, "mean_us": 1000.0}}
+    assert cw_analysis.read_latency(reads.drop("lat_ns"), (1,), 1024) is None
+    # in the session: every window says it, the set in force's side empty before the first apply
+    session(tmp_path, FakeDevice()).run(replay(windows([("hot", 4, A)]), META, seed=7))
+    w = [r for r in read_journal(tmp_path) if r["kind"] == "window"]
+    assert w[0]["read_lat"]["in_force"]["reads"] == 0 and w[0]["read_lat"]["other"]["reads"] == W
+    assert w[-1]["read_lat"]["in_force"]["reads"] > 0.7 * W  # A in force: 80 % of the reads are in it

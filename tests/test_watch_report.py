@@ -160,9 +160,9 @@ def test_the_figures_exist_with_titles_and_axes_and_open_offline(three_phases: P
     assert (tmp_path / "out" / "plotly.min.js").stat().st_size > 1_000_000
     assert '<script src="plotly.min.js"></script>' in page
     assert not re.search(r"""<script[^>]+src=["']?(https?:)?//""", page)  # nothing from the network
-    assert page.count('class="plotly-graph-div"') == 4
+    assert page.count('class="plotly-graph-div"') == 5
     for title in ("Hot set over time", "Gain of the cache model per window", "Commands per second (IOPS) per window",
-                  "Lost events per window (0 in the windows closed)"):
+                  "Lost events per window (0 in the windows closed)", "Device read latency per window (p50)"):
         assert title in page
     recs = read_journal(three_phases)
     w, events = pw.windows_frame(recs), pw.events_frame(recs)
@@ -179,6 +179,10 @@ def test_the_figures_exist_with_titles_and_axes_and_open_offline(three_phases: P
     assert any(s.y0 == 0.01 and s.y1 == 0.01 for s in gain.layout.shapes)  # the threshold line
     assert list(gain.data[1].y)[K + 1] == w["in_force_gain"][K + 1] > 0.01
     assert pw.lost_figure(w).layout.yaxis.title.text == "events lost"
+    lat = pw.latency_figure(w, events)  # the replay's reads all take 100 µs; none in force before the first apply
+    assert lat.layout.yaxis.title.text == "µs" and lat.layout.yaxis.type == "log"
+    assert list(lat.data[0].y)[0] is None and list(lat.data[0].y)[K + 1] == 100.0
+    assert set(lat.data[1].y) == {100.0}
 
 
 def test_commands_per_second_come_from_the_rows_time(three_phases: Path, tmp_path: Path) -> None:
@@ -451,4 +455,4 @@ def test_the_page_renders_offline_in_chromium(three_phases: Path, tmp_path: Path
     assert [e["message"] for e in seen["logs"] if e["level"] == "SEVERE"] == []
     assert [u for u in seen["requests"] if u.split(":", 1)[0].lower() in NETWORK_SCHEMES] == []
     plots = seen["plots"]
-    assert len(plots) == 4 and all(p["rendered"] and p["points"] > 0 and p["axes_sane"] for p in plots)
+    assert len(plots) == 5 and all(p["rendered"] and p["points"] > 0 and p["axes_sane"] for p in plots)

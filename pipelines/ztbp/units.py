@@ -233,6 +233,7 @@ LIMITS: dict[str, Bound] = {
     # ztbp watch
     "window-commands": Bound(1_000, 2_000_000, integer=True),   # commands per window (held in memory: one window)
     "watch-window-s": Bound(0.1, 86_400),                       # seconds per window
+    "watch-order-max-s": Bound(0, 3600),                        # seconds rows are held to order them
     "k": Bound(1, 1000, integer=True),                          # windows in a row before a change (hysteresis)
     "budget-per-day": Bound(0, 1000, integer=True),             # applies a day; 0 = never apply
     "min-interval": Bound(0, 7 * 86_400),                       # seconds between two applies

@@ -21,6 +21,9 @@ SWEEP_MIB: tuple[int, ...] = (4, 8, 16, 32, 64, 128, 256, 512)
 #: The paper's device cache, MiB, and page, KiB.
 CACHE_MIB = 64
 PAGE_KIB = 4
+#: `ztbp watch`'s TimeOrder: the probe's rows are held at least ORDER_MIN_S, twice the longest lag of a row's arrival
+#: behind its issue over the last ORDER_SPAN_S, at most ORDER_MAX_S (`--order-max-s`) and ORDER_MAX_ROWS rows.
+ORDER_MIN_S, ORDER_MAX_S, ORDER_SPAN_S, ORDER_MAX_ROWS = 2.0, 60.0, 60.0, 1_000_000
 #: Keys `ztbp layers --by` can split by, and the column each names.
 LAYER_GROUP_KEYS: dict[str, str] = {"op": "op", "size": "bytes", "zone": "zone", "mode": "mode", "stack": "stack"}
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..analysis.params import CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
+from ..analysis.params import CACHE_MIB, ORDER_MAX_S, PAGE_KIB, RECOMMEND_GAIN
 from .common import BoundedSize, add_module_args, bounded, device_module
 
 
@@ -24,7 +24,7 @@ def _watch(args: argparse.Namespace) -> int:
                          page_kib=args.page_kib)
     req = WatchRequest(meta={}, params=params, journal_dir=Path(args.journal), journal_cap_bytes=args.journal_cap,
                        window_commands=args.window_commands, window_s=args.window_s, resume=args.resume,
-                       on_exit=args.on_exit)
+                       on_exit=args.on_exit, order_max_s=args.order_max_s)
 
     def on_window(s: Session) -> None:
         now = time.time()
@@ -59,6 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="close a window after N commands (default: %(default)s)")
     p.add_argument("--window-s", type=bounded("watch-window-s"), default=None, metavar="S",
                    help="also close a window after S seconds of the trace's time (default: by commands only)")
+    p.add_argument("--order-max-s", type=bounded("watch-order-max-s"), default=ORDER_MAX_S, metavar="S",
+                   help="hold the probe's rows up to S seconds to let them out in their own time order (bpftrace "
+                        "prints each CPU's buffer in turn when it lags; 0: as they come; default: %(default)s)")
     p.add_argument("-k", "--k", type=bounded("k"), default=3,
                    help="windows in a row before a change is applied or a set rolled back (default: %(default)s)")
     p.add_argument("--budget-per-day", type=bounded("budget-per-day"), default=10, metavar="N",

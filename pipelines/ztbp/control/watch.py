@@ -43,6 +43,7 @@ import polars as pl
 
 from ..acquire.module import LOAD_TIMEOUT_S, DeviceModule, device_present
 from ..analysis.loop import status_delta
+from ..analysis.params import ORDER_MAX_ROWS, ORDER_MAX_S, ORDER_MIN_S, ORDER_SPAN_S
 from ..analysis.watch import (
     LATE_NS,
     Decision,
@@ -78,6 +79,8 @@ class Batch:
 
     frame: pl.DataFrame
     lost: int = 0
+    #: how long TimeOrder held rows back when it let these out (None: no ordering)
+    hold_ns: int | None = None
 
 
 # ---- sources ---------------------------------------------------------------------------------------------------
@@ -104,8 +107,9 @@ class ProbeLines:
         body: list[bytes] = []
         lost, first, since = 0, 0, 0.0
         for raw in self.lines:
-            if not raw:  # a tick: an idle device's rows go out
-                if body and time.monotonic() - since >= self.batch_s:
+            if not raw:  # a tick: an idle device's rows go out (an empty batch when there are none: rows held
+                # further on, by TimeOrder, go out by the clock)
+                if not body or time.monotonic() - since >= self.batch_s:
                     yield self._batch(body, first, lost)
                     body, lost = [], 0
                 continue
@@ -132,6 +136,51 @@ class ProbeLines:
                 body, lost = [], 0
         if body or lost:
             yield self._batch(body, first, lost)
+
+
+class TimeOrder:
+    """The batches of a source again, their rows in their own time order (ts_ns): each row is held until this
+    machine's CLOCK_MONOTONIC (the probe's clock) has passed its issue time by the hold, then let out sorted with the
+    others. bpftrace prints each CPU's perf buffer in turn, so when its user space lags, the rows of one CPU come out
+    seconds before older rows of another; held for longer than the lag, they are merged back in order. The hold
+    follows the lag: twice the longest lag (the clock at arrival minus the oldest issue time of a batch) seen over
+    the last ORDER_SPAN_S, at least min_s, at most max_s; at most max_rows are held (the oldest go out first). Rows
+    that come later than the hold are let out as they come (the session counts them: late_rows). When the source
+    ends, everything held goes out."""
+
+    def __init__(self, source: Iterable[Batch], clock: Callable[[], int] = time.monotonic_ns,
+                 min_s: float = ORDER_MIN_S, max_s: float = ORDER_MAX_S, max_rows: int = ORDER_MAX_ROWS) -> None:
+        self.source, self.clock, self.max_rows = source, clock, max_rows
+        self.min_ns, self.max_ns = int(min_s * 1e9), int(max(min_s, max_s) * 1e9)
+        self.hold_ns = self.min_ns
+        self.lags: list[tuple[int, int]] = []  # (clock at arrival, lag) of the recent batches
+
+    def _follow(self, now: int, lag: int) -> None:
+        self.lags = [(t, g) for t, g in self.lags if now - t <= ORDER_SPAN_S * 1e9] + [(now, lag)]
+        self.hold_ns = min(self.max_ns, max(self.min_ns, 2 * max(g for _, g in self.lags)))
+
+    def __iter__(self) -> Iterator[Batch]:
+        held = pl.DataFrame()
+        for batch in self.source:
+            now = self.clock()
+            if batch.frame.height:
+                self._follow(now, now - int(batch.frame["ts_ns"].min()))  # type: ignore[arg-type]
+                held = pl.concat([held, batch.frame], how="diagonal_relaxed") if held.height else batch.frame
+                held = held.sort("ts_ns", maintain_order=True)
+            if not held.height:
+                yield Batch(held, batch.lost, self.hold_ns)
+                continue
+            cut = int(held["ts_ns"].search_sorted(max(0, now - self.hold_ns), side="right"))
+            cut = max(cut, held.height - self.max_rows)
+            yield Batch(held.head(cut), batch.lost, self.hold_ns)
+            held = held.slice(cut)
+        if held.height:
+            yield Batch(held, 0, self.hold_ns)
+
+    def close(self) -> None:
+        close = getattr(self.source, "close", None)
+        if close is not None:
+            close()
 
 
 def synthetic_slba(kind: str, n: int, meta: dict[str, Any], rng: np.random.Generator, hot: tuple[int, ...] = (),
@@ -369,6 +418,8 @@ class WatchRequest:
     on_exit: str = "keep"
     #: the seconds of warm_up (the window analysis run once before the probe attached), for the start record
     warm_up_s: float | None = None
+    #: the longest TimeOrder holds the probe's rows to let them out in their own time order (0: as they come)
+    order_max_s: float = ORDER_MAX_S
 
 
 class Session:
@@ -387,7 +438,9 @@ class Session:
         self.journal = Journal(req.journal_dir, req.journal_cap_bytes)
         self.journal.write("start", resumed=req.resume, window=self.window, meta=meta,
                            params=self.params.__dict__, window_commands=req.window_commands, window_s=req.window_s,
-                           state=self.state.as_dict(), warm_up_s=req.warm_up_s)
+                           state=self.state.as_dict(), warm_up_s=req.warm_up_s,
+                           order={"min_s": ORDER_MIN_S, "max_s": req.order_max_s, "max_rows": ORDER_MAX_ROWS}
+                           if req.order_max_s else None)
         self.prev_reads = pl.DataFrame(schema={"slba": pl.UInt64, "nlb": pl.UInt32})
         self.prev_hot: tuple[int, ...] = ()
         self.verify_next = False
@@ -396,6 +449,7 @@ class Session:
         self.last: Decision | None = None
         self.started = clock()
         self.latest_ns, self.late_total = 0, 0
+        self.hold_ns: int | None = None  # TimeOrder's hold when it let the last batch out
         #: the traced machine's clock (CLOCK_MONOTONIC, as the probe's ts_ns): verification counts the reads issued
         #: between two STATUS answers by their own time, not by the window they arrived in
         self.mono: Callable[[], int] = time.monotonic_ns
@@ -415,6 +469,8 @@ class Session:
         self.t0: int | None = None
 
     def feed(self, batch: Batch) -> None:
+        if batch.hold_ns is not None:
+            self.hold_ns = batch.hold_ns
         self.lost += batch.lost
         self.lost_total += batch.lost
         frame = batch.frame
@@ -464,7 +520,8 @@ class Session:
         s = summarise(self.window, now, self.commands, self.lost, self.counts, reads, self.prev_reads,
                       self.prev_hot, self.state.in_force, self.req.meta, self.params)
         self.journal.rows(frame)
-        self.journal.write("window", **s.as_dict(), late_rows=self.late)
+        self.journal.write("window", **s.as_dict(), late_rows=self.late,
+                           order_hold_s=None if self.hold_ns is None else round(self.hold_ns / 1e9, 3))
         if self.released is not None:  # the device is let go (its module unloaded): rows still draining from the
             # probe are summarised, never acted on
             self.prev_reads, self.prev_hot = reads, s.hot
@@ -713,7 +770,9 @@ def watch_device(req: WatchRequest, dev: str, on_window: Callable[[Session], Non
         if hold is not None:
             session.on_release = hold.unload
             lines = hold.around(lines, session, probe, lambda: bool(caught))
-        source = ProbeLines(lines, req.meta["zone_size_lba"])
+        source: Iterable[Batch] = ProbeLines(lines, req.meta["zone_size_lba"])
+        if req.order_max_s:
+            source = TimeOrder(source, max_s=req.order_max_s)
         return session.run(source, lambda: f"interrupted ({caught[0]})" if caught else None)
     finally:
         try:

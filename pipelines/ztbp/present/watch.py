@@ -73,6 +73,13 @@ def session_records(records: list[Any]) -> list[dict[str, Any]]:
     return [r for r in records if isinstance(r, dict) and r.get("kind") in KINDS]
 
 
+def _lat(r: dict[str, Any], side: str) -> float | None:
+    """A window record's p50 device read latency (µs) in the set in force or in the other zones."""
+    lat = r.get("read_lat")
+    part = lat.get(side) if isinstance(lat, dict) else None
+    return _num(part.get("p50_us")) if isinstance(part, dict) else None
+
+
 def _walk(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[int]]:
     """The window rows of windows_frame and the set in force after the last record. The set in force follows the
     journal: the start record's state (a resumed session's), each decision's state, an apply the device refused
@@ -94,6 +101,7 @@ def _walk(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[int
                    "commands": _int(r.get("commands")), "reads": _int(r.get("reads")), "lost": _int(r.get("lost")),
                    "hot": _zone_list(r.get("hot")), "in_force": list(in_force),
                    "held_out_gain": _num(r.get("held_out_gain")), "in_force_gain": _num(r.get("in_force_gain")),
+                   "lat_in_force_p50_us": _lat(r, "in_force"), "lat_other_p50_us": _lat(r, "other"),
                    "action": None}
             rows.append(row)
             by_window[index] = row
@@ -127,7 +135,7 @@ def windows_frame(records: list[dict[str, Any]]) -> pl.DataFrame:
     schema = {"window": pl.Int64, "segment": pl.Int64, "wall": pl.Float64, "t_end": pl.Float64,
               "commands": pl.Int64, "reads": pl.Int64, "lost": pl.Int64, "hot": pl.List(pl.Int64),
               "in_force": pl.List(pl.Int64), "held_out_gain": pl.Float64, "in_force_gain": pl.Float64,
-              "action": pl.String}
+              "lat_in_force_p50_us": pl.Float64, "lat_other_p50_us": pl.Float64, "action": pl.String}
     return pl.DataFrame(rows, schema=schema)
 
 
@@ -490,6 +498,28 @@ def rate_figure(rates: pl.DataFrame) -> Any:
         fig.add_trace(go.Bar(x=part["window"].to_list(), y=part["commands_per_s"].to_list(),
                              name=f"from the {name}", marker_color=colours.get(name, "#7f7f7f")))
     _window_axis(fig, rates["window"])
+    return fig
+
+
+def latency_figure(windows: pl.DataFrame, events: pl.DataFrame) -> Any:
+    """The device's median read latency per window (the probe's lat_ns) in the zones of the set in force and in the
+    others: how the device answers the configuration (NVMeVirt serves its listed zones in microseconds)."""
+    import plotly.graph_objects as go
+
+    from .figures import Note
+
+    cols = ("lat_in_force_p50_us", "lat_other_p50_us")
+    if windows.height == 0 or all(windows[c].null_count() == windows.height for c in cols):
+        return Note("no window has the device's read latency (a journal written before it was recorded)")
+    fig = _figure("Device read latency per window (p50): the set in force and the other zones", "window", "µs")
+    x = windows["window"].to_list()
+    for col, name, colour in ((cols[0], "zones of the set in force", "#d62728"),
+                              (cols[1], "other zones", "#1f77b4")):
+        fig.add_trace(go.Scatter(x=x, y=windows[col].to_list(), mode="lines+markers", name=name,
+                                 connectgaps=False, line={"color": colour}))
+    fig.update_yaxes(type="log")
+    _marks(fig, events)
+    _window_axis(fig, windows["window"])
     return fig
 
 

@@ -222,7 +222,8 @@ def render_watch(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str]
                      "ignored")
     nr_zones = summary["meta"].get("nr_zones")
     figures = [pw.hot_set_figure(windows, events, nr_zones if isinstance(nr_zones, int) else None),
-               pw.gain_figure(windows, events, summary["threshold"]), pw.rate_figure(rates), pw.lost_figure(windows)]
+               pw.gain_figure(windows, events, summary["threshold"]), pw.latency_figure(windows, events),
+               pw.rate_figure(rates), pw.lost_figure(windows)]
     name = src.resolve().name
     out = Path(out_dir) if out_dir else REPORTS / f"watch-{name}"
     make_dir(out)
