@@ -19,16 +19,15 @@ import contextlib
 import os
 import re
 import stat
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import commands
+from ..commands import Runner
 from ..errors import ZtbpError
 
-#: (argv) -> (exit code, stdout, stderr); exit code None when the command could not run at all
-Runner = Callable[[list[str]], tuple[int | None, str, str]]
 #: seconds one of modprobe / insmod / rmmod may take
 COMMAND_TIMEOUT_S = 120
 #: seconds the module's device may take to appear (probe-lib.sh's module_load waits as long)
@@ -45,15 +44,8 @@ class ModuleError(ZtbpError):
 
 
 def run_command(argv: list[str]) -> tuple[int | None, str, str]:
-    """One outside command with a timeout; (exit code, stdout, stderr), exit code None if it could not run."""
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=COMMAND_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return None, "", f"no answer within {COMMAND_TIMEOUT_S} s"
-    except OSError as e:
-        return None, "", e.strerror or str(e)
-    return proc.returncode, proc.stdout, proc.stderr
+    """One outside command with a timeout of COMMAND_TIMEOUT_S (commands.run_command)."""
+    return commands.run_command(argv, COMMAND_TIMEOUT_S)
 
 
 def is_block_device(path: Path) -> bool:

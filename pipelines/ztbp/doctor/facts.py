@@ -14,16 +14,15 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from .. import commands
+from ..commands import Runner
 from ..units import zone_capacity
 
-#: (argv) -> (exit code, stdout, stderr); exit code None when the command could not run at all
-Runner = Callable[[list[str]], tuple[int | None, str, str]]
 Which = Callable[[str], str | None]
 #: seconds one outside command may take (bpftrace --info probes the kernel; a wedged device must not hang doctor)
 TIMEOUT_S = 20
@@ -95,15 +94,8 @@ class Facts:
 
 
 def run_command(argv: list[str]) -> tuple[int | None, str, str]:
-    """Run one outside command with a timeout; (exit code, stdout, stderr), exit code None if it could not run."""
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=TIMEOUT_S,
-                              stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return None, "", f"no answer within {TIMEOUT_S} s"
-    except OSError as e:
-        return None, "", e.strerror or str(e)
-    return proc.returncode, proc.stdout, proc.stderr
+    """One outside command with a timeout of TIMEOUT_S (commands.run_command)."""
+    return commands.run_command(argv, TIMEOUT_S)
 
 
 def read_text(path: Path) -> str | None:
