@@ -281,7 +281,8 @@ def pool_summary(pool: Path) -> list[str]:
     if not (pool / "jobs").exists():
         return []
     logs = {f: (pool / f).read_text().splitlines() if (pool / f).exists() else []
-            for f in ("boots", "jobs", "hung-boots", "waits")}
+            for f in ("boots", "jobs", "hung-boots", "waits", "seconds")}
+    took = {tuple(f.split()[:3]): f.split()[3] for f in logs["seconds"] if len(f.split()) > 3}
     lines = [f"shared guests: {len(logs['jobs'])} guest commands in {len(logs['boots'])} boots; hung boots killed "
              f"and booted again: {len(logs['hung-boots'])}"]
     for config in sorted(pool.glob("*/config")):
@@ -290,8 +291,10 @@ def pool_summary(pool: Path) -> list[str]:
         device = ("NVMeVirt (no QEMU namespace)" if conf.get("no_zns") == "1" else
                   f"{conf.get('zones')} zones" + (" + conventional namespace" if conf.get("conv") else ""))
         ran = [f.split()[3] for f in logs["jobs"] if len(f.split()) > 3 and f.split()[2] == key]
-        lines.append(f"  {Path(conf.get('image', '?')).name} ({device}, {conf.get('smp')} CPUs): {len(ran)} "
-                     f"commands: {', '.join(r.split('/')[0] for r in ran)}")
+        boots = [int(f.split()[2]) for f in logs["seconds"] if f.startswith(f"boot {key} ")]
+        lines.append(f"  {Path(conf.get('image', '?')).name} ({device}, {conf.get('smp')} CPUs; booted in "
+                     f"{', '.join(f'{b} s' for b in boots) or '?'}): {len(ran)} commands: "
+                     + ", ".join(f"{r.split('/')[0]} {took.get(('job', key, r), '?')} s" for r in ran))
     lines += [f"  {w}" for w in logs["waits"]]
     return lines
 

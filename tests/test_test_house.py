@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import VM_CHAINS, work_order, work_unit
+from conftest import VM_CHAINS, pool_summary, work_order, work_unit
 
 HERE = Path(__file__).resolve().parent
 
@@ -67,3 +67,15 @@ def test_nvmevirt_waits_for_the_other_chain_on_another_worker(tmp_path: Path) ->
     assert runs["chain_a"][0] == runs["nvmevirt"][0] != runs["chain_b"][0] == runs["compile_b"][0]  # a worker a chain
     assert runs["nvmevirt"][1] >= runs["chain_b"][2]  # NVMeVirt after the other chain's timed tests, however late
     assert runs["nvmevirt"][1] < runs["compile_b"][2]  # ... and beside its compile-only checks
+
+
+def test_the_shared_guests_summary_gives_each_boot_and_command_its_seconds(tmp_path: Path) -> None:
+    (tmp_path / "k1").mkdir()
+    (tmp_path / "k1" / "config").write_text("image=/cache/image-bookworm-abc\nzones=64\nconv=1G\nsmp=2\n")
+    (tmp_path / "boots").write_text("boot 2026-11-26T12:00:00Z tcg attempt 1\n")
+    (tmp_path / "jobs").write_text("job 2026-11-26T12:01:00Z k1 app0/run\njob 2026-11-26T12:03:00Z k1 cycle0\n")
+    (tmp_path / "seconds").write_text("boot k1 61\njob k1 app0/run 120 0\njob k1 cycle0 35 0\n")
+    lines = pool_summary(tmp_path)
+    assert lines[0] == "shared guests: 2 guest commands in 1 boots; hung boots killed and booted again: 0"
+    assert lines[1] == ("  image-bookworm-abc (64 zones + conventional namespace, 2 CPUs; booted in 61 s): "
+                        "2 commands: app0 120 s, cycle0 35 s")

@@ -116,7 +116,7 @@ environment, a command whose OUTDIR lies inside SHARE runs in a guest kept boote
 (image, CPUs, memory, device, kernel command line), instead of a guest of its own: the first such command boots
 it (verbose on its own console; a boot silent for $POOL_SILENT s is killed and booted once more, counted in
 DIR/hung-boots), the next ones
-reuse it. Between commands the guest is put back as a boot leaves it (vm/guest/pool.sh: processes, mounts,
+reuse it; DIR/seconds gets each boot's and each command's seconds. Between commands the guest is put back as a boot leaves it (vm/guest/pool.sh: processes, mounts,
 NVMeVirt, zones, /tmp, caches, kernel log). Same contract: COMMAND's status, console.log in OUTDIR, Ctrl-C asks
 the command to stop; a timeout or SIGTERM kills the pooled guest. It powers off after ZTBP_POOL_IDLE seconds
 without a command (default $POOL_IDLE).
@@ -535,6 +535,7 @@ pool_boot() { # KDIR: boot its guest; 0 once it is ready
 			[ "$new" != "$size" ] && size="$new" && quiet_since=$SECONDS
 			if [ -e "$kdir/ctl/ready" ]; then
 				unfollow
+				echo "boot $(basename "$kdir") $((SECONDS - start))" >> "$POOL/seconds"
 				return 0
 			fi
 			if ! kill -0 "$pid" 2>/dev/null; then
@@ -615,6 +616,7 @@ pool_main() {
 	touch "$JOB/go"
 	pool_wait
 	unfollow
+	echo "job $key ${OUTDIR#"$POOL_SHARE"/} $((SECONDS - start)) $RC" >> "$POOL/seconds"
 	log "guest finished in $((SECONDS - start)) s with status $RC; output in $OUTDIR"
 	return "$RC"
 }

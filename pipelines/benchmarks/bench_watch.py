@@ -1,7 +1,8 @@
 """`ztbp watch` benchmark (`just bench-watch`): the session's memory stays flat and its analysis keeps up.
 
 A synthetic stream of N one-block reads (hot set A, hot set B, then Zipf, over and over, each phase ten windows) is
-replayed through the session's own pipeline — windows, hot rule, held-out gain, decisions, the rolling Parquet
+replayed through the session's own pipeline — the reorder buffer (TimeOrder, its clock half a second behind the
+rows: it holds 2 s of them, 200,000 commands), windows, hot rule, held-out gain, decisions, the rolling Parquet
 journal (capped at 64 MiB, in a temporary folder) and watch.jsonl — with a device that accepts every SET. The
 resident set size (VmRSS) is printed every INTERVAL commands, then its first and last figure, its peak, the
 commands per second and the session's decisions. Flat means: the last figure within a few MiB of the one after the
@@ -52,7 +53,7 @@ def main() -> int:
         print(f"--commands in [{3 * WINDOW}, 10^9], --interval in [{WINDOW}, --commands]", file=sys.stderr)
         return 2
     from ztbp.analysis.watch import WatchParams
-    from ztbp.control.watch import Session, WatchRequest, read_journal, replay
+    from ztbp.control.watch import Session, TimeOrder, WatchRequest, read_journal, replay
 
     phase = 10 * WINDOW
     phases: list[tuple[str, int, tuple[int, ...]]] = []
@@ -83,7 +84,18 @@ def main() -> int:
 
         start = time.perf_counter()
         session = Session(req, Accepting(), clock, on_window)
-        summary = session.run(replay(phases, META, seed=1))
+        latest = {"ts": 0}
+
+        def arriving() -> Any:  # the replay's batches, the clock at arrival half a second after their last row
+            for b in replay(phases, META, seed=1):
+                latest["ts"] = int(b.frame["ts_ns"].max())
+                yield b
+
+        def mono() -> int:
+            return latest["ts"] + 500_000_000
+
+        source: Any = TimeOrder(arriving(), clock=mono)
+        summary = session.run(source)
         wall = time.perf_counter() - start
         records = read_journal(Path(tmp))
         parts = sum(p.stat().st_size for p in (Path(tmp) / "rows").glob("*.parquet"))
