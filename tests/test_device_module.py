@@ -240,7 +240,7 @@ def test_loop_host_reads_the_geometry_with_the_module_and_hands_it_to_loop_sh(
     from ztbp.control import loop
     from ztbp.writeback import ctl
 
-    host_tools(monkeypatch, fake, capture, loop)
+    host_tools(monkeypatch, fake, capture)
     m = DeviceModule(ko, PARAMS).validate()
     place = loop.host_place(DEV, m)
     assert (place.device, place.lba_bytes, place.zone_bytes, place.nr_zones) == (DEV, 4096, 4 << 20, 128)

@@ -636,9 +636,11 @@ def host_tools(error: type[ZtbpError], command: str) -> None:
         raise error(f"{command} needs root (bpftrace and raw device access); run it with sudo")
 
 
-def module_geometry(dev: str, sysfs: Path, module: DeviceModule) -> tuple[int, int, int, int | None]:
-    """(lba bytes, zone bytes, nr zones, zone capacity) of the device `module` creates: loaded for the moment of
-    reading them and unloaded again, before any probe attaches (acquire/module.py)."""
+def device_geometry(dev: str, sysfs: Path, module: DeviceModule | None = None) -> tuple[int, int, int, int | None]:
+    """(lba bytes, zone bytes, nr zones, zone capacity) of this machine's zoned namespace `dev`, checked zoned; with
+    `module` (a module that creates the device, NVMeVirt), the module loaded for the moment of reading them and
+    unloaded again, before any probe attaches (acquire/module.py). loop --host and watch read it so; capture-host
+    without a module refuses its options first (check_writes, --probe) and runs blkzone for the capacity last."""
     with device_present(module, dev):
         check_zoned(dev, sysfs)
         lba, zone_bytes, nr = host_geometry(dev, sysfs)
@@ -654,7 +656,7 @@ def run_capture_host(req: HostCapture) -> CaptureOutcome:
     cap: int | None = None
     if req.module is not None:  # root first: the module is loaded before anything else is checked
         host_tools(CaptureError, "capture-host")
-        lba, zone_bytes, nr, cap = module_geometry(dev, sysfs, req.module)
+        lba, zone_bytes, nr, cap = device_geometry(dev, sysfs, req.module)
     else:
         check_zoned(dev, sysfs)
         lba, zone_bytes, nr = host_geometry(dev, sysfs)
@@ -664,7 +666,8 @@ def run_capture_host(req: HostCapture) -> CaptureOutcome:
     if req.module is None:
         host_tools(CaptureError, "capture-host")
         cap = host_zone_cap(dev)
-    if cap and cap < zone_bytes:  # a real drive's zones hold less than their size: the workload keeps within
+    if cap and cap < zone_bytes:  # a real drive's zones hold less than their size: the workload keeps within (the
+        # first build had no capacity: blkzone runs after the options are refused or accepted)
         wl = req.workload.build(device=dev, zone_bytes=zone_bytes, nr_zones=nr, zone_cap_bytes=cap)
     meta = capture_meta(device=Path(dev).name, lba=lba, zone_bytes=zone_bytes, nr_zones=nr, workload=wl.meta(),
                         backend="host", probes={"nvme": script}, zone_cap_bytes=cap)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import copy
 import os
 import re
-import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -35,13 +34,10 @@ from ..acquire.capture import (
     CaptureError,
     Progress,
     capture_meta,
-    check_zoned,
+    device_geometry,
     finish_meta,
-    host_geometry,
     host_tools,
-    host_zone_cap,
     map_rows_csv,
-    module_geometry,
     start_run,
     write_jobs,
 )
@@ -448,31 +444,14 @@ class Place:
 
 
 def host_place(dev: str | None, module: DeviceModule | None = None) -> Place:
-    """This machine's zoned namespace `dev`, checked: zoned, the tools there, root. With a device module, `dev`
-    exists only while it is loaded: the tools and root are checked first, then the module is loaded for the moment of
-    reading the geometry and unloaded (loop.sh loads it again after its probe attached)."""
+    """This machine's zoned namespace `dev`, checked: the tools there, root, zoned. With a device module, `dev`
+    exists only while it is loaded: it is loaded for the moment of reading the geometry and unloaded (loop.sh loads
+    it again after its probe attached)."""
     if not dev:
         raise LoopError("--host needs the zoned namespace, e.g. --host /dev/nvme0n1")
-    sysfs = Path(os.environ.get("ZTBP_SYSFS", "/sys"))
-    if module is not None:
-        host_tools(LoopError, "loop --host")
-        try:
-            lba, zone_bytes, nr, cap = module_geometry(dev, sysfs, module)
-        except CaptureError as e:
-            raise LoopError(str(e)) from None
-        return Place(dev, lba, zone_bytes, nr, zone_cap_bytes=cap)
+    host_tools(LoopError, "loop --host")
     try:
-        check_zoned(dev, sysfs)
-    except CaptureError as e:
-        raise LoopError(str(e)) from None
-    missing = [t for t in ("bpftrace", "fio", "blkzone") if shutil.which(t) is None]
-    if missing:
-        raise LoopError(f"missing on this machine: {', '.join(missing)}; apt-get install bpftrace fio util-linux")
-    if os.geteuid() != 0:
-        raise LoopError("loop --host needs root (bpftrace, raw device access, admin commands); run it with sudo")
-    lba, zone_bytes, nr = host_geometry(dev, sysfs)
-    try:
-        cap = host_zone_cap(dev)
+        lba, zone_bytes, nr, cap = device_geometry(dev, Path(os.environ.get("ZTBP_SYSFS", "/sys")), module)
     except CaptureError as e:
         raise LoopError(str(e)) from None
     return Place(dev, lba, zone_bytes, nr, zone_cap_bytes=cap)

@@ -41,7 +41,7 @@ from typing import IO, Any, Protocol
 import numpy as np
 import polars as pl
 
-from ..acquire.module import LOAD_TIMEOUT_S, DeviceModule, device_present
+from ..acquire.module import LOAD_TIMEOUT_S, DeviceModule
 from ..analysis.loop import status_delta
 from ..analysis.params import ORDER_MAX_ROWS, ORDER_MAX_S, ORDER_MIN_S, ORDER_SPAN_S
 from ..analysis.watch import (
@@ -734,17 +734,13 @@ def watch_device(req: WatchRequest, dev: str, on_window: Callable[[Session], Non
     module's unload, then bpftrace's stop. A module that fails to load ends the session with its error, the probe
     detached."""
     from .. import paths
-    from ..acquire.capture import check_zoned, host_geometry, host_zone_cap
+    from ..acquire.capture import device_geometry
     from ..writeback.ctl import check_device
 
     check_device(dev)
     if module is not None:
         ProbeProcess.check()  # root and bpftrace before the module is loaded
-    sysfs = Path(os.environ.get("ZTBP_SYSFS", "/sys"))
-    with device_present(module, dev):
-        check_zoned(dev, sysfs)
-        lba, zone_bytes, nr = host_geometry(dev, sysfs)
-        cap = host_zone_cap(dev)
+    lba, zone_bytes, nr, cap = device_geometry(dev, Path(os.environ.get("ZTBP_SYSFS", "/sys")), module)
     req.meta = {"device": Path(dev).name, "lba_bytes": lba, "zone_size_lba": zone_bytes // lba, "nr_zones": nr}
     if cap and cap < zone_bytes:  # a real drive's zones hold less than their size: the hot rule's cells per zone
         req.meta["zone_cap_lba"] = cap // lba
