@@ -66,6 +66,8 @@ WATCH_W, WATCH_K, WATCH_PHASE_WINDOWS = 2_000, 2, 3
 WATCH_ENV = {"ZTBP_WATCH_PHASES": " ".join(f"{','.join(map(str, z))}:{WATCH_W * WATCH_PHASE_WINDOWS}"
                                            for z in (WATCH_A, WATCH_B)),
              "ZTBP_WATCH_ARGS": f"--window-commands {WATCH_W} -k {WATCH_K} --min-interval 0 --threshold 0"}
+#: the README test line's capture runs the streaming probe (--probe); `just test-host-path` capture-host's default
+QUICK_PROBE = "nvme_zone_stream.bt"
 REGION = "2G"  # 32 zones of 64 MiB: the paper's hot zones 1, 7, 11, 15, 19 lie in it
 HOT = [1, 7, 11, 15, 19]
 
@@ -104,7 +106,7 @@ def quick_env() -> dict[str, str]:
         pytest.skip(f"the guest (Debian 12) has Python 3.11, this environment {sys.version_info[0]}."
                     f"{sys.version_info[1]}: `just test-host-path` installs every dependency instead")
     return {"ZTBP_HOST_DEPS": f"/ztbp/src/{site.relative_to(CHECKOUT)}", "ZTBP_HOST_VENV": "/opt/ztbp",
-            **({} if FULL else {"ZTBP_HOST_STEPS": "install ctl doctor capture watch"})}
+            **({} if FULL else {"ZTBP_HOST_STEPS": "install ctl doctor capture watch", "ZTBP_HOST_PROBE": QUICK_PROBE})}
 
 
 @pytest.fixture(scope="module")
@@ -150,13 +152,26 @@ def rows(run: RunPaths) -> list[list[str]]:
 
 
 def test_capture_host_traces_every_read_within_the_zone_capacity(host_path: tuple[Path, dict[str, str]]) -> None:
+    """capture-host --json: stdout is one JSON document (progress on stderr), every fio read has its row, nothing is
+    lost, meta.json names the probe that ran (--probe's in the README test line) and how it attaches."""
     out, steps = host_path
-    summary = json.loads(step_ok(out, steps, "capture"))
+    text = step_ok(out, steps, "capture")
+    summary = json.loads(text)
     assert summary["complete"] is True and summary["reads"] == summary["fio_reads"] == READS
-    assert summary["lost"] == 0
+    assert summary["lost"] == 0 and summary["probes"]["nvme"] == {"rows": summary["commands"], "lost": 0}
+    assert "capture complete" not in text  # the text line is for humans only
+    assert "probe nvme attached" in (out / "capture.err").read_text(errors="replace")  # progress goes to stderr
     run = RunPaths(out / "capture")
     meta = read_meta(run)
-    assert meta["backend"] == "host" and meta["lost_events"] == {"nvme": 0}
+    assert meta["backend"] == "host" and meta["lost_events"] == {"nvme": 0} and meta["complete"] is True
+    stream = INSTALL == "wheel" and not FULL
+    assert meta["probes"]["nvme"] == {"file": "raw/nvme.csv", "version": 1,
+                                      "attach": "fentry+tracepoint" if stream else "fentry",
+                                      "script": f"probes/{QUICK_PROBE if stream else 'nvme_zone.bt'}"}
+    stats = meta["probe_stats"]
+    assert stats["mode"] == ("stream" if stream else "map")
+    assert (stats["setups"] if stream else stats["completed"]) == stats["rows"]
+    assert meta["fio"]["clat_percentiles_from"] == "histogram of all jobs (json+)"
     zone_lba, cap_lba = meta["zone_size_lba"], meta["zone_cap_lba"]
     assert (zone_lba * meta["lba_bytes"], cap_lba * meta["lba_bytes"]) == (64 * MIB, 48 * MIB)
     moved = [r for r in rows(run) if r[7] in ("read", "write")]

@@ -15,6 +15,7 @@
 #   ZTBP_HOST_CACHE_MIB  the loop's model cache (default 16: 20,000 reads on zones of 32 MiB)
 #   ZTBP_HOST_ROUNDS   the loop's rounds at most (default 2; it stops earlier when nothing is recommended)
 #   ZTBP_HOST_REGION   their read region (default 1G; zones of 64 MiB need 2G for the paper's hot zone 19)
+#   ZTBP_HOST_PROBE    the capture's NVMe probe, capture-host's --probe (default: capture-host's own, nvme_zone.bt)
 #   ZTBP_HOST_VENV     where the venv goes (default /opt/ztbp)
 #   ZTBP_HOST_DEPS     a site-packages folder that already holds the wheel's dependencies (the checkout's venv, over
 #                      the share): the wheel is installed without them and the venv finds them there (a .pth file),
@@ -39,7 +40,7 @@ set -uo pipefail
 
 # shellcheck source=vm/guest/probe-lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/probe-lib.sh"   # say, module_prepare, module_load
-settings HOST_DEV=/dev/nvme0n1 HOST_READS=20000 HOST_CACHE_MIB=16 HOST_ROUNDS=2 HOST_REGION=1G HOST_VENV=/opt/ztbp HOST_DEPS= \
+settings HOST_DEV=/dev/nvme0n1 HOST_READS=20000 HOST_CACHE_MIB=16 HOST_ROUNDS=2 HOST_REGION=1G HOST_PROBE= HOST_VENV=/opt/ztbp HOST_DEPS= \
 	HOST_STEPS="install ctl doctor capture cluster loop watch" \
 	WATCH_PHASES="3,9,14,22,27:6000 5,12,18,25,30:6000" WATCH_BUDGET_PHASES= WATCH_RATE_IOPS= WATCH_ARGS="--window-commands 2000 -k 2 --min-interval 0"
 TMP=""
@@ -161,7 +162,7 @@ watch_session() { # NAME "EXTRA OPTIONS" "PHASES": `ztbp watch` on the device wh
 }
 
 main() {
-	case "${1:-}" in -h|--help) sed -n '2,34p' "${BASH_SOURCE[0]}"; return 0 ;; esac
+	case "${1:-}" in -h|--help) sed -n '2,38p' "${BASH_SOURCE[0]}"; return 0 ;; esac
 	TMP="$(mktemp -d /tmp/ztbp-host.XXXXXX)"
 	: > "$TMP/guest.env"
 	: > "$OUT/steps.env"
@@ -179,7 +180,8 @@ main() {
 				step doctor "$ZTBP" doctor --json
 				module_unload ;;
 			capture) step capture "$ZTBP" capture-host "$HOST_DEV" paper80 --reads "$HOST_READS" \
-				--region "$HOST_REGION" --destructive --json --out "$OUT/capture" "${MODULE[@]}" ;;
+				--region "$HOST_REGION" --destructive --json --out "$OUT/capture" ${HOST_PROBE:+--probe "$HOST_PROBE"} \
+				"${MODULE[@]}" ;;
 			cluster) step cluster "$ZTBP" cluster "$OUT/capture" --json ;;
 			loop) step loop "$ZTBP" loop paper80 --host "$HOST_DEV" --rounds "$HOST_ROUNDS" --reads "$HOST_READS" \
 				--region "$HOST_REGION" --cache-mib "$HOST_CACHE_MIB" --json -o "$OUT/loop" "${MODULE[@]}" ;;
