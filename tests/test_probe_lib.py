@@ -239,3 +239,15 @@ def test_settings_take_the_hosts_variable_else_the_default(tmp_path: Path) -> No
     assert res.returncode == 0, res.stderr
     assert res.stdout == "5|2000|get=a::b write=c::d|$(touch pwned) `id`||"
     assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
+
+
+def test_zone_cap_sectors_reads_blkzones_first_zone(tmp_path: Path) -> None:
+    """The zone capacity record_device records and host-path.sh's workload keeps within: blkzone's "cap 0x...",
+    in 512-byte sectors (a real-drive-shaped zone: 64 MiB holding 48 MiB)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "blkzone").write_text('#!/bin/sh\necho "  start: 0x000000000, len 0x020000, cap 0x018000, '
+                                    'wptr 0x000000 reset:0 non-seq:0, zcond: 1(em) [type: 2(SEQ_WRITE_REQUIRED)]"\n')
+    (bindir / "blkzone").chmod(0o755)
+    r = lib(tmp_path, "zone_cap_sectors /dev/nvme0n1", env={"PATH": f"{bindir}:{os.environ['PATH']}"})
+    assert r.stdout.strip() == str(48 * 1024 * 1024 // 512), r.stderr

@@ -39,7 +39,7 @@
 set -uo pipefail
 
 # shellcheck source=vm/guest/probe-lib.sh
-. "$(dirname "${BASH_SOURCE[0]}")/probe-lib.sh"   # say, module_prepare, module_load
+. "$(dirname "${BASH_SOURCE[0]}")/probe-lib.sh"   # say, module_prepare, module_load, zone_cap_sectors
 settings HOST_DEV=/dev/nvme0n1 HOST_READS=20000 HOST_CACHE_MIB=16 HOST_ROUNDS=2 HOST_REGION=1G HOST_PROBE= HOST_VENV=/opt/ztbp HOST_DEPS= \
 	HOST_STEPS="install ctl doctor capture cluster loop watch" \
 	WATCH_PHASES="3,9,14,22,27:6000 5,12,18,25,30:6000" WATCH_BUDGET_PHASES= WATCH_RATE_IOPS= WATCH_ARGS="--window-commands 2000 -k 2 --min-interval 0"
@@ -97,7 +97,7 @@ install_ctl() { # `ztbp build-ctl` where make and a C compiler exist; otherwise 
 geometry_args() { # the zoned namespace's geometry as `ztbp workload` options
 	local name cap
 	name="$(basename "$HOST_DEV")"
-	cap="$(( $(blkzone report -c 1 "$HOST_DEV" | sed -n 's/.*cap \(0x[0-9a-f]*\).*/\1/p') * 512 ))"
+	cap="$(( $(zone_cap_sectors "$HOST_DEV") * 512 ))"
 	echo "--zone-size $(( $(cat "/sys/block/$name/queue/chunk_sectors") * 512 )) --zone-cap $cap" \
 		"--zones $(cat "/sys/block/$name/queue/nr_zones")"
 }

@@ -128,8 +128,11 @@ record_device() { # DEV: refuse a device that is not zoned, record its geometry
 	[ "$zoned" = "host-managed" ] || [ "$zoned" = "host-aware" ] || {
 		say "error $dev is not zoned (queue/zoned = $zoned)"; return 1; }
 	device_facts "$dev" >> "$TMP/guest.env"
-	# zone capacity of the first zone, in 512-byte sectors (blkzone: "cap 0x...")
-	info zone_cap_sectors "$(( $(blkzone report -c 1 "$dev" | sed -n 's/.*cap \(0x[0-9a-f]*\).*/\1/p') ))"
+	info zone_cap_sectors "$(zone_cap_sectors "$dev")"
+}
+
+zone_cap_sectors() { # DEV: the capacity of its first zone in 512-byte sectors (blkzone report: "cap 0x...")
+	echo "$(( $(blkzone report -c 1 "$1" | sed -n 's/.*cap \(0x[0-9a-f]*\).*/\1/p') ))"
 }
 
 # ---- a device module (NVMeVirt) --------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import paths
+from ..commands import run_command
 from ..contract import new_meta, probe_header, write_meta
 from ..errors import ZtbpError
 from ..files import hand_over_tree, make_dir, read_env
@@ -600,16 +601,14 @@ def host_geometry(dev: str, sysfs: Path = Path("/sys")) -> tuple[int, int, int]:
 def host_zone_cap(dev: str) -> int | None:
     """The zone capacity of a real zoned device in bytes, from `blkzone report -c 1` (None: its blkzone prints no
     capacity, an old util-linux); a CaptureError when blkzone cannot report the device."""
-    try:
-        proc = subprocess.run(["blkzone", "report", "-c", "1", dev], capture_output=True, text=True, timeout=60,
-                              check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise CaptureError(f"blkzone report {dev} did not run ({e}); it tells the zone capacity the workload must "
-                           "keep within: install util-linux") from None
-    if proc.returncode != 0:
-        raise CaptureError(f"blkzone report {dev} failed: {proc.stderr.strip()[-300:]}; it tells the zone capacity "
+    code, out, err = run_command(["blkzone", "report", "-c", "1", dev], 60)
+    if code is None:
+        raise CaptureError(f"blkzone report {dev} did not run ({err}); it tells the zone capacity the workload must "
+                           "keep within: install util-linux")
+    if code != 0:
+        raise CaptureError(f"blkzone report {dev} failed: {err.strip()[-300:]}; it tells the zone capacity "
                            "the workload must keep within")
-    return zone_capacity(proc.stdout)
+    return zone_capacity(out)
 
 
 @dataclass(frozen=True)
