@@ -422,6 +422,39 @@ class WatchRequest:
     order_max_s: float = ORDER_MAX_S
 
 
+@dataclass
+class Verification:
+    """An apply being verified: STATUS's read count and the traced machine's clock (CLOCK_MONOTONIC, the probe's
+    ts_ns clock) just after it, the issue times of the reads traced since; once the window after it has closed, the
+    second STATUS (`after`, at `t_after`), the set and its measured gain on that window."""
+
+    before: int | None
+    t_before: int
+    span_ts: list[np.ndarray] = field(default_factory=list)
+    window: int | None = None  # None: the window after the apply has not closed yet
+    zones: list[int] = field(default_factory=list)
+    measured_gain: float | None = None
+    t_after: int = 0
+    after: int | None = None
+
+    def add(self, frame: pl.DataFrame) -> None:
+        """The read times of rows issued since the apply."""
+        ts = frame.filter(pl.col("op") == "read")["ts_ns"].to_numpy().astype(np.int64)
+        self.span_ts.append(ts[ts >= self.t_before])
+
+    def record(self) -> dict[str, Any]:
+        """The verify record: STATUS's change against the reads issued between the two answers, by their own time;
+        equal within 1 % (reads in flight at either answer are counted by one side only)."""
+        ts = np.concatenate(self.span_ts) if self.span_ts else np.zeros(0, dtype=np.int64)
+        traced = int((ts < self.t_after).sum())
+        # the protocol's read counter starts at -1 and goes back to 0 at 1,000,000 (analysis/loop.status_delta)
+        moved = status_delta(self.before, self.after)
+        return {"window": self.window, "zones": self.zones, "measured_gain": self.measured_gain,
+                "status_reads_delta": moved, "reads_traced": traced,
+                "span_s": round((self.t_after - self.t_before) / 1e9, 3),
+                "status_matches": None if moved is None else abs(moved - traced) <= max(1, traced // 100)}
+
+
 class Session:
     """Feed batches; a window closes after `window_commands` commands (or `window_s` seconds of the rows' time)."""
 
@@ -443,8 +476,6 @@ class Session:
                            if req.order_max_s else None)
         self.prev_reads = pl.DataFrame(schema={"slba": pl.UInt64, "nlb": pl.UInt32})
         self.prev_hot: tuple[int, ...] = ()
-        self.verify_next = False
-        self.status_before: int | None = None
         self.commands_total = self.lost_total = 0
         self.last: Decision | None = None
         self.started = clock()
@@ -453,9 +484,7 @@ class Session:
         #: the traced machine's clock (CLOCK_MONOTONIC, as the probe's ts_ns): verification counts the reads issued
         #: between two STATUS answers by their own time, not by the window they arrived in
         self.mono: Callable[[], int] = time.monotonic_ns
-        self.t_before: int | None = None
-        self.span_ts: list[np.ndarray] = []
-        self.pending: dict[str, Any] | None = None
+        self.verifying: Verification | None = None  # the last apply, until its verify record is written
         #: called once when the session lets go of the device, after its STOP (watch_device: the module's unload)
         self.on_release: Callable[[], dict[str, Any]] | None = None
         self.released: dict[str, Any] | None = None
@@ -499,9 +528,8 @@ class Session:
         late, self.latest_ns = late_rows(frame["ts_ns"].to_numpy(), self.latest_ns)
         self.late += late
         self.late_total += late
-        if self.t_before is not None:  # an apply is being verified: the reads issued since, by their own time
-            ts = frame.filter(pl.col("op") == "read")["ts_ns"].to_numpy().astype(np.int64)
-            self.span_ts.append(ts[ts >= self.t_before])
+        if self.verifying is not None:  # an apply is being verified: the reads issued since, by their own time
+            self.verifying.add(frame)
             self._verified()
         reads = read_rows(frame)
         self.counts += cell_counts(reads, self.cell_lba, self.n_cells)
@@ -530,7 +558,7 @@ class Session:
             if self.on_window is not None:
                 self.on_window(self)
             return
-        if self.verify_next:
+        if self.verifying is not None and self.verifying.window is None:
             self._verify(s.in_force_gain)
         d, st = decide(self.state, s, self.params, now)
         self.journal.write("decision", window=self.window, **d.as_dict(), state=st.as_dict())
@@ -555,41 +583,33 @@ class Session:
             # the device refused (QEMU's has no ZTBP protocol): the set is not in force; the session goes on
             return WatchState(self.state.in_force, (), 0, 0, st.applies, st.backoff)
         self._verified(force=True)  # an earlier apply's verification, with what has arrived
-        self.verify_next, self.status_before = True, before
-        self.t_before, self.span_ts = self.mono(), []
+        self.verifying = Verification(before, self.mono())
         return st
 
     def _verify(self, gain: float | None) -> None:
         """STATUS once the window after an apply has closed; the record waits until the rows issued up to now have
         arrived (the probe's rows can lag behind the device: see docs/watch.md, "Rows in time order")."""
-        after = status_reads(self.device.status())
-        self.pending = {"window": self.window, "zones": list(self.state.in_force), "measured_gain": gain,
-                        "t_after": self.mono(), "after": after}
-        self.verify_next = False
+        v = self.verifying
+        assert v is not None
+        v.after, v.t_after = status_reads(self.device.status()), self.mono()
+        v.window, v.zones, v.measured_gain = self.window, list(self.state.in_force), gain
         self._verified()
 
     def _verified(self, force: bool = False) -> None:
-        """The verify record, once the rows' time has passed the second STATUS by LATE_NS (or now, `force`): STATUS's
-        change against the reads issued between the two STATUS answers, by their own time; equal within 1 % (reads
-        in flight at either answer are counted by one side only)."""
-        p = self.pending
-        if p is None or self.t_before is None or not (force or self.latest_ns >= p["t_after"] + LATE_NS):
+        """The verify record, once the window after the apply has closed and the rows' time has passed the second
+        STATUS by LATE_NS (or now, `force`)."""
+        v = self.verifying
+        if v is None or v.window is None or not (force or self.latest_ns >= v.t_after + LATE_NS):
             return
-        ts = np.concatenate(self.span_ts) if self.span_ts else np.zeros(0, dtype=np.int64)
-        traced = int((ts < p["t_after"]).sum())
-        # the protocol's read counter starts at -1 and goes back to 0 at 1,000,000 (analysis/loop.status_delta)
-        moved = status_delta(self.status_before, p["after"])
-        self.journal.write("verify", window=p["window"], zones=p["zones"], measured_gain=p["measured_gain"],
-                           status_reads_delta=moved, reads_traced=traced,
-                           span_s=round((p["t_after"] - self.t_before) / 1e9, 3),
-                           status_matches=None if moved is None else abs(moved - traced) <= max(1, traced // 100))
-        self.pending, self.t_before, self.span_ts = None, None, []
+        self.journal.write("verify", **v.record())
+        self.verifying = None
 
     def _rollback(self, d: Decision) -> None:
         res = self.device.stop()
         self.journal.write("rollback", window=self.window, zones=list(d.zones), reason=d.reason,
                            ok=res.get("ok"), message=res.get("message"))
-        self.verify_next = False
+        if self.verifying is not None and self.verifying.window is None:
+            self.verifying = None  # rolled back before the window after the apply closed: nothing to verify
 
     def run(self, source: Iterable[Batch], stopped: Callable[[], str | None] = lambda: None) -> dict[str, Any]:
         """Feed the source until it ends (stopped(): why it was made to end, e.g. a signal) or an interruption;
