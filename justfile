@@ -79,10 +79,10 @@ test-fast: setup
 test-wheel NOTEBOOKS="all": setup
     ZTBP_TEST_WHEEL=1 ZTBP_WHEEL_REPORT={{quote(NOTEBOOKS)}} {{PY}} -m pytest -q -s -p no:cacheprovider tests/test_wheel.py
 
-# the host path in the guest as on a user's machine, at full size: on a real-drive-shaped zoned namespace (64 MiB zones holding 48 MiB, 14 open/active, 1,024 zones) the wheel installed with pip, then doctor, capture-host, cluster, a 2-round loop --host and a watch session; on NVMeVirt (which acts on SET) the same with the device's readback, a three-phase watch session and one with a budget of one apply (tests/test_host_path_vm.py; `just test` runs a smaller QEMU part); INSTALL=wheel installs the wheel alone over this venv
+# the host path in the guest as on a user's machine, at full size: on a real-drive-shaped zoned namespace (64 MiB zones holding 48 MiB, 14 open/active, 1,024 zones) the wheel installed with pip, then doctor, capture-host, cluster, a 2-round loop --host and a watch session; on NVMeVirt (which acts on SET) the same with the device's readback, a three-phase watch session and one with a budget of one apply (tests/test_host_path_vm.py and tests/test_host_path_nvmevirt_vm.py; `just test` runs a smaller QEMU part); INSTALL=wheel installs the wheel alone over this venv
 [group('test')]
 test-host-path INSTALL="wheelhouse": setup
-    ZTBP_TEST_HOST_PATH=1 ZTBP_TEST_HOST_INSTALL={{quote(INSTALL)}} {{PY}} -m pytest -q -p no:cacheprovider -rs -s tests/test_host_path_vm.py
+    ZTBP_TEST_HOST_PATH=1 ZTBP_TEST_HOST_INSTALL={{quote(INSTALL)}} {{PY}} -m pytest -q -p no:cacheprovider -rs -s tests/test_host_path_vm.py tests/test_host_path_nvmevirt_vm.py
 
 # ruff over the package and tests
 [group('test')]

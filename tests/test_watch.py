@@ -569,3 +569,41 @@ def test_each_window_gives_the_devices_read_latency_in_and_out_of_the_set_in_for
     w = [r for r in read_journal(tmp_path) if r["kind"] == "window"]
     assert w[0]["read_lat"]["in_force"]["reads"] == 0 and w[0]["read_lat"]["other"]["reads"] == W
     assert w[-1]["read_lat"]["in_force"]["reads"] > 0.7 * W  # A in force: 80 % of the reads are in it
+
+
+def test_verify_starts_its_span_when_status_answers_not_after_set(tmp_path: Path) -> None:
+    # ztbp-ctl set takes 300 ms on the machine while the workload goes on: the reads issued meanwhile are counted by
+    # STATUS's delta, so the span starts when STATUS answered before the SET. The probe keeps up (the clock just
+    # past the last row, plus the time SET took); windows of 10,000 rows are 100 ms
+    class SlowSet(FakeDevice):
+        took_ns = 0
+
+        def set(self, zones: tuple[int, ...]) -> dict[str, Any]:
+            self.took_ns += 300_000_000
+            return super().set(zones)
+
+    dev = SlowSet(reads=[0, 2 * W])
+    s = session(tmp_path, dev)
+    s.mono = lambda: s.latest_ns + 1 + dev.took_ns
+    s.run(replay(windows([("hot", 4, A)]), META, seed=12))
+    v = [r for r in read_journal(tmp_path) if r["kind"] == "verify"]
+    assert len(v) == 1 and v[0]["span_s"] == 0.4, v  # 300 ms of SET + the window after the apply
+
+
+def test_verify_takes_the_moments_ztbp_ctl_says_the_device_answered(tmp_path: Path) -> None:
+    # ztbp-ctl's answered_mono_ns (its ioctl's return, the probe's clock): STATUS answered at 320 ms before the apply
+    # and at 370 ms after the next window; the replay's rows are 10 us apart from 0, so 5,000 reads lie between
+    class Answering(FakeDevice):
+        def status(self) -> dict[str, Any]:
+            answer = super().status()
+            answer["result"]["answered_mono_ns"] = self.at.pop(0)
+            return answer
+
+    dev = Answering(reads=[0, 5_000])
+    dev.at = [320_000_000, 370_000_000]  # type: ignore[attr-defined]
+    s = session(tmp_path, dev)
+    s.mono = lambda: 10**15  # the session's own clock is not used
+    s.run(replay(windows([("hot", 5, A)]), META, seed=12))
+    v = [r for r in read_journal(tmp_path) if r["kind"] == "verify"]
+    assert len(v) == 1 and v[0]["span_s"] == 0.05 and v[0]["reads_traced"] == 5_000 == v[0]["status_reads_delta"], v
+    assert v[0]["status_matches"] is True

@@ -103,8 +103,10 @@ geometry_args() { # the zoned namespace's geometry as `ztbp workload` options
 }
 
 watch_session() { # NAME "EXTRA OPTIONS" "PHASES": `ztbp watch` on the device while the phases run one after the
-	# other, then SIGINT: the journal in $OUT/NAME, one JSON line a window in NAME.out; fio's counts in NAME-fio-N.json
+	# other, then SIGINT: the journal in $OUT/NAME, one JSON line a window in NAME.out; fio's counts in NAME-fio-N.json;
+	# the kernel log of the session in NAME-dmesg.txt (NVMeVirt logs there the zones each SET gave it)
 	local name="$1" extra="$2" phases="$3" geo phase i=0 pid t total=0 window windows jobs
+	dmesg -C
 	# shellcheck disable=SC2086  # the options are separate words
 	"$ZTBP" watch "$HOST_DEV" $WATCH_ARGS $extra --journal "$OUT/$name" --json "${MODULE[@]}" > "$OUT/$name.out" \
 		2> "$OUT/$name.err" &
@@ -159,6 +161,9 @@ watch_session() { # NAME "EXTRA OPTIONS" "PHASES": `ztbp watch` on the device wh
 	sleep 3
 	kill -INT "$pid"
 	wait "$pid"
+	t=$?
+	dmesg > "$OUT/$name-dmesg.txt"
+	return "$t"
 }
 
 main() {

@@ -115,6 +115,7 @@ static int cmd_ztbp(const struct options *o)
 	struct device d;
 	struct ztbp_command cmd;
 	uint32_t zones[ZTBP_MAX_ZONES], result = 0;
+	unsigned long long answered = 0;
 	size_t n = 0;
 	struct sbuf b = {0};
 	int64_t nr_zones = -1;
@@ -173,6 +174,7 @@ static int cmd_ztbp(const struct options *o)
 	}
 	if (device_send(&d, &cmd, &result, &e))
 		goto bad;
+	answered = zsys_mono_ns(); /* when the device's answer came back: a caller lines it up with traced commands */
 	device_close(&d);
 	config_free(&cfg);
 	if (o->json) {
@@ -181,6 +183,8 @@ static int cmd_ztbp(const struct options *o)
 		sb_printf(&b, ", \"nvme_status\": 0, \"result\": %u", result);
 		if (o->cmd == CMD_STATUS)
 			sb_printf(&b, ", \"reads\": %u", result);
+		if (answered)
+			sb_printf(&b, ", \"answered_mono_ns\": %llu", answered);
 		sb_printf(&b, "}\n");
 	} else if (o->cmd == CMD_SET) {
 		size_t i;

@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ztbp_ctl.h"
@@ -34,4 +35,13 @@ int zsys_close(int fd)
 char *zsys_realpath(const char *path, char *out)
 {
 	return realpath(path, out);
+}
+
+unsigned long long zsys_mono_ns(void)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+		return 0;
+	return (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec;
 }

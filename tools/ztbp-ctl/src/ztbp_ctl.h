@@ -241,6 +241,8 @@ int zsys_ioctl(int fd, unsigned long request, void *arg);
 int zsys_close(int fd);
 /* realpath(3) into out (PATH_MAX bytes); NULL with errno on failure. */
 char *zsys_realpath(const char *path, char *out);
+/* CLOCK_MONOTONIC in ns (the clock of the kernel's trace timestamps), 0 if it cannot be read. */
+unsigned long long zsys_mono_ns(void);
 
 #ifdef ZTBP_FUZZ
 int ztbp_main(int argc, char *argv[]); /* main.c's main, renamed for the fuzz target */
