@@ -78,7 +78,7 @@ ELSEWHERE: dict[tuple[str, str], tuple[str, str]] = {
     ("trixie", "layers.bt"): ("test_layers_vm.py", '"trixie"'),
     ("trixie", "nvme_zone_stream.bt"): ("test_layers_vm.py", '"trixie"'),  # capture-layers runs both probes
     ("bookworm", "nvme_zone.bt"): ("test_capture_vm.py", '"capture", "paper80"'),
-    ("bookworm", "nvme_zone_stream.bt"): ("test_capture_vm.py", "--probe nvme_zone_stream.bt"),
+    ("bookworm", "nvme_zone_stream.bt"): ("test_layers_vm.py", '"capture-layers"'),  # and the host path's watch
 }
 
 
