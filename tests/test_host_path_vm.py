@@ -29,7 +29,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from wheelhouse import download, installed, pack, wheel_name, wheelhouse
+from wheelhouse import download, installed, pack, unpack, wheel_name, wheelhouse
 
 from ztbp.acquire.vm import Geometry, run_in_guest
 from ztbp.contract import read_meta
@@ -73,7 +73,8 @@ HOT = [1, 7, 11, 15, 19]
 
 
 def stage(out: Path) -> None:
-    """The wheel, its dependencies' wheels with pip's own, and ztbp-ctl (for a guest without make) in `out`."""
+    """The wheel, its dependencies' wheels with pip's own, and ztbp-ctl (for a guest without make) in `out`; for
+    INSTALL=wheel, polars' runtime for CPUs without AVX2 unpacked in `out/compat` too."""
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(CHECKOUT)],
                            capture_output=True, text=True, check=False)
     assert built.returncode == 0, built.stderr[-2000:]
@@ -82,22 +83,28 @@ def stage(out: Path) -> None:
     pip = installed()["pip"]
     if not (house / wheel_name(pip)).is_file():
         pack(pip, house)
-    (out / "wheelhouse").mkdir()
-    for f in house.iterdir():  # a link when both folders are on one file system, else a copy
-        try:
-            os.link(f, out / "wheelhouse" / f.name)
-        except OSError:
-            shutil.copy2(f, out / "wheelhouse" / f.name)
+    shutil.copytree(house, out / "wheelhouse", copy_function=link)
     import polars
 
-    shutil.copy2(download(f"polars-runtime-compat=={polars.__version__}", CACHE / "test-downloads"),
-                 out / "wheelhouse")
+    compat = download(f"polars-runtime-compat=={polars.__version__}", CACHE / "test-downloads")
+    shutil.copy2(compat, out / "wheelhouse")
+    if INSTALL == "wheel":  # unpacked, for the venv to find beside the checkout's (quick_env)
+        shutil.copytree(unpack(compat, CACHE / "test-downloads"), out / "compat", copy_function=link)
     shutil.copy2(ensure_ctl(), out / "ztbp-ctl")
+
+
+def link(src: str, dst: str) -> None:
+    """A hard link when both folders are on one file system, else a copy."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def quick_env() -> dict[str, str]:
     """The README test line's install: the wheel alone, its dependencies from the checkout's venv (the guest sees
-    the checkout at /ztbp/src); the venv on the guest's own disk."""
+    the checkout at /ztbp/src) and polars' runtime for CPUs without AVX2 unpacked by stage(); the venv on the
+    guest's own disk."""
     site = Path(sysconfig.get_path("purelib")).resolve()
     if not site.is_relative_to(CHECKOUT):
         pytest.skip(f"the test environment ({site}) is outside the checkout, where the guest cannot see it: "
@@ -105,7 +112,7 @@ def quick_env() -> dict[str, str]:
     if sys.version_info[:2] != (3, 11):
         pytest.skip(f"the guest (Debian 12) has Python 3.11, this environment {sys.version_info[0]}."
                     f"{sys.version_info[1]}: `just test-host-path` installs every dependency instead")
-    return {"ZTBP_HOST_DEPS": f"/ztbp/src/{site.relative_to(CHECKOUT)}", "ZTBP_HOST_VENV": "/opt/ztbp",
+    return {"ZTBP_HOST_DEPS": f"/ztbp/out/compat:/ztbp/src/{site.relative_to(CHECKOUT)}", "ZTBP_HOST_VENV": "/opt/ztbp",
             **({} if FULL else {"ZTBP_HOST_STEPS": "install ctl doctor capture watch", "ZTBP_HOST_PROBE": QUICK_PROBE})}
 
 

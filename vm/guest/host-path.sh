@@ -17,9 +17,10 @@
 #   ZTBP_HOST_REGION   their read region (default 1G; zones of 64 MiB need 2G for the paper's hot zone 19)
 #   ZTBP_HOST_PROBE    the capture's NVMe probe, capture-host's --probe (default: capture-host's own, nvme_zone.bt)
 #   ZTBP_HOST_VENV     where the venv goes (default /opt/ztbp)
-#   ZTBP_HOST_DEPS     a site-packages folder that already holds the wheel's dependencies (the checkout's venv, over
-#                      the share): the wheel is installed without them and the venv finds them there (a .pth file),
-#                      which takes seconds instead of the minutes of installing about 1 GB of wheels over 9p
+#   ZTBP_HOST_DEPS     site-packages folders, separated by ':', that already hold the wheel's dependencies (the
+#                      checkout's venv over the share, and polars' runtime for CPUs without AVX2 unpacked on the host):
+#                      the wheel alone is installed and the venv finds them there (a .pth file), which takes seconds
+#                      instead of the minutes of installing about 1 GB of wheels over 9p under emulation
 #   ZTBP_HOST_STEPS    the steps to run (default: install ctl doctor capture cluster loop watch)
 #   ZTBP_WATCH_PHASES  the watch step's workload: phases "HOT_ZONES:READS" (paper80's shape on those zones) or
 #                      "zipf:READS", one after the other under one `ztbp watch` session (default:
@@ -76,11 +77,15 @@ install_wheel() { # a venv without pip (Debian's python3 has no ensurepip), then
 			--find-links "$OUT/wheelhouse" "$pip" "$wheel" ${compat:+"$compat"}
 		return
 	fi
-	[ -d "$HOST_DEPS" ] || { say "error ZTBP_HOST_DEPS $HOST_DEPS is not a folder"; return 1; }
-	"$HOST_VENV/bin/python" "$pip/pip" install -q --no-index --no-compile --no-deps "$wheel" ${compat:+"$compat"} || return 1
+	local dir dirs
+	IFS=: read -r -a dirs <<< "$HOST_DEPS"
+	for dir in "${dirs[@]}"; do
+		[ -d "$dir" ] || { say "error ZTBP_HOST_DEPS: $dir is not a folder"; return 1; }
+	done
+	"$HOST_VENV/bin/python" "$pip/pip" install -q --no-index --no-compile --no-deps "$wheel" || return 1
 	site="$("$HOST_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" || return 1
-	echo "$HOST_DEPS" > "$site/ztbp-dependencies.pth"
-	say "stage install: the wheel without its dependencies; they are found in $HOST_DEPS"
+	printf '%s\n' "${dirs[@]}" > "$site/ztbp-dependencies.pth"
+	say "stage install: the wheel without its dependencies; they are found in ${dirs[*]}"
 }
 
 install_ctl() { # `ztbp build-ctl` where make and a C compiler exist; otherwise the binary the host built
