@@ -63,15 +63,17 @@ _POOL: Path | None = None
 #: runs three workers: the third takes the unit tests and notebooks): a guest under TCG keeps about one host core
 #: busy, so one chain alone left the second core idle once the unit tests were done. "vm-b": the guests with a
 #: conventional namespace beside the zoned one (bookworm and trixie; compiles and captures), then a guest of
-#: bookworm's default device (QEMU's loops, the fio-file capture, ztbp-ctl); "vm-a": bookworm's default device
-#: (captures, the profiler), the host path's real-drive-shaped device, then NVMeVirt. Within a chain the files run
+#: bookworm's default device (QEMU's loops, the fio-file capture, ztbp-ctl, QEMU's profile); "vm-a": bookworm's
+#: default device (captures), the host path's real-drive-shaped device, then NVMeVirt. Within a chain the files run
 #: in this order, so the tests of one guest follow each other and (ZTBP_POOL_MAX) each guest boots once.
 #: Balanced by the shared guests' seconds (end of a run): with the host path in vm-b, vm-b took 1,208 s to its quiet
 #: files and vm-a 842 s; with it in vm-a, vm-a 1,054 s and vm-b 617 s; the loops (about 210 s) then went to vm-b,
 #: which left vm-a 985 s to NVMeVirt and vm-b 783 s to its quiet files: the fio-file capture and ztbp-ctl (38 s)
-#: followed them.
+#: followed them; with the host path's install cut, vm-a took about 770 s and vm-b 610 s, so QEMU's profile (96 s)
+#: followed too.
 VM_CHAINS = {"vm-b": ("test_app_vm.py", "test_resets_vm.py", "test_layers_vm.py", "test_loop_qemu_vm.py",
-                      "test_capture_fio_file_vm.py", "test_ztbp_ctl_vm.py", "test_one_liners_vm.py"),
+                      "test_capture_fio_file_vm.py", "test_ztbp_ctl_vm.py", "test_device_qemu_vm.py",
+                      "test_one_liners_vm.py"),
              "vm-a": ("test_capture_vm.py", "test_host_path_vm.py", "test_device_vm.py", "test_loop_vm.py",
                       "test_host_path_nvmevirt_vm.py")}
 VM_ORDER = VM_CHAINS["vm-b"] + VM_CHAINS["vm-a"]

@@ -8,6 +8,7 @@ bpftrace runs through the same functions in the VM tests (test_capture_vm.py, te
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -22,7 +23,8 @@ FAST = "PROBE_RESIGNAL_IDLE=1; PROBE_STOP_IDLE=3; PROBE_KILL_WAIT=1; PROBE_ATTAC
 
 FAKE_BPFTRACE = r"""#!/usr/bin/env python3
 # Stands in for bpftrace in tests/test_probe_lib.py. FAKE_BT: prompt (stops at the first SIGINT), miss-first (at
-# the second), deaf (never: SIGTERM ends it), crash (exits before attaching), silent (never prints its header).
+# the second), deaf (never: SIGTERM ends it), crash (exits before attaching), silent (never prints its header),
+# slow (busy for 3 s after SIGINT, then stops).
 import os, signal, sys, time
 mode = os.environ["FAKE_BT"]
 if sys.argv[1:2] == ["--help"]:  # the variables a bpftrace reads: 0.17 (Debian 12) or 0.23 (Debian 13) names
@@ -34,6 +36,10 @@ def on_int(sig, frame):
     seen += 1
     if mode == "deaf" or (mode == "miss-first" and seen == 1):
         return
+    if mode == "slow":
+        t = time.monotonic()
+        while time.monotonic() - t < 3:
+            pass
     print("@completed: 3\n@lost: 0", flush=True)
     sys.exit(0)
 signal.signal(signal.SIGINT, on_int)
@@ -136,6 +142,17 @@ def test_start_and_stop_rules(tmp_path: Path, fake_bpftrace: dict[str, str], mod
     assert env["probe_layers_mode"] == "stream" and env["probe_layers_rows"] == "3"
     if clean:
         assert env["lost_events_layers"] == "0"
+
+
+def test_a_probe_slow_to_exit_is_described_while_it_is_waited_for(tmp_path: Path,
+                                                                  fake_bpftrace: dict[str, str]) -> None:
+    """A bpftrace busy after SIGINT is waited for (it is working), and said where it is: each thread's state,
+    kernel wait channel and CPU ticks; then it exits cleanly."""
+    res = lib(tmp_path, f'PROBE_EXIT_TELL=1; probe_start layers "{tmp_path}/probe.bt" 0 && probe_stop layers; '
+                        'echo "status=$STATUS rows=$PROBE_ROWS"', {**fake_bpftrace, "FAKE_BT": "slow"})
+    told = [line for line in res.stdout.splitlines() if "still exiting after" in line]
+    assert told and re.search(r"threads \(id:state:wchan:ticks\): \d+:R:[^:]*:\d+ ", told[0]), res.stdout
+    assert "terminating it" not in res.stdout and "status=complete rows=3" in res.stdout, res.stdout
 
 
 @pytest.mark.parametrize("mode,message", [("crash", "bpftrace layers exited: ERROR: Could not resolve kfunc"),

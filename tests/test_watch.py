@@ -521,6 +521,24 @@ def test_time_order_lets_rows_out_in_their_own_order() -> None:
             assert got["ts_ns"].is_sorted()
 
 
+def test_merged_equals_a_stable_sort_of_both() -> None:
+    # oracle: concatenate, then sort keeping the order of equal times; batches in order, overlapping, older, with
+    # ties, empty, and with a column of another type (the general way)
+    rng = np.random.default_rng(3)
+    for case in range(200):
+        n, m = int(rng.integers(0, 30)), int(rng.integers(1, 30))
+        lo = int(rng.integers(-5, 40)) if case % 3 else 25
+        held = pl.DataFrame({"ts_ns": np.sort(rng.integers(0, 25, n)).astype(np.uint64), "src": ["held"] * n})
+        new = pl.DataFrame({"ts_ns": np.sort(rng.integers(max(0, lo), max(0, lo) + 25, m)).astype(np.uint64),
+                            "src": [f"new{i}" for i in range(m)]})
+        if case % 7 == 0:
+            new = new.with_columns(pl.col("ts_ns").cast(pl.Int64))
+        want = pl.concat([held, new], how="diagonal_relaxed").sort("ts_ns", maintain_order=True)
+        got = cw.merged(held, new)
+        assert got.select(pl.col("ts_ns").cast(pl.Int64), "src").equals(
+            want.select(pl.col("ts_ns").cast(pl.Int64), "src")), case
+
+
 @pytest.mark.parametrize("lag_s", [0.5, 20.0])
 def test_a_lagging_probes_rows_make_windows_of_their_own_time(tmp_path: Path, lag_s: float) -> None:
     # two phases at 10,000 reads a second; bpftrace drains its two CPUs' buffers in turn every 3 s of the rows' time,
@@ -541,8 +559,10 @@ def test_a_lagging_probes_rows_make_windows_of_their_own_time(tmp_path: Path, la
 
 
 def test_a_window_of_2000_reads_finds_the_hot_set_on_a_real_drives_geometry() -> None:
-    # the host path test's watch windows (tests/test_host_path_vm.py): zones of 64 MiB holding 48 MiB, 1,024 of
-    # them, paper80's shape over the first 32 zones (80 % of the reads on 5 hot zones), 2,000 reads a window
+    # the host path test's geometry (tests/test_host_path_vm.py): zones of 64 MiB holding 48 MiB, 1,024 of them,
+    # paper80's shape over the first 32 zones (80 % of the reads on 5 hot zones); a window of 2,000 reads inside one
+    # phase. (That test's windows are 4,000 reads: with 2,000, the first window of its phase B, read while fio's
+    # phase began, once left one of B's zones out in a fresh-clone run.)
     meta = {"zone_size_lba": 16384, "zone_cap_lba": 12288, "lba_bytes": 4096, "nr_zones": 1024}
     p = WatchParams(k=2)
     hot = np.array([3, 9, 14, 22, 27])
@@ -557,12 +577,15 @@ def test_a_window_of_2000_reads_finds_the_hot_set_on_a_real_drives_geometry() ->
 
 
 def test_each_window_gives_the_devices_read_latency_in_and_out_of_the_set_in_force(tmp_path: Path) -> None:
-    # known answers: zone 1 (in force) read in 10 and 30 µs, zone 2 in 1,000 µs
-    reads = pl.DataFrame({"slba": np.array([1024, 1030, 2048], dtype=np.uint64),
-                          "nlb": np.ones(3, dtype=np.uint32), "lat_ns": np.array([10_000, 30_000, 1_000_000])})
+    # known answers: zone 1 (in force) read in 10, 20 and 60 µs, zone 2 in 1,000 µs (p50 and p99: latencies
+    # measured, the nearest rank, as the loop's rounds give them)
+    reads = pl.DataFrame({"slba": np.array([1024, 1030, 1031, 2048], dtype=np.uint64),
+                          "nlb": np.ones(4, dtype=np.uint32), "lat_ns": np.array([10_000, 60_000, 20_000, 1_000_000])})
     assert cw_analysis.read_latency(reads, (1,), 1024) == {
-        "in_force": {"reads": 2, "p50_us": 20.0, "mean_us": 20.0},
-        "other": {"reads": 1, "p50_us": 1000.0, "mean_us": 1000.0}}
+        "in_force": {"reads": 3, "p50_us": 20.0, "p99_us": 60.0, "mean_us": 30.0},
+        "other": {"reads": 1, "p50_us": 1000.0, "p99_us": 1000.0, "mean_us": 1000.0}}
+    assert cw_analysis.read_latency(reads.filter(pl.col("slba") < 2048), (1,), 1024)["other"] == {
+        "reads": 0, "p50_us": None, "p99_us": None, "mean_us": None}
     assert cw_analysis.read_latency(reads.drop("lat_ns"), (1,), 1024) is None
     # in the session: every window says it, the set in force's side empty before the first apply
     session(tmp_path, FakeDevice()).run(replay(windows([("hot", 4, A)]), META, seed=7))

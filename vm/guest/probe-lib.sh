@@ -47,6 +47,7 @@ PROBE_RESIGNAL_IDLE=5        # s without CPU after which SIGINT is sent again
 PROBE_STOP_IDLE=120          # s without CPU after SIGINT before giving up on a clean exit
 PROBE_STOP_TIMEOUT=1800      # s in all for the clean exit (a map of millions of rows prints for minutes)
 PROBE_KILL_WAIT=5            # s between SIGTERM and SIGKILL
+PROBE_EXIT_TELL=30           # s after SIGINT from which a probe still exiting is described, then every 120 s
 PROBE_RB_PAGES="${ZTBP_RB_PAGES:-32768}"   # perf buffer pages per CPU of a streaming probe (128 MiB)
 MAP_KEYS_SPARE=50000         # room beyond 1.5 x the expected count (split I/O, other processes, leftovers)
 MAP_MEMORY_SHARE=4           # maps may take 1 / this of the memory available
@@ -357,12 +358,26 @@ recursion_misses() { # PID: runs of its BPF programs the kernel skipped (fdinfo;
 	echo "$n"
 }
 
+probe_threads() { # PID: each thread's id, state, kernel wait channel and CPU ticks (why an exit takes long)
+	local t
+	for t in /proc/"$1"/task/*; do
+		printf '%s:%s:%s:%s ' "${t##*/}" "$(awk '{print $3}' "$t/stat" 2>/dev/null)" "$(cat "$t/wchan" 2>/dev/null)" \
+			"$(awk '{print $14 + $15}' "$t/stat" 2>/dev/null)"
+	done
+}
+
 probe_signal_until_exit() { # NAME: the STOP RULE
-	local name="$1" pid="${PROBE_PID[$1]}" t0=$SECONDS idle=0 ticks now
+	local name="$1" pid="${PROBE_PID[$1]}" t0=$SECONDS idle=0 ticks now tell=$PROBE_EXIT_TELL
 	ticks="$(cpu_ticks "$pid")"
 	kill -INT "$pid" 2>/dev/null
 	while kill -0 "$pid" 2>/dev/null; do
 		sleep 1
+		if [ $((SECONDS - t0)) -ge "$tell" ]; then  # a streaming probe exits in seconds; once, an appops probe took
+			# 649 s, busy all along: where it is, every 2 minutes
+			say "stage probe $name: still exiting after $((SECONDS - t0)) s, its threads (id:state:wchan:ticks):" \
+				"$(probe_threads "$pid")"
+			tell=$((tell + 120))
+		fi
 		now="$(cpu_ticks "$pid")"
 		if [ "$now" = "$ticks" ]; then idle=$((idle + 1)); else idle=0; fi
 		ticks="$now"

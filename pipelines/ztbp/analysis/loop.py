@@ -47,22 +47,27 @@ def dmesg_figures(text: str) -> dict[str, Any]:
     return {"zones": zones[-5:], "counters": tot}
 
 
+def latency_summary(reads: Any) -> dict[str, Any]:
+    """The device latency (the probe's lat_ns, issue to completion) of a frame of reads: how many, p50, p99 (each a
+    latency measured, the nearest rank) and mean, in µs; None for each figure of no read. The loop's rounds and the
+    watch's windows both say it so."""
+    import polars as pl
+
+    if reads.height == 0:
+        return {"reads": 0, "p50_us": None, "p99_us": None, "mean_us": None}
+    lat = reads["lat_ns"].cast(pl.Float64) / 1000
+    return {"reads": reads.height, "p50_us": round(float(lat.quantile(0.5, "nearest")), 1),
+            "p99_us": round(float(lat.quantile(0.99, "nearest")), 1), "mean_us": round(float(lat.mean()), 1)}
+
+
 def latency_split(events: Any, listed: list[int]) -> dict[str, Any]:
     """Device latency (the probe's lat_ns) of the round's reads: overall, in the listed zones and in the others."""
     import polars as pl
 
     reads = events.filter(pl.col("op") == "read")
-
-    def summary(df: pl.DataFrame) -> dict[str, Any]:
-        if df.height == 0:
-            return {"reads": 0, "p50_us": None, "p99_us": None, "mean_us": None}
-        lat = df["lat_ns"].cast(pl.Float64) / 1000
-        return {"reads": df.height, "p50_us": round(float(lat.quantile(0.5, "nearest")), 1),
-                "p99_us": round(float(lat.quantile(0.99, "nearest")), 1), "mean_us": round(float(lat.mean()), 1)}
-
     inside = pl.col("zone").is_in(listed)
-    return {"all": summary(reads), "listed": summary(reads.filter(inside)),
-            "unlisted": summary(reads.filter(~inside))}
+    return {"all": latency_summary(reads), "listed": latency_summary(reads.filter(inside)),
+            "unlisted": latency_summary(reads.filter(~inside))}
 
 
 def measured_gain(this_round: dict[str, Any], previous: dict[str, Any] | None) -> float | None:

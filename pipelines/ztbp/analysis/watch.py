@@ -33,6 +33,7 @@ import polars as pl
 
 from .cachesim import Trace
 from .cluster import N_SPLITS, Cells, cluster_cells, hot_zones_from_labels
+from .loop import latency_summary
 from .params import CACHE_MIB, PAGE_KIB, PAPER_EPS, PAPER_MIN_SAMPLES, RECOMMEND_GAIN, ClusterParams
 
 DAY_S = 86_400.0
@@ -71,18 +72,13 @@ def read_rows(frame: pl.DataFrame) -> pl.DataFrame:
 
 def read_latency(reads: pl.DataFrame, zones: tuple[int, ...], zone_size_lba: int) -> dict[str, Any] | None:
     """The device's read latency (the probe's lat_ns, issue to completion) in the zones of `zones` and in the
-    others: reads, p50 and mean in µs of each. A device that acts on the configuration shows it here (NVMeVirt
-    serves its listed zones in microseconds, the others in a millisecond). None without lat_ns."""
+    others: reads, p50, p99 and mean in µs of each (loop.latency_summary, as the loop's rounds say it). A device
+    that acts on the configuration shows it here (NVMeVirt serves its listed zones in microseconds, the others in a
+    millisecond). None without lat_ns."""
     if "lat_ns" not in reads.columns:
         return None
     listed = (pl.col("slba") // zone_size_lba).is_in(list(zones))
-
-    def side(df: pl.DataFrame) -> dict[str, Any]:
-        lat = df["lat_ns"].cast(pl.Float64) / 1000
-        return {"reads": df.height, "p50_us": None if df.height == 0 else round(float(lat.median()), 1),  # type: ignore[arg-type]
-                "mean_us": None if df.height == 0 else round(float(lat.mean()), 1)}  # type: ignore[arg-type]
-
-    return {"in_force": side(reads.filter(listed)), "other": side(reads.filter(~listed))}
+    return {"in_force": latency_summary(reads.filter(listed)), "other": latency_summary(reads.filter(~listed))}
 
 
 def cell_counts(reads: pl.DataFrame, cell_lba: int, n_cells: int) -> np.ndarray:

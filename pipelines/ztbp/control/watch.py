@@ -138,6 +138,18 @@ class ProbeLines:
             yield self._batch(body, first, lost)
 
 
+def merged(held: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
+    """Two frames sorted by ts_ns as one, `held`'s rows first among equal times: `new` appended when it starts no
+    earlier than `held` ends (rows in order, the common case: no copy), merged otherwise (linear, no new sort)."""
+    if not held.height:
+        return new
+    if held.schema != new.schema:  # a column's type differs between batches: the general way
+        return pl.concat([held, new], how="diagonal_relaxed").sort("ts_ns", maintain_order=True)
+    if new["ts_ns"][0] >= held["ts_ns"][-1]:
+        return pl.concat([held, new], rechunk=False)
+    return held.merge_sorted(new, "ts_ns")
+
+
 class TimeOrder:
     """The batches of a source again, their rows in their own time order (ts_ns): each row is held until this
     machine's CLOCK_MONOTONIC (the probe's clock) has passed its issue time by the hold, then let out sorted with the
@@ -165,8 +177,7 @@ class TimeOrder:
             now = self.clock()
             if batch.frame.height:
                 self._follow(now, now - int(batch.frame["ts_ns"].min()))  # type: ignore[arg-type]
-                held = pl.concat([held, batch.frame], how="diagonal_relaxed") if held.height else batch.frame
-                held = held.sort("ts_ns", maintain_order=True)
+                held = merged(held, batch.frame.sort("ts_ns", maintain_order=True))
             if not held.height:
                 yield Batch(held, batch.lost, self.hold_ns)
                 continue
