@@ -63,19 +63,19 @@ _POOL: Path | None = None
 #: runs three workers: the third takes the unit tests and notebooks): a guest under TCG keeps about one host core
 #: busy, so one chain alone left the second core idle once the unit tests were done. "vm-b": the guests with a
 #: conventional namespace beside the zoned one (bookworm and trixie; compiles and captures), then a guest of
-#: bookworm's default device (QEMU's loops, the fio-file capture, ztbp-ctl, QEMU's profile); "vm-a": bookworm's
-#: default device (captures), the host path's real-drive-shaped device, then NVMeVirt. Within a chain the files run
+#: bookworm's default device (QEMU's loops, the fio-file capture, ztbp-ctl, Ctrl-C); "vm-a": bookworm's default device
+#: (captures, QEMU's profile), the host path's real-drive-shaped device, then NVMeVirt. Within a chain the files run
 #: in this order, so the tests of one guest follow each other and (ZTBP_POOL_MAX) each guest boots once.
 #: Balanced by the shared guests' seconds (end of a run): with the host path in vm-b, vm-b took 1,208 s to its quiet
 #: files and vm-a 842 s; with it in vm-a, vm-a 1,054 s and vm-b 617 s; the loops (about 210 s) then went to vm-b,
 #: which left vm-a 985 s to NVMeVirt and vm-b 783 s to its quiet files: the fio-file capture and ztbp-ctl (38 s)
-#: followed them; with the host path's install cut, vm-a took about 770 s and vm-b 610 s, so QEMU's profile (96 s)
-#: followed too.
+#: followed them. QEMU's profile followed too, once: then vm-b took 1,100 s and NVMeVirt waited 147 s for it, so
+#: it went back and the Ctrl-C capture (86-90 s) went instead.
 VM_CHAINS = {"vm-b": ("test_app_vm.py", "test_resets_vm.py", "test_layers_vm.py", "test_loop_qemu_vm.py",
-                      "test_capture_fio_file_vm.py", "test_ztbp_ctl_vm.py", "test_device_qemu_vm.py",
+                      "test_capture_fio_file_vm.py", "test_ztbp_ctl_vm.py", "test_capture_ctrl_c_vm.py",
                       "test_one_liners_vm.py"),
-             "vm-a": ("test_capture_vm.py", "test_host_path_vm.py", "test_device_vm.py", "test_loop_vm.py",
-                      "test_host_path_nvmevirt_vm.py")}
+             "vm-a": ("test_capture_vm.py", "test_device_qemu_vm.py", "test_host_path_vm.py", "test_device_vm.py",
+                      "test_loop_vm.py", "test_host_path_nvmevirt_vm.py")}
 VM_ORDER = VM_CHAINS["vm-b"] + VM_CHAINS["vm-a"]
 #: NVMeVirt's tests come last in their chain and wait until the other chain has ended (its worker leaves
 #: CHAIN_STARTED and CHAIN_DONE files where the workers' basetemps meet, and stops its guests at its end): the
@@ -86,6 +86,10 @@ CHAIN_STARTED, CHAIN_DONE = "chain-{}.started", "chain-{}.done"
 #: events): measured, NVMeVirt's tests otherwise sat idle 103 s of a run while the other chain compiled one-liners.
 #: (The host path ran beside NVMeVirt once: both took twice as long, its setup 600 s against 314 s alone.)
 QUIET_FILES = ("test_one_liners_vm.py",)
+#: files whose guest no earlier file of their chain shares, after which no file needs the earlier guests: those stop
+#: before them (an idle pooled guest still costs 2-7 % of a host core; the default device's guest sat idle through
+#: the host path's 500 s)
+FRESH_GUEST_FILES = ("test_host_path_vm.py",)
 CHAIN_QUIET = "chain-{}.quiet"
 #: the longest wait for the other chain (a guest there has its own timeouts; then NVMeVirt goes on anyway)
 ALONE_WAIT_S = 3600
@@ -268,11 +272,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(trylast=True)  # after pytest's own teardown of the fixtures
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """The last test of a chain other than NVMeVirt's: its guests stop, then it says the chain is done. In NVMeVirt's
-    chain, the guests stop before its first NVMeVirt test."""
+    chain, the guests stop before its first NVMeVirt test; in any chain, before a file of FRESH_GUEST_FILES."""
     place = _meeting_place(item.config) if item.get_closest_marker("vm") is not None else None
     chain = vm_chain(item.path.name)
     if place is None:
         return
+    if nextitem is not None and nextitem.path.name in FRESH_GUEST_FILES and item.path.name != nextitem.path.name:
+        stop_shared_guests()  # the guests so far have served
     if chain == NVMEVIRT_CHAIN:
         if not is_nvmevirt(item) and nextitem is not None and is_nvmevirt(nextitem):
             stop_shared_guests()  # its QEMU guest has served: NVMeVirt's guest boots alone

@@ -1,7 +1,7 @@
 """The device study on QEMU's zoned namespace, for real: `ztbp profile` there is the negative control of the
 profiler (no parallel structure: it must say so); NVMeVirt's prototype, the positive control, is in
-test_device_vm.py. Its own file so it runs in the other chain than NVMeVirt's (tests/conftest.py VM_CHAINS), in
-the pooled guest of bookworm's default device that QEMU's loops use.
+test_device_vm.py. Its own file, so it runs in the pooled guest of bookworm's default device with the captures,
+before the host path, whichever chain that is (tests/conftest.py VM_CHAINS), and NVMeVirt's tests come last.
 """
 
 from __future__ import annotations
