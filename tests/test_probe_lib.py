@@ -24,7 +24,8 @@ FAST = "PROBE_RESIGNAL_IDLE=1; PROBE_STOP_IDLE=3; PROBE_KILL_WAIT=1; PROBE_ATTAC
 FAKE_BPFTRACE = r"""#!/usr/bin/env python3
 # Stands in for bpftrace in tests/test_probe_lib.py. FAKE_BT: prompt (stops at the first SIGINT), miss-first (at
 # the second), deaf (never: SIGTERM ends it), crash (exits before attaching), silent (never prints its header),
-# slow (busy for 3 s after SIGINT, then stops).
+# slow (busy for 3 s after SIGINT, then stops), miss-first-polling (at the second, waiting in epoll_wait meanwhile and
+# using some CPU every second, as bpftrace under emulation).
 import os, signal, sys, time
 mode = os.environ["FAKE_BT"]
 if sys.argv[1:2] == ["--help"]:  # the variables a bpftrace reads: 0.17 (Debian 12) or 0.23 (Debian 13) names
@@ -34,7 +35,7 @@ seen = 0
 def on_int(sig, frame):
     global seen
     seen += 1
-    if mode == "deaf" or (mode == "miss-first" and seen == 1):
+    if mode == "deaf" or (mode in ("miss-first", "miss-first-polling") and seen == 1):
         return
     if mode == "slow":
         t = time.monotonic()
@@ -48,6 +49,14 @@ if mode == "crash":
     sys.exit(1)
 if mode != "silent":
     print("Attaching 2 probes...\n# ztbp layers v1\nts_ns,tid\n1,2\n3,4\n5,6", flush=True)
+if mode == "miss-first-polling":
+    import select
+    ep = select.epoll()
+    while True:
+        ep.poll(0.1)
+        t = time.monotonic()
+        while time.monotonic() - t < 0.03:  # CPU every second: a stop rule that waits for none never resignals
+            pass
 while True:
     time.sleep(0.2)
 """
@@ -142,6 +151,16 @@ def test_start_and_stop_rules(tmp_path: Path, fake_bpftrace: dict[str, str], mod
     assert env["probe_layers_mode"] == "stream" and env["probe_layers_rows"] == "3"
     if clean:
         assert env["lost_events_layers"] == "0"
+
+
+def test_a_missed_sigint_is_sent_again_while_bpftrace_waits_in_its_event_loop(tmp_path: Path,
+                                                                               fake_bpftrace: dict[str, str]) -> None:
+    """Seen in the guest: bpftrace missed the SIGINT and stayed in epoll_wait, its polling using CPU every second,
+    so a rule that resends only after seconds without CPU waited 529 and 649 s. In its event loop it prints
+    nothing: the SIGINT is sent again, and it exits cleanly (here within the 8 s this test allows)."""
+    res = lib(tmp_path, f'PROBE_STOP_TIMEOUT=8; probe_start layers "{tmp_path}/probe.bt" 0 && probe_stop layers; '
+                        'echo "status=$STATUS rows=$PROBE_ROWS"', {**fake_bpftrace, "FAKE_BT": "miss-first-polling"})
+    assert "terminating it" not in res.stdout and "status=complete rows=3" in res.stdout, res.stdout + res.stderr
 
 
 def test_a_probe_slow_to_exit_is_described_while_it_is_waited_for(tmp_path: Path,

@@ -35,8 +35,10 @@
 #              the kernel skipped (fdinfo recursion_misses), each possibly a command or request without a row
 #   dropped    @lost + @unsure, the requests a probe counted as having no row (probes/layers.bt: state it could
 #              not store; @unsure: calls it counted before knowing whether they reach the device, an upper bound)
-# STOP RULE: SIGINT once; again every 5 s while bpftrace uses no CPU (it has been seen to miss one and sit in
-# epoll_wait; a second SIGINT while it prints a map would kill it); after PROBE_STOP_IDLE s without CPU or
+# STOP RULE: SIGINT once; again every 5 s while bpftrace uses no CPU or still waits in its event loop (epoll_wait):
+# it has been seen to miss one and sit there, under emulation waking often enough to use some CPU every second (an
+# appops probe so took 529 and 649 s to exit); a second SIGINT while it prints a map would kill it, and it prints
+# outside epoll_wait. After PROBE_STOP_IDLE s without CPU or
 # PROBE_STOP_TIMEOUT s in all, SIGTERM, then SIGKILL after PROBE_KILL_WAIT s. A probe whose counters were not
 # printed (killed) fails the capture: its losses are unknown.
 
@@ -367,13 +369,13 @@ probe_threads() { # PID: each thread's id, state, kernel wait channel and CPU ti
 }
 
 probe_signal_until_exit() { # NAME: the STOP RULE
-	local name="$1" pid="${PROBE_PID[$1]}" t0=$SECONDS idle=0 ticks now tell=$PROBE_EXIT_TELL
+	local name="$1" pid="${PROBE_PID[$1]}" t0=$SECONDS idle=0 polling=0 ticks now tell=$PROBE_EXIT_TELL
 	ticks="$(cpu_ticks "$pid")"
 	kill -INT "$pid" 2>/dev/null
 	while kill -0 "$pid" 2>/dev/null; do
 		sleep 1
-		if [ $((SECONDS - t0)) -ge "$tell" ]; then  # a streaming probe exits in seconds; once, an appops probe took
-			# 649 s, busy all along: where it is, every 2 minutes
+		if [ $((SECONDS - t0)) -ge "$tell" ]; then  # a streaming probe exits in seconds: where a slow one is, every
+			# 2 minutes
 			say "stage probe $name: still exiting after $((SECONDS - t0)) s, its threads (id:state:wchan:ticks):" \
 				"$(probe_threads "$pid")"
 			tell=$((tell + 120))
@@ -381,8 +383,15 @@ probe_signal_until_exit() { # NAME: the STOP RULE
 		now="$(cpu_ticks "$pid")"
 		if [ "$now" = "$ticks" ]; then idle=$((idle + 1)); else idle=0; fi
 		ticks="$now"
+		case "$(cat "/proc/$pid/wchan" 2>/dev/null)" in
+			do_epoll_wait|ep_poll) polling=$((polling + 1)) ;;
+			*) polling=0 ;;
+		esac
 		if [ "$idle" -ge "$PROBE_STOP_IDLE" ] || [ $((SECONDS - t0)) -ge "$PROBE_STOP_TIMEOUT" ]; then break; fi
-		if [ "$idle" -gt 0 ] && [ $((idle % PROBE_RESIGNAL_IDLE)) -eq 0 ]; then kill -INT "$pid" 2>/dev/null; fi
+		if { [ "$idle" -gt 0 ] && [ $((idle % PROBE_RESIGNAL_IDLE)) -eq 0 ]; } || [ "$polling" -ge "$PROBE_RESIGNAL_IDLE" ]; then
+			kill -INT "$pid" 2>/dev/null
+			polling=0
+		fi
 	done
 	if kill -0 "$pid" 2>/dev/null; then
 		say "stage probe $name: bpftrace did not finish after SIGINT in $((SECONDS - t0)) s (wchan" \
