@@ -361,10 +361,10 @@ recursion_misses() { # PID: runs of its BPF programs the kernel skipped (fdinfo;
 }
 
 probe_threads() { # PID: each thread's id, state, kernel wait channel and CPU ticks (why an exit takes long)
-	local t
+	local t stat
 	for t in /proc/"$1"/task/*; do
-		printf '%s:%s:%s:%s ' "${t##*/}" "$(awk '{print $3}' "$t/stat" 2>/dev/null)" "$(cat "$t/wchan" 2>/dev/null)" \
-			"$(awk '{print $14 + $15}' "$t/stat" 2>/dev/null)"
+		stat="$(awk '{print $3, $14 + $15}' "$t/stat" 2>/dev/null)"  # state, then ticks as cpu_ticks counts them
+		printf '%s:%s:%s:%s ' "${t##*/}" "${stat% *}" "$(cat "$t/wchan" 2>/dev/null)" "${stat#* }"
 	done
 }
 
