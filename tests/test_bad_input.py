@@ -502,7 +502,7 @@ TEXT_NUMBERS = [(c, o, v) for c, o in (
     ("perfetto", "--window"), ("perfetto", "--zones"), ("profile", "--zones"), ("profile", "--bs"),
     ("workload", "--region"), ("workload", "--hot-zones"), ("capture", "--zone-cap"), ("capture", "--conv-ns"),
     ("capture", "--nvmevirt-storage"), ("capture-layers", "--size"), ("capture-app", "--cache-size"),
-    ("loop", "--hot-zones"), ("regime", "--outstanding"),
+    ("loop", "--hot-zones"), ("loop", "--conv-ns"), ("regime", "--outstanding"),
 ) for v in (*BAD_NUMBERS, "-1:inf", "1e300:", "0,nan", "99999999999999999999")]
 
 

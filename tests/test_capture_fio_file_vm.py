@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from loop_run import CONV_NS
 
 from ztbp import paths
 from ztbp.contract import NVME_COLUMNS, NVME_VERSION_LINE, read_meta
@@ -47,7 +48,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> RunPaths:
     out = tmp / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "ztbp.cli", "capture", "--fio-file", str(job), "--reads", str(READS), "--out",
-         str(out), "--timeout", "900"], capture_output=True, text=True, cwd=paths.ROOT)
+         str(out), "--timeout", "900", *CONV_NS], capture_output=True, text=True, cwd=paths.ROOT)
     print(proc.stdout[-3000:], proc.stderr[-3000:])
     assert proc.returncode == 0, proc.stderr
     assert "capture complete" in proc.stdout

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from loop_run import CONV_NS
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "tools" / "ztbp-ctl"
 VMTEST = ROOT / "vm" / "vmtest.sh"
 GUEST_CTL = "/ztbp/src/tools/ztbp-ctl/build/ztbp-ctl"
-ZONES = 64  # the default device: the guest shared with the capture tests
+ZONES = 64  # the default device (with CONV_NS beside it: the guest shared with its chain's captures)
 ZONE_MIB = 32
 LBA = 4096
 IO_ZONE = 3
@@ -146,7 +147,7 @@ def guest(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (out / "config-ok.json").write_text(json.dumps(_config(ZONES, zone_lba)))
     (out / "config-other-geometry.json").write_text(json.dumps(_config(2 * ZONES, zone_lba)))
     cmd = [str(VMTEST), "-o", str(out), "-q", "-t", "840", "--zones", str(ZONES), "--zone-size", f"{ZONE_MIB}M",
-           "--lba-size", str(LBA), "--", "bash /ztbp/out/guest.sh"]
+           "--lba-size", str(LBA), *CONV_NS, "--", "bash /ztbp/out/guest.sh"]
     for attempt in range(1, BOOT_ATTEMPTS + 1):
         rc, stderr = _boot(cmd, out / "console.log")
         if rc is not None or attempt == BOOT_ATTEMPTS:

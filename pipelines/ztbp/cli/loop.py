@@ -64,7 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run on this machine's zoned namespace DEV instead of a VM (root; destroys the data of the "
                         "zones the workload resets and prefills)")
     add_module_args(p, "--host DEV")
-    add_geometry_args(p, limits=True)
+    add_geometry_args(p, limits=True, conv_ns=None)
     p.add_argument("-o", "--out", default=None, help="loop directory (default: runs/<UTC time>-loop-<workload>)")
     p.add_argument("--timeout", type=bounded("timeout"), default=7200, help="kill the guest after this many seconds")
     p.add_argument("--json", action="store_true", help="print loop.json instead of the summary")
