@@ -47,7 +47,7 @@ from typing import Any
 import numba
 import numpy as np
 import polars as pl
-from scipy.stats import binom
+from scipy.special import bdtrc
 
 from ..errors import ZtbpError
 from ..units import check_limit
@@ -348,7 +348,10 @@ def zone_p_values(reads: np.ndarray, exposure: np.ndarray, hot: np.ndarray) -> n
     e_other = exposure[rest].sum() - np.where(rest, exposure, 0)
     p = np.ones(reads.size)
     ok = (reads > 0) & (e_other > 0)
-    p[ok] = binom.sf(reads[ok] - 1, reads[ok] + n_other[ok], exposure[ok] / (exposure[ok] + e_other[ok]))
+    # P(X >= r) = P(X > r - 1): the binomial survival function from scipy.special (scipy.stats' binom.sf gives
+    # the same within 4e-10 relative, but importing scipy.stats cost 3.9 s of `ztbp watch`'s 5.2 s of imports here,
+    # and minutes under emulation)
+    p[ok] = bdtrc(reads[ok] - 1, reads[ok] + n_other[ok], exposure[ok] / (exposure[ok] + e_other[ok]))
     return p
 
 
