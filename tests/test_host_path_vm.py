@@ -113,15 +113,7 @@ def quick_env() -> dict[str, str]:
         pytest.skip(f"the guest (Debian 12) has Python 3.11, this environment {sys.version_info[0]}."
                     f"{sys.version_info[1]}: `just test-host-path` installs every dependency instead")
     return {"ZTBP_HOST_DEPS": f"/ztbp/out/compat:/ztbp/src/{site.relative_to(CHECKOUT)}", "ZTBP_HOST_VENV": "/opt/ztbp",
-            **({} if FULL else {"ZTBP_HOST_STEPS": "install ctl doctor capture watch", "ZTBP_HOST_PROBE": QUICK_PROBE,
-                                **QUICK_NUMBA})}
-
-
-#: the README test line's watch session compiles the window analysis (DBSCAN, the cache model) with numba in the
-#: guest, where every compile is emulated: LLVM's -O0 halves that (the same functions compiled on a busy host:
-#: 44.6 s at numba's default -O3, 21.2 s at -O0) and windows of 4,000 reads need no faster code. The same source
-#: is compiled and run; `just test-host-path` keeps numba's default.
-QUICK_NUMBA = {"NUMBA_OPT": "0"}
+            **({} if FULL else {"ZTBP_HOST_STEPS": "install ctl doctor capture watch", "ZTBP_HOST_PROBE": QUICK_PROBE})}
 
 
 @pytest.fixture(scope="module")
