@@ -1,6 +1,6 @@
 """Ctrl-C during a real capture in QEMU: fio stops, the trace so far is saved and meta.json says it is partial. Its
-own file, so it runs in the pooled guest of bookworm's default device in whichever chain has room
-(tests/conftest.py VM_CHAINS); the capture it interrupts is test_capture_vm.py's.
+own file, so it runs in the pooled guest of whichever chain has room (tests/conftest.py VM_CHAINS: vm-b's, with a
+conventional namespace beside the zoned one); the capture it interrupts is test_capture_vm.py's.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from loop_run import CONV_NS
 from test_capture_vm import JOBS, rows
 
 from ztbp import paths
@@ -36,7 +37,7 @@ def test_ctrl_c_leaves_a_valid_partial_run(tmp_path: Path) -> None:
     out = tmp_path / "partial"
     proc = subprocess.Popen(
         [sys.executable, "-m", "ztbp.cli", "capture", "paper80", "--reads", str(ASKED), "--jobs", str(JOBS),
-         "--out", str(out), "--timeout", "900"],
+         "--out", str(out), "--timeout", "900", *CONV_NS],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=paths.ROOT)
     assert proc.stdout is not None
     seen = []
