@@ -63,20 +63,19 @@ _POOL: Path | None = None
 #: runs three workers: the third takes the unit tests and notebooks): a guest under TCG keeps about one host core
 #: busy, so one chain alone left the second core idle once the unit tests were done. "vm-b": bookworm's default
 #: device with a conventional namespace beside it (loop_run.CONV_NS: the application capture, zone cycling, QEMU's
-#: loops, the fio-file capture, ztbp-ctl, Ctrl-C, the guest battery), then the layer captures and one-liners on it
-#: and on trixie's; "vm-a": bookworm's default device (the paper80 capture, QEMU's profile), the host path's
-#: real-drive-shaped device, then NVMeVirt. Within a chain the files run in this order, so the tests of one guest
-#: follow each other and (ZTBP_POOL_MAX) each guest boots once; trixie's boots last, for its two files.
+#: loops, the fio-file capture, ztbp-ctl, Ctrl-C), then the layer captures and one-liners on it and on trixie's;
+#: "vm-a": bookworm's default device (captures, QEMU's profile), the host path's real-drive-shaped device, then
+#: NVMeVirt. Within a chain the files run in this order, so the tests of one guest follow each other and
+#: (ZTBP_POOL_MAX) each guest boots once; trixie's boots last, for its two files.
 #: Balanced by the shared guests' seconds (end of a run): with the host path in vm-b, vm-b took 1,208 s to its quiet
 #: files and vm-a 842 s; with it in vm-a, vm-a 1,054 s and vm-b 617 s; the loops (about 210 s) then went to vm-b,
 #: which left vm-a 985 s to NVMeVirt and vm-b 783 s to its quiet files: the fio-file capture and ztbp-ctl (38 s)
 #: followed them. QEMU's profile followed too, once: then vm-b took 1,100 s and NVMeVirt waited 147 s for it, so
 #: it went back and the Ctrl-C capture (86-90 s) went instead. vm-b's QEMU tests asked for two devices (with and
 #: without the conventional namespace), booted as two guests; they now ask for one. With the layer captures among
-#: the quiet files (below), vm-b reached them long before vm-a reached NVMeVirt (vm-a then took 1,330 s to it, the
-#: host path 672 s), so vm-b keeps the Ctrl-C capture and takes the guest battery (181-233 s) from vm-a.
+#: the quiet files (below), vm-b reaches them long before vm-a reaches NVMeVirt, so vm-b keeps the Ctrl-C capture.
 VM_CHAINS = {"vm-b": ("test_app_vm.py", "test_resets_vm.py", "test_loop_qemu_vm.py", "test_capture_fio_file_vm.py",
-                      "test_ztbp_ctl_vm.py", "test_capture_ctrl_c_vm.py", "test_battery_vm.py", "test_layers_vm.py",
+                      "test_ztbp_ctl_vm.py", "test_capture_ctrl_c_vm.py", "test_layers_vm.py",
                       "test_one_liners_vm.py"),
              "vm-a": ("test_capture_vm.py", "test_device_qemu_vm.py", "test_host_path_vm.py", "test_device_vm.py",
                       "test_loop_vm.py", "test_host_path_nvmevirt_vm.py")}

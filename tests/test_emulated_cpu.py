@@ -1,6 +1,6 @@
 """On a CPU QEMU's TCG emulates, importing the package keeps numpy to its SSE kernels (ztbp._emulated_cpu): there
 numpy's AVX2 argsort returned arrays out of order and `ztbp cluster` died with SIGSEGV (the guest check is
-tests/test_battery_vm.py)."""
+tests/test_capture_vm.py's battery)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ as every capture: meta.json written by the contract code), then `ztbp layers` on
 Checks: the layer means add up to the measured end-to-end syscall latency within 5 %; the device time of the layer
 probe agrees with `lat_ns` of the NVMe probe for the same requests within 10 % at the median; both probes' lost
 events are recorded in meta.json and are 0 with maps of the normal size, every fio read has its row (the negative
-control of test_battery_vm's tiny-map test); the file-system row is there and the rows name ext4.
+control of test_capture_vm's tiny-map test); the file-system row is there and the rows name ext4.
 """
 
 from __future__ import annotations
