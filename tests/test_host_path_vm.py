@@ -11,9 +11,10 @@ both loop rounds are whole, round 1 finds the hot zones exactly.
 
 Two ways, one test: `just test` (the README's test line) installs the wheel with `--no-deps` and lets the venv find
 its dependencies in the checkout's venv over the share (seconds), with 4,000 reads a capture and no loop (the watch
-session analyses in the guest); `just test-host-path` (ZTBP_TEST_HOST_PATH=1) installs everything from a wheelhouse
-as a user would (about 900 MB: 8 minutes over 9p under emulation; INSTALL=wheel as in `just test`), reads 20,000
-blocks a capture and runs the 2-round loop. The same host path on NVMeVirt is tests/test_host_path_nvmevirt_vm.py.
+session analyses in the guest, with the numba functions of its warm-up compiled on the host: tests/numba_seed.py);
+`just test-host-path` (ZTBP_TEST_HOST_PATH=1) installs everything from a wheelhouse as a user would (about 900 MB:
+8 minutes over 9p under emulation; INSTALL=wheel as in `just test`), compiles in the guest, reads 20,000 blocks a
+capture and runs the 2-round loop. The same host path on NVMeVirt is tests/test_host_path_nvmevirt_vm.py.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 
 import polars as pl
 import pytest
+from numba_seed import seed
 from wheelhouse import download, installed, pack, unpack, wheel_name, wheelhouse
 
 from ztbp.acquire.vm import Geometry, run_in_guest
@@ -116,6 +118,12 @@ def quick_env() -> dict[str, str]:
             **({} if FULL else {"ZTBP_HOST_STEPS": "install ctl doctor capture watch", "ZTBP_HOST_PROBE": QUICK_PROBE})}
 
 
+def guest_meta(g: Geometry) -> dict[str, int]:
+    """What `ztbp watch` reads of the guest's namespace (ztbp.control.watch.watch_device)."""
+    return {"lba_bytes": g.lba_bytes, "zone_size_lba": g.zone_bytes // g.lba_bytes, "nr_zones": g.zones,
+            **({"zone_cap_lba": g.zone_cap_bytes // g.lba_bytes} if g.zone_cap_bytes else {})}
+
+
 @pytest.fixture(scope="module")
 def host_path(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     out = tmp_path_factory.mktemp("host-path")
@@ -126,6 +134,12 @@ def host_path(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
            **WATCH_ENV,
            **(quick_env() if INSTALL == "wheel" else {})}
     stage(out)
+    if not FULL and INSTALL == "wheel":  # the watch's numba functions compiled here for the guest
+        # (tests/numba_seed.py); a user's first `ztbp watch` compiles them on its own machine, as the guest's does
+        # in `just test-host-path`
+        seeded, folder = seed(out, guest_meta(REAL_DRIVE), env["ZTBP_WATCH_ARGS"].split())
+        env.update(seeded)
+        env["ZTBP_HOST_DEPS"] += f":{folder}"
     res = run_in_guest("bash /ztbp/src/vm/guest/host-path.sh", out, geometry=REAL_DRIVE,
                        timeout=5400 if INSTALL == "wheelhouse" else 2400 if FULL else 1200, env=env)
     steps = dict(line.split("=", 1) for line in (out / "steps.env").read_text().splitlines() if "=" in line)
@@ -233,7 +247,7 @@ def test_watch_follows_the_hot_set_from_a_to_b_and_goes_on_when_set_is_refused(
     assert set(rows.filter(pl.col("op") != "read")["op"].cast(pl.Utf8)) <= {"zone_mgmt_recv"}
     assert len(windows) == 2 * WATCH_PHASE_WINDOWS, stop
     hot = [sorted(w["hot"]) for w in windows]
-    print("watch hot sets by window:", hot)
+    print("watch hot sets by window:", hot, f"warm-up {recs[0]['warm_up_s']} s")
     n = WATCH_PHASE_WINDOWS
     assert hot[n - 1] == list(WATCH_A) and hot[-1] == list(WATCH_B), hot
     applies = [r for r in recs if r["kind"] == "apply"]

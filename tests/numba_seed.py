@@ -1,0 +1,64 @@
+"""numba's compiled functions made on the host for a guest that runs the same package from another folder: the
+README test line's host path installs the wheel in the guest, whose `ztbp watch` compiled the window analysis
+(DBSCAN, the cache model) under emulation before its probe attached — 268 s of a 665 s host path in a fresh-clone
+run, against about 6 s on the host.
+
+numba keeps a compiled function under a folder named after the absolute folder of its source file, valid while
+the source's bytes (numba ≥ 0.62: their hash), the function's bytecode, numba's version and the target CPU stay
+the same. So: the same target on both sides (NUMBA_CPU_NAME=generic: no host-only instructions), and
+`PackageLocator` (NUMBA_CACHE_LOCATOR_CLASSES) names the folder after the package path instead (`ztbp.analysis`),
+so the checkout's `pipelines/ztbp/analysis` and the guest's `site-packages/ztbp/analysis` share it. A numba that
+knows no NUMBA_CACHE_LOCATOR_CLASSES compiles in the guest as before: slower, nothing else.
+
+The module has no import beyond numba's: the guest imports it from a copy beside the run (`seed`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from numba.core.caching import UserProvidedCacheLocator
+
+MODULE = "numba_seed"
+#: the environment of both sides: `seed`'s process on the host and the guest's (GUEST_DIR for NUMBA_CACHE_DIR)
+ENV = {"NUMBA_CPU_NAME": "generic", "NUMBA_CACHE_LOCATOR_CLASSES": f"{MODULE}.PackageLocator"}
+
+
+class PackageLocator(UserProvidedCacheLocator):
+    """NUMBA_CACHE_DIR/<package path>, e.g. `ztbp.analysis`, wherever the package is installed."""
+
+    @classmethod
+    def get_suitable_cache_subpath(cls, py_file: str) -> str:
+        folder = Path(py_file).resolve().parent
+        parts = [folder.name]
+        while (folder.parent / "__init__.py").is_file():
+            folder = folder.parent
+            parts.insert(0, folder.name)
+        return ".".join(parts)
+
+
+def seed(out: Path, meta: dict[str, int], watch_args: list[str]) -> tuple[dict[str, str], str]:
+    """The watch's warm-up (`ztbp.control.watch.warm_up`, with the parameters `ztbp watch` makes of `watch_args`)
+    compiled on the host into `out/numba`, this module copied to `out/numba-seed`: the guest's environment for it
+    (the share is /ztbp/out there) and the folder its venv must find this module in (ZTBP_HOST_DEPS)."""
+    (out / "numba-seed").mkdir(exist_ok=True)
+    shutil.copy2(Path(__file__), out / "numba-seed" / f"{MODULE}.py")
+    code = ("import json, sys\n"
+            "from ztbp.cli import build_parser\n"
+            "from ztbp.control.watch import warm_up\n"
+            "from ztbp.analysis.watch import WatchParams\n"
+            "a = build_parser().parse_args(['watch', '/dev/null', *json.loads(sys.argv[2])])\n"
+            "p = WatchParams(k=a.k, threshold=a.threshold, budget_per_day=a.budget_per_day, "
+            "min_interval_s=a.min_interval, backoff_s=a.backoff, cache_mib=a.cache_mib, page_kib=a.page_kib)\n"
+            "print(round(warm_up(json.loads(sys.argv[1]), p), 3))\n")
+    env = {**os.environ, **ENV, "NUMBA_CACHE_DIR": str(out / "numba"),
+           "PYTHONPATH": os.pathsep.join([str(out / "numba-seed"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(meta), json.dumps(watch_args)], env=env,
+                          capture_output=True, text=True, check=False, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"the host's warm-up failed: {done.stderr[-2000:]}")
+    return {**ENV, "NUMBA_CACHE_DIR": "/ztbp/out/numba"}, "/ztbp/out/numba-seed"
