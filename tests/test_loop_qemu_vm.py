@@ -13,14 +13,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from loop_run import CONV_NS, READS, assert_rounds_whole, loop
+from loop_run import READS, assert_rounds_whole, loop
 
 pytestmark = pytest.mark.vm
 ZIPF_READS = 10_000
 
 
 def test_qemu_loop_reports_the_refusal_and_scores_out_of_sample(tmp_path: Path) -> None:
-    proc, doc = loop(tmp_path / "q", "paper80", "--reads", str(READS), "--rounds", "2", *CONV_NS)
+    proc, doc = loop(tmp_path / "q", "paper80", "--reads", str(READS), "--rounds", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "refused SET (ztbp-ctl exit code 30" in proc.stderr
     r1, r2 = doc["rounds"]
@@ -35,7 +35,7 @@ def test_qemu_loop_reports_the_refusal_and_scores_out_of_sample(tmp_path: Path) 
 
 
 def test_zipf_loop_stops_with_nothing_recommended(tmp_path: Path) -> None:
-    proc, doc = loop(tmp_path / "z", "zipf", "--reads", str(ZIPF_READS), "--rounds", "3", *CONV_NS)
+    proc, doc = loop(tmp_path / "z", "zipf", "--reads", str(ZIPF_READS), "--rounds", "3")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(doc["rounds"]) == 1
     assert doc["stopped"].startswith("nothing recommended") and "nothing sent" in doc["stopped"]
