@@ -242,7 +242,7 @@ def test_the_mailbox_both_halves(tmp_path: Path) -> None:
 
     box = Mailbox(tmp_path / "req", tmp_path / "res").open(fresh=True)
     first, second = box.request("fio", "job 1\n"), box.request("reset", "0 2\n")
-    serve = ('while f="$(mailbox_next "$REQ" "$RES")"; do id="$(basename "${f%.*}")"; '
+    serve = ('while mailbox_next "$REQ" "$RES"; do f="$NEXT" id="$NEXT_ID"; '
              'wc -c < "$f" | mailbox_answer "$RES/$id.out"; mailbox_status "$RES" "$id" "${id: -1}"; done')
     proc = lib(tmp_path, f'REQ="{box.outbox}"; RES="{box.answers}"; {serve}')
     assert proc.returncode == 0, proc.stderr
@@ -254,6 +254,31 @@ def test_the_mailbox_both_halves(tmp_path: Path) -> None:
     (tmp_path / "stop").touch()
     proc = lib(tmp_path, f'STOP_FILE="{tmp_path}/stop"; mailbox_wait "{tmp_path}/x" 60 loop')
     assert proc.returncode == 1 and "ZTBP: loop stop requested" in proc.stdout
+
+
+def test_the_waits_poll_without_external_commands(tmp_path: Path) -> None:
+    """A fork costs ~60 ms under TCG, so the guest scripts' waits poll with builtins: `nap` sleeps on a FIFO (made
+    once: mkfifo and rm are the only commands it may run), `has_line` and `lines_matching` read small files. Here
+    they run with nothing else on the PATH, so any other command would fail."""
+    import shutil
+    import time
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("mkfifo", "rm"):
+        (bindir / tool).symlink_to(shutil.which(tool) or f"/bin/{tool}")
+    (tmp_path / "out").write_text('Attaching 2 probes...\n# ztbp nvme v1\n{"kind": "window"}\n{"kind": "window"}')
+    script = (f'PATH="{bindir}"; TMPDIR="{tmp_path}"; O="{tmp_path}/out"; nap 0.3; nap 0.3; '
+              'has_line "$O" "# ztbp nvme v1" && echo header; '
+              'has_line "$O" "# ztbp nvme" || echo "no prefix match"; has_line "$O.none" "*" || echo "no file"; '
+              """lines_matching "$O" '*"kind": "window"*'; echo "windows $MATCHED"; """
+              'lines_matching "$O.none" "*"; echo "none $MATCHED"')
+    t0 = time.monotonic()
+    res = lib(tmp_path, script)
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    assert res.stdout.splitlines() == ["header", "no prefix match", "no file", "windows 2", "none 0"]
+    assert time.monotonic() - t0 >= 0.6
+    assert not list(tmp_path.glob(".ztbp-nap.*"))  # the FIFO's name is gone once it is open
 
 
 def test_a_guest_script_run_here_reports_its_lines_and_status(tmp_path: Path) -> None:

@@ -93,7 +93,7 @@ watch_progress() {
 			return
 		fi
 		say "progress traced=$(probe_traced nvme) fio=$(fio_done)"
-		sleep "$PROGRESS_SECONDS"
+		nap "$PROGRESS_SECONDS"
 	done
 }
 

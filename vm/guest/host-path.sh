@@ -117,14 +117,14 @@ watch_session() { # NAME "EXTRA OPTIONS" "PHASES": `ztbp watch` on the device wh
 		2> "$OUT/$name.err" &
 	pid=$!
 	for t in $(seq 600); do  # the journal's "attached" record: every probe is attached, nothing will be missed
-		grep -q '"kind": "attached"' "$OUT/$name/watch.jsonl" 2> /dev/null && break
+		has_line "$OUT/$name/watch.jsonl" '*"kind": "attached"*' && break
 		kill -0 "$pid" 2> /dev/null || { say "error ztbp watch ended before its probe attached"; return 1; }
-		sleep 0.5
+		nap 0.5
 	done
 	say "stage watch: probe attached after $((t / 2)) s"
 	for t in $(seq 600); do  # the device (a module watch loads after the probe attached)
 		[ -b "$HOST_DEV" ] && break
-		sleep 0.1
+		nap 0.1
 	done
 	geo="$(geometry_args)" || return 1
 	if [ -n "${ZTBP_KO:-}" ]; then  # a device the module has just made holds nothing: write what is read
@@ -158,9 +158,10 @@ watch_session() { # NAME "EXTRA OPTIONS" "PHASES": `ztbp watch` on the device wh
 	# space formats a row at a time, slower than fio reads under emulation), then a few seconds for the rest
 	window="$(echo "$WATCH_ARGS" | sed -n 's/.*--window-commands[ =]\([0-9]*\).*/\1/p')"
 	for t in $(seq 600); do
-		windows="$(grep -c '"kind": "window"' "$OUT/$name/watch.jsonl")"
+		lines_matching "$OUT/$name/watch.jsonl" '*"kind": "window"*'
+		windows=$MATCHED
 		[ "$windows" -ge "$((total / ${window:-100000}))" ] && break
-		sleep 1
+		nap 1
 	done
 	say "stage watch: $windows windows journaled after the workload's $total reads (+$t s)"
 	sleep 3

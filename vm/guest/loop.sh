@@ -204,7 +204,7 @@ prime_counter() { # NVMeVirt's read counter starts at -1 and its first read only
 fio_progress() { # PID: "progress" lines while fio runs (every 5 s; polled each second, so the round ends on time)
 	local n=0
 	while kill -0 "$1" 2>/dev/null; do
-		sleep 1
+		nap 1
 		n=$((n + 1))
 		[ $((n % 5)) -eq 0 ] && kill -0 "$1" 2>/dev/null &&
 			say "progress traced=$(($(probe_traced nvme) - TRACED_MARK)) fio=$(($(blk_reads) - READS_MARK))"

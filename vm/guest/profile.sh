@@ -69,12 +69,12 @@ serve() {
 	while :; do
 		[ -f "$STOP_FILE" ] && { say "stage stop requested"; return 0; }
 		[ -f "$REQ/done" ] && { say "stage done"; return 0; }
-		while f="$(mailbox_next "$REQ" "$RES")"; do
-			id="$(basename "${f%.*}")"
+		while mailbox_next "$REQ" "$RES"; do
+			f="$NEXT" id="$NEXT_ID"
 			case "$f" in
 				*.fio) serve_fio "$id" ;;
 				*.reset) serve_reset "$id" ;;
-				*) say "error request $(basename "$f"): unknown kind"; mailbox_status "$RES" "$id" 2 ;;
+				*) say "error request ${f##*/}: unknown kind"; mailbox_status "$RES" "$id" 2 ;;
 			esac
 			idle_since=$SECONDS
 		done
@@ -82,7 +82,7 @@ serve() {
 			say "error no request for $IDLE_S s: stopping"
 			return 3
 		fi
-		sleep "$POLL_S"
+		nap "$POLL_S"
 	done
 }
 
