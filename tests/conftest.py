@@ -298,19 +298,30 @@ def pool_summary(pool: Path) -> list[str]:
         return []
     logs = {f: (pool / f).read_text().splitlines() if (pool / f).exists() else []
             for f in ("boots", "jobs", "hung-boots", "waits", "seconds")}
+    # "boot KEY WALL [CPU]" and "job KEY OUT WALL RC [CPU]": seconds, CPU those of the guest's QEMU (vm/vmtest.sh)
     took = {tuple(f.split()[:3]): f.split()[3] for f in logs["seconds"] if len(f.split()) > 3}
+    cpu = {tuple(f.split()[:3]): f.split()[5] for f in logs["seconds"] if len(f.split()) > 5}
+    cpu |= {("boot", f.split()[1]): f.split()[3] for f in logs["seconds"]
+            if f.startswith("boot ") and len(f.split()) > 3}
+    known = [int(c) for c in cpu.values() if c.isdigit()]
     lines = [f"shared guests: {len(logs['jobs'])} guest commands in {len(logs['boots'])} boots; hung boots killed "
-             f"and booted again: {len(logs['hung-boots'])}"]
+             f"and booted again: {len(logs['hung-boots'])}"
+             + (f"; the guests' CPU: {sum(known)} s" if known else "")]
+
+    def both(wall: str, c: str | None) -> str:
+        return f"{wall} s" + (f" (CPU {c} s)" if c and c != "?" else "")
+
     for config in sorted(pool.glob("*/config")):
         key = config.parent.name
         conf = dict(line.split("=", 1) for line in config.read_text().splitlines() if "=" in line)
         device = ("NVMeVirt (no QEMU namespace)" if conf.get("no_zns") == "1" else
                   f"{conf.get('zones')} zones" + (" + conventional namespace" if conf.get("conv") else ""))
         ran = [f.split()[3] for f in logs["jobs"] if len(f.split()) > 3 and f.split()[2] == key]
-        boots = [int(f.split()[2]) for f in logs["seconds"] if f.startswith(f"boot {key} ")]
+        boots = [f.split()[2] for f in logs["seconds"] if f.startswith(f"boot {key} ")]
         lines.append(f"  {Path(conf.get('image', '?')).name} ({device}, {conf.get('smp')} CPUs; booted in "
-                     f"{', '.join(f'{b} s' for b in boots) or '?'}): {len(ran)} commands: "
-                     + ", ".join(f"{r.split('/')[0]} {took.get(('job', key, r), '?')} s" for r in ran))
+                     f"{', '.join(both(b, cpu.get(('boot', key))) for b in boots) or '?'}): {len(ran)} commands: "
+                     + ", ".join(f"{r.split('/')[0]} {both(took.get(('job', key, r), '?'), cpu.get(('job', key, r)))}"
+                                 for r in ran))
     lines += [f"  {w}" for w in logs["waits"]]
     return lines
 

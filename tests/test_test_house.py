@@ -79,3 +79,9 @@ def test_the_shared_guests_summary_gives_each_boot_and_command_its_seconds(tmp_p
     assert lines[0] == "shared guests: 2 guest commands in 1 boots; hung boots killed and booted again: 0"
     assert lines[1] == ("  image-bookworm-abc (64 zones + conventional namespace, 2 CPUs; booted in 61 s): "
                         "2 commands: app0 120 s, cycle0 35 s")
+    # with the CPU seconds of the guest's QEMU (vm/vmtest.sh; "?" where its pid was not found)
+    (tmp_path / "seconds").write_text("boot k1 61 50\njob k1 app0/run 120 0 90\njob k1 cycle0 35 0 ?\n")
+    lines = pool_summary(tmp_path)
+    assert lines[0].endswith("booted again: 0; the guests' CPU: 140 s"), lines[0]
+    assert lines[1] == ("  image-bookworm-abc (64 zones + conventional namespace, 2 CPUs; booted in 61 s (CPU 50 s)): "
+                        "2 commands: app0 120 s (CPU 90 s), cycle0 35 s")

@@ -116,7 +116,7 @@ environment, a command whose OUTDIR lies inside SHARE runs in a guest kept boote
 (image, CPUs, memory, device, kernel command line), instead of a guest of its own: the first such command boots
 it (verbose on its own console; a boot silent for $POOL_SILENT s is killed and booted once more, counted in
 DIR/hung-boots), the next ones
-reuse it; DIR/seconds gets each boot's and each command's seconds. Between commands the guest is put back as a boot leaves it (vm/guest/pool.sh: processes, mounts,
+reuse it; DIR/seconds gets each boot's and each command's seconds, wall and its QEMU's CPU. Between commands the guest is put back as a boot leaves it (vm/guest/pool.sh: processes, mounts,
 NVMeVirt, zones, /tmp, caches, kernel log). Same contract: COMMAND's status, console.log in OUTDIR, Ctrl-C asks
 the command to stop; a timeout or SIGTERM kills the pooled guest. It powers off after ZTBP_POOL_IDLE seconds
 without a command (default $POOL_IDLE).
@@ -466,7 +466,7 @@ pool_kill() { # KDIR: stop its guest (vmtest.sh kills QEMU on SIGTERM) and wait 
 		sleep 0.1
 	done
 	kill -KILL -- "-$pid" 2>/dev/null || true
-	rm -f "$1/pid"
+	rm -f "$1/pid" "$1/qemu.pid"
 }
 
 follow() { # FILE: echo its lines as they come (not with --quiet)
@@ -535,7 +535,8 @@ pool_boot() { # KDIR: boot its guest; 0 once it is ready
 			[ "$new" != "$size" ] && size="$new" && quiet_since=$SECONDS
 			if [ -e "$kdir/ctl/ready" ]; then
 				unfollow
-				echo "boot $(basename "$kdir") $((SECONDS - start))" >> "$POOL/seconds"
+				pool_qemu "$kdir"
+				echo "boot $(basename "$kdir") $((SECONDS - start)) $(qemu_cpu "$kdir")" >> "$POOL/seconds"
 				return 0
 			fi
 			if ! kill -0 "$pid" 2>/dev/null; then
@@ -572,6 +573,31 @@ pool_cleanup() {
 
 kill_pooled() { pool_kill "$KDIR"; }
 
+pool_qemu() { # KDIR: the pid of its guest's QEMU (a child of the booting vmtest.sh, named qemu-system-*) into
+	# KDIR/qemu.pid, for its CPU time (qemu_cpu)
+	local pid children child comm
+	pid="$(cat "$1/pid" 2>/dev/null)" || return 0
+	children="$(cat "/proc/$pid/task/$pid/children" 2>/dev/null)" || return 0  # (CONFIG_PROC_CHILDREN)
+	for child in $children; do
+		read -r comm 2>/dev/null < "/proc/$child/comm" || continue
+		[[ "$comm" == qemu-system* ]] && { echo "$child" > "$1/qemu.pid"; return 0; }
+	done
+	return 0
+}
+
+qemu_cpu() { # KDIR: the CPU seconds (user + system, every thread) its guest's QEMU has used so far; "?" unknown.
+	# Under TCG a guest's work is its QEMU's CPU time: on a busy machine the measure of a command's cost that wall
+	# time is not
+	local pid ticks
+	pid="$(cat "$1/qemu.pid" 2>/dev/null)" || { echo "?"; return 0; }
+	ticks="$(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null)" || ticks=""
+	[ -n "$ticks" ] && echo $((ticks / $(getconf CLK_TCK))) || echo "?"
+}
+
+cpu_since() { # BEFORE AFTER: AFTER - BEFORE, "?" when either is unknown
+	[[ "$1" =~ ^[0-9]+$ && "$2" =~ ^[0-9]+$ ]] && echo $(($2 - $1)) || echo "?"
+}
+
 pool_running() { kill -0 "$POOL_PID" 2>/dev/null && [ ! -s "$JOB/exit-status" ]; }
 
 pool_wait() { # wait for the job's status, into RC
@@ -588,7 +614,7 @@ pool_wait() { # wait for the job's status, into RC
 
 pool_main() {
 	choose_accel
-	local key start
+	local key start cpu
 	key="$(pool_config | sha256sum | cut -c1-12)"
 	KDIR="$POOL/$key"
 	mkdir -p "$KDIR"
@@ -610,13 +636,15 @@ pool_main() {
 	STOP_FILE="$JOB/stop"
 	: > "$OUTDIR/console.log"
 	start=$SECONDS
+	cpu="$(qemu_cpu "$KDIR")"
 	log "running in the pooled guest $key ($ACCEL, $SMP CPUs, $MEMORY); console -> $OUTDIR/console.log"
 	echo "job $(date -u +%FT%TZ) $key ${OUTDIR#"$POOL_SHARE"/}" >> "$POOL/jobs"
 	follow "$OUTDIR/console.log"
 	touch "$JOB/go"
 	pool_wait
 	unfollow
-	echo "job $key ${OUTDIR#"$POOL_SHARE"/} $((SECONDS - start)) $RC" >> "$POOL/seconds"
+	echo "job $key ${OUTDIR#"$POOL_SHARE"/} $((SECONDS - start)) $RC $(cpu_since "$cpu" "$(qemu_cpu "$KDIR")")" \
+		>> "$POOL/seconds"
 	log "guest finished in $((SECONDS - start)) s with status $RC; output in $OUTDIR"
 	return "$RC"
 }
