@@ -4,11 +4,11 @@ README test line's host path installs the wheel in the guest, whose `ztbp watch`
 run, against about 6 s on the host.
 
 numba keeps a compiled function under a folder named after the absolute folder of its source file, valid while
-the source's bytes (numba ≥ 0.62: their hash), the function's bytecode, numba's version and the target CPU stay
-the same. So: the same target on both sides (NUMBA_CPU_NAME=generic: no host-only instructions), and
-`PackageLocator` (NUMBA_CACHE_LOCATOR_CLASSES) names the folder after the package path instead (`ztbp.analysis`),
-so the checkout's `pipelines/ztbp/analysis` and the guest's `site-packages/ztbp/analysis` share it. A numba that
-knows no NUMBA_CACHE_LOCATOR_CLASSES compiles in the guest as before: slower, nothing else.
+the source (numba 0.68 checks its bytes' hash), the function's bytecode, numba's version and the target CPU stay the
+same. So: the same target on both sides (NUMBA_CPU_NAME=generic: no host-only instructions), and `PackageLocator`
+(NUMBA_CACHE_LOCATOR_CLASSES) names the folder after the package path instead (`ztbp.analysis`), so the checkout's
+`pipelines/ztbp/analysis` and the guest's `site-packages/ztbp/analysis` share it. An older numba (no such setting,
+or a source checked by its time) compiles in the guest as before: slower, nothing else.
 
 The module has no import beyond numba's: the guest imports it from a copy beside the run (`seed`)."""
 
@@ -21,7 +21,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from numba.core.caching import UserProvidedCacheLocator
+from numba.core import caching
+
+#: the class numba 0.68 names so; older ones (the project asks for numba >= 0.59) have it private
+UserProvidedCacheLocator = getattr(caching, "UserProvidedCacheLocator", None) or caching._UserProvidedCacheLocator
 
 MODULE = "numba_seed"
 #: the environment of both sides: `seed`'s process on the host and the guest's (GUEST_DIR for NUMBA_CACHE_DIR)
