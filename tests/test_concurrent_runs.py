@@ -67,18 +67,32 @@ def test_two_ingests_at_once_both_succeed(fresh: Path) -> None:
     assert temporaries(fresh) == []
 
 
+def first_line(proc: subprocess.Popen[str], timeout: float) -> str:
+    """The first line `proc` writes to its standard error (or "" at its end), waited for at most `timeout` s."""
+    import threading
+
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(proc.stderr.readline() if proc.stderr else ""), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    assert got, f"nothing on standard error within {timeout} s"
+    return got[0]
+
+
 def test_a_second_command_waits_says_so_and_reuses_the_result(fresh: Path) -> None:
+    """The notice comes LOCK_NOTICE_S after the command reached the lock, however long its start took (a fixed sleep
+    here once ended before a command started on a busy machine had even reached it)."""
     rp = RunPaths(fresh)
     with derived_lock(rp):  # this test is the other ztbp: it holds the lock while the command starts
         proc = ztbp("ingest", str(fresh))
-        time.sleep(files.LOCK_NOTICE_S + 3)
+        notice = first_line(proc, timeout=120)
         assert proc.poll() is None, proc.communicate()  # still waiting
         ingest(rp)
         made = (fresh / "derived" / "events.parquet").stat().st_mtime_ns
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
-    assert err.strip() == (f"ztbp: waiting for another ztbp on {fresh} (it holds {fresh}/derived/.lock; "
-                           f"at most {files.LOCK_WAIT_S / 60:.0f} min)")
+    assert notice.strip() == (f"ztbp: waiting for another ztbp on {fresh} (it holds {fresh}/derived/.lock; "
+                              f"at most {files.LOCK_WAIT_S / 60:.0f} min)") and err.strip() == "", (notice, err)
     assert "rows read" in out
     assert (fresh / "derived" / "events.parquet").stat().st_mtime_ns == made  # reused, not made again
 
