@@ -31,7 +31,7 @@ from typing import Any
 import polars as pl
 import pytest
 from numba_seed import seed
-from wheelhouse import download, installed, pack, unpack, wheel_name, wheelhouse
+from wheelhouse import download, installed, pack, runnable_pip, unpack, wheel_name, wheelhouse
 
 from ztbp.acquire.vm import Geometry, run_in_guest
 from ztbp.contract import read_meta
@@ -75,8 +75,9 @@ HOT = [1, 7, 11, 15, 19]
 
 
 def stage(out: Path) -> None:
-    """The wheel, its dependencies' wheels with pip's own, and ztbp-ctl (for a guest without make) in `out`; for
-    INSTALL=wheel, polars' runtime for CPUs without AVX2 unpacked in `out/compat` too."""
+    """The wheel, its dependencies' wheels with pip's own (and pip to run, with its byte code), and ztbp-ctl (for
+    a guest without make) in `out`; for INSTALL=wheel, polars' runtime for CPUs without AVX2 unpacked in
+    `out/compat` too."""
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(CHECKOUT)],
                            capture_output=True, text=True, check=False)
     assert built.returncode == 0, built.stderr[-2000:]
@@ -86,6 +87,7 @@ def stage(out: Path) -> None:
     if not (house / wheel_name(pip)).is_file():
         pack(pip, house)
     shutil.copytree(house, out / "wheelhouse", copy_function=link)
+    runnable_pip(house / wheel_name(pip), out)  # pip run with its byte code (the guest has no pip)
     import polars
 
     compat = download(f"polars-runtime-compat=={polars.__version__}", CACHE / "test-downloads")

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import wheelhouse as house
 from wheelhouse import wheelhouse
 
 from ztbp.paths import CACHE, TEST_DATA
@@ -168,3 +169,20 @@ def test_paths_find_the_checkout_or_the_share(tmp_path: Path) -> None:
     (site / "ztbp").mkdir(parents=True)
     assert find_root(checkout / "pipelines" / "ztbp", site / "ztbp" / "_share") == (checkout, True)
     assert find_root(site / "ztbp", site / "ztbp" / "_share") == (site / "ztbp" / "_share", False)
+
+
+def test_pip_runs_from_its_byte_code(tmp_path: Path) -> None:
+    """runnable_pip: pip's wheel with a byte-code file beside each module; pip run from it imports those (zipimport
+    names the file it loaded) and works."""
+    pip_wheel = house.pack(house.installed()["pip"], tmp_path)
+    run = house.runnable_pip(pip_wheel, tmp_path)
+    with zipfile.ZipFile(run) as z:
+        names = set(z.namelist())
+    sources = {n for n in names if n.endswith(".py")}
+    assert sources and {n + "c" for n in sources} <= names
+    loaded = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                             "import pip._internal.cli.main as m; print(m.__file__)", str(run)],
+                            capture_output=True, text=True, check=False)
+    assert loaded.returncode == 0 and loaded.stdout.strip().endswith("cli/main.pyc"), loaded
+    version = subprocess.run([sys.executable, f"{run}/pip", "--version"], capture_output=True, text=True, check=False)
+    assert version.returncode == 0 and version.stdout.startswith("pip "), version

@@ -140,3 +140,27 @@ def unpack(wheel: Path, cache: Path) -> Path:
     except OSError:  # another worker unpacked it first
         shutil.rmtree(tmp, ignore_errors=True)
     return dest
+
+
+def runnable_pip(wheel: Path, out: Path) -> Path:
+    """pip's wheel with its byte code, as `out/pip-run.whl`, for a machine without pip to run pip from (`python
+    pip-run.whl/pip install ...`; a name ending in .whl, or pip takes its own zip for an egg). Run from the wheel,
+    Python compiles every module pip imports from source each time (zipimport writes no byte code), which took
+    most of the host path's 93 s install under emulation. Every module gets a byte-code file beside it, made by
+    this Python and not checked against its source (unchecked-hash .pyc, where zipimport looks first); another
+    Python version (another magic number) ignores them and compiles from source, as from the wheel."""
+    import importlib.util
+    import marshal
+
+    target = out / "pip-run.whl"
+    tmp = target.with_suffix(".part")
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:
+        for info in src.infolist():
+            data = src.read(info)
+            z.writestr(info, data)
+            if info.filename.endswith(".py"):
+                code = compile(data, info.filename, "exec", dont_inherit=True)
+                head = importlib.util.MAGIC_NUMBER + (0b01).to_bytes(4, "little") + importlib.util.source_hash(data)
+                z.writestr(info.filename + "c", head + marshal.dumps(code))
+    tmp.rename(target)
+    return target

@@ -66,14 +66,18 @@ install_wheel() { # a venv without pip (Debian's python3 has no ensurepip), then
 	# newer than this Debian release's (soupsieve 2.8 asks 3.11.5, Debian 12 has 3.11.2); a user's pip online picks
 	# versions for their Python. polars[rtcompat]: the guest's CPU has no AVX (vm/vmtest.sh), which polars' default
 	# runtime needs (SIGILL without it; `ztbp doctor` says so)
-	local pip wheel compat site
+	local pip wheel compat site run
 	pip="$(ls "$OUT"/wheelhouse/pip-*.whl | head -n 1)"
+	# pip run from its wheel compiles each module it imports (zipimport keeps no byte code): the host's
+	# pip-run.whl holds the byte code too (tests/wheelhouse.py runnable_pip)
+	run="$pip"
+	[ -f "$OUT/pip-run.whl" ] && run="$OUT/pip-run.whl"
 	wheel="$(ls "$OUT"/ztbp-*.whl | head -n 1)"
 	compat="$(ls "$OUT"/wheelhouse/polars_runtime_compat-*.whl 2> /dev/null | head -n 1)"
 	[ -n "$pip" ] && [ -n "$wheel" ] || { say "error no wheel or no pip wheel in $OUT"; return 1; }
 	python3 -m venv --without-pip "$HOST_VENV" || return 1
 	if [ -z "${HOST_DEPS:-}" ]; then
-		"$HOST_VENV/bin/python" "$pip/pip" install -q --no-index --no-compile --ignore-requires-python \
+		"$HOST_VENV/bin/python" "$run/pip" install -q --no-index --no-compile --ignore-requires-python \
 			--find-links "$OUT/wheelhouse" "$pip" "$wheel" ${compat:+"$compat"}
 		return
 	fi
@@ -82,7 +86,7 @@ install_wheel() { # a venv without pip (Debian's python3 has no ensurepip), then
 	for dir in "${dirs[@]}"; do
 		[ -d "$dir" ] || { say "error ZTBP_HOST_DEPS: $dir is not a folder"; return 1; }
 	done
-	"$HOST_VENV/bin/python" "$pip/pip" install -q --no-index --no-compile --no-deps "$wheel" || return 1
+	"$HOST_VENV/bin/python" "$run/pip" install -q --no-index --no-compile --no-deps "$wheel" || return 1
 	site="$("$HOST_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" || return 1
 	printf '%s\n' "${dirs[@]}" > "$site/ztbp-dependencies.pth"
 	say "stage install: the wheel without its dependencies; they are found in ${dirs[*]}"
