@@ -281,6 +281,19 @@ def test_the_waits_poll_without_external_commands(tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".ztbp-nap.*"))  # the FIFO's name is gone once it is open
 
 
+def test_say_logs_each_stage_after_the_uptime_when_asked(tmp_path: Path) -> None:
+    """In the guest pool (ZTBP_STAGE_LOG, vm/guest/pool.sh) each progress line is also kept after the uptime, to
+    time a command's stages afterwards; without the variable nothing but the line itself."""
+    log = tmp_path / "stages.log"
+    res = lib(tmp_path, 'say "stage one"; say "progress traced=5"', env={"ZTBP_STAGE_LOG": str(log)})
+    assert res.returncode == 0 and res.stdout.splitlines() == ["ZTBP: stage one", "ZTBP: progress traced=5"]
+    lines = [line.split(" ", 1) for line in log.read_text().splitlines()]
+    assert [m for _, m in lines] == ["stage one", "progress traced=5"]
+    assert all(float(up) > 0 for up, _ in lines)
+    res = lib(tmp_path, 'say "stage two"', env={"ZTBP_STAGE_LOG": ""})
+    assert res.returncode == 0 and res.stdout == "ZTBP: stage two\n" and len(log.read_text().splitlines()) == 2
+
+
 def test_a_guest_script_run_here_reports_its_lines_and_status(tmp_path: Path) -> None:
     """capture-host and loop --host run the guest script on this machine (acquire.channel.run_here): its
     environment with ZTBP_STOP_FILE, its lines, its exit status."""

@@ -116,7 +116,9 @@ environment, a command whose OUTDIR lies inside SHARE runs in a guest kept boote
 (image, CPUs, memory, device, kernel command line), instead of a guest of its own: the first such command boots
 it (verbose on its own console; a boot silent for $POOL_SILENT s is killed and booted once more, counted in
 DIR/hung-boots), the next ones
-reuse it; DIR/seconds gets each boot's and each command's seconds, wall and its QEMU's CPU. Between commands the guest is put back as a boot leaves it (vm/guest/pool.sh: processes, mounts,
+reuse it; DIR/seconds gets each boot's and each command's seconds, wall and its QEMU's CPU, DIR/stages each
+command's stage lines after the guest's uptime. Between commands the guest is put back as a boot leaves it
+(vm/guest/pool.sh: processes, mounts,
 NVMeVirt, zones, /tmp, caches, kernel log). Same contract: COMMAND's status, console.log in OUTDIR, Ctrl-C asks
 the command to stop; a timeout or SIGTERM kills the pooled guest. It powers off after ZTBP_POOL_IDLE seconds
 without a command (default $POOL_IDLE).
@@ -645,6 +647,8 @@ pool_main() {
 	unfollow
 	echo "job $key ${OUTDIR#"$POOL_SHARE"/} $((SECONDS - start)) $RC $(cpu_since "$cpu" "$(qemu_cpu "$KDIR")")" \
 		>> "$POOL/seconds"
+	# the command's stage lines with the guest's uptime (vm/guest/probe-lib.sh say), kept past the job's folder
+	[ -s "$JOB/stages.log" ] && sed "s|^|$key ${OUTDIR#"$POOL_SHARE"/} |" "$JOB/stages.log" >> "$POOL/stages"
 	log "guest finished in $((SECONDS - start)) s with status $RC; output in $OUTDIR"
 	return "$RC"
 }

@@ -92,6 +92,7 @@ run_job() { # ID
 			. /ztbp/ctl/env
 			set +a
 			export PATH="/ztbp/src/tools/ztbp-ctl/build:$PATH"
+			export ZTBP_STAGE_LOG=/ztbp/ctl/stages.log  # probe-lib.sh's say: each stage with the uptime
 			cd /ztbp/src || exit 125
 			exec setsid bash /ztbp/ctl/cmd
 		) </dev/null

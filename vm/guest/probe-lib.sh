@@ -75,7 +75,14 @@ settings() {
 	done
 }
 
-say() { echo "ZTBP: $*"; }
+say() { # a progress line; with ZTBP_STAGE_LOG set (the guest pool: its job folder), also there after the guest's
+	# uptime, so a command's stages can be timed afterwards (builtins only)
+	echo "ZTBP: $*"
+	[ -n "${ZTBP_STAGE_LOG:-}" ] || return 0
+	local up
+	read -r up _ < /proc/uptime && echo "$up $*" >> "$ZTBP_STAGE_LOG" 2> /dev/null
+	return 0
+}
 info() { echo "$1=$2" >> "$TMP/guest.env"; }
 die() { say "error $*"; STATUS="failed"; exit 1; }
 
