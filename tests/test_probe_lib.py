@@ -281,6 +281,24 @@ def test_the_waits_poll_without_external_commands(tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".ztbp-nap.*"))  # the FIFO's name is gone once it is open
 
 
+def test_recursion_misses_are_summed_over_the_descriptors_with_builtins(tmp_path: Path) -> None:
+    """The runs of a probe's programs the kernel skipped, summed over bpftrace's descriptors (fdinfo), read with
+    builtins: bpftrace holds one for each program, map and perf event, and a fork each took seconds under TCG."""
+    fdinfo = tmp_path / "proc" / "42" / "fdinfo"
+    fdinfo.mkdir(parents=True)
+    (fdinfo / "3").write_text("pos:\t0\nflags:\t02000002\nprog_type:\t26\nrecursion_misses:\t7\n")
+    (fdinfo / "4").write_text("pos:\t0\nmap_type:\t1\n")
+    (fdinfo / "5").write_text("prog_type:\t5\nrecursion_misses:\t0\n")
+    (fdinfo / "6").write_text("recursion_misses:\t12\n")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()  # nothing on the PATH: any command but builtins would fail
+    # and its CPU ticks (user + system: fields 14 and 15 of its stat, a command name with spaces and parentheses)
+    (tmp_path / "proc" / "42" / "stat").write_text("42 (bpf (x) y) S 1 42 42 0 -1 4194560 9 0 0 0 120 35 0 0 20 0\n")
+    res = lib(tmp_path, f'PATH="{bindir}"; recursion_misses 42; recursion_misses 43; cpu_ticks 42; cpu_ticks 43',
+              env={"SYS_PROC": str(tmp_path / "proc")})
+    assert res.returncode == 0 and res.stderr == "" and res.stdout.splitlines() == ["19", "0", "155"], res
+
+
 def test_say_logs_each_stage_after_the_uptime_when_asked(tmp_path: Path) -> None:
     """In the guest pool (ZTBP_STAGE_LOG, vm/guest/pool.sh) each progress line is also kept after the uptime, to
     time a command's stages afterwards; without the variable nothing but the line itself."""

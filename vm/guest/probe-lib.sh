@@ -388,15 +388,27 @@ probe_drain() { # NAME: a streaming probe's user space lags behind a busy guest;
 
 # ---- stop ----------------------------------------------------------------------------------------------------
 
-cpu_ticks() { # PID: CPU time used so far (user + system clock ticks), empty once it has exited
-	awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null
+cpu_ticks() { # PID: CPU time used so far (user + system clock ticks), empty once it has exited (builtins: it is
+	# polled each second while a probe stops)
+	local stat
+	read -r stat 2> /dev/null < "${SYS_PROC:-/proc}/$1/stat" || return 0
+	# shellcheck disable=SC2086  # after the command name: state ppid ... utime (12th) stime (13th)
+	set -- ${stat##*) }
+	echo $(( ${12} + ${13} ))
 }
 
-recursion_misses() { # PID: runs of its BPF programs the kernel skipped (fdinfo; Linux >= 5.12, else 0)
-	local f v n=0
-	for f in /proc/"$1"/fdinfo/*; do
-		v="$(sed -n 's/^recursion_misses:[[:space:]]*\([0-9]*\)$/\1/p' "$f" 2>/dev/null)"
-		[ -n "$v" ] && n=$((n + v))
+recursion_misses() { # PID: runs of its BPF programs the kernel skipped (fdinfo; Linux >= 5.12, else 0). Builtins
+	# only: bpftrace holds a descriptor for each program, map and perf event, and a sed a descriptor took 5-10 s of
+	# each probe's stop under TCG
+	local f line v n=0
+	for f in "${SYS_PROC:-/proc}/$1"/fdinfo/*; do
+		[ -f "$f" ] || continue
+		while read -r line; do
+			[[ "$line" == recursion_misses:* ]] || continue
+			v="${line#recursion_misses:}"
+			v="${v//[[:space:]]/}"
+			[[ "$v" =~ ^[0-9]+$ ]] && n=$((n + v))
+		done 2> /dev/null < "$f"
 	done
 	echo "$n"
 }
