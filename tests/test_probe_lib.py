@@ -299,6 +299,21 @@ def test_recursion_misses_are_summed_over_the_descriptors_with_builtins(tmp_path
     assert res.returncode == 0 and res.stderr == "" and res.stdout.splitlines() == ["19", "0", "155"], res
 
 
+def test_versions_are_asked_once_per_boot_in_the_guest_pool(tmp_path: Path) -> None:
+    """record_versions: the tools' versions into guest.env; with ZTBP_VERSIONS_CACHE (the guest pool) the second
+    command reads them from the boot's file without starting a program (nothing on the PATH then)."""
+    cache = tmp_path / "versions.env"
+    first = lib(tmp_path, "record_versions", env={"ZTBP_VERSIONS_CACHE": str(cache)})
+    assert first.returncode == 0, first.stderr
+    fields = guest_env(tmp_path)
+    assert set(fields) >= {"suite", "debian", "kernel", "kernel_version", "bpftrace", "fio", "nvme_cli", "blkzone"}
+    assert fields["kernel"] and cache.read_text().splitlines() == (tmp_path / "guest.env").read_text().splitlines()
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    again = lib(tmp_path, f'PATH="{bindir}"; record_versions', env={"ZTBP_VERSIONS_CACHE": str(cache)})
+    assert again.returncode == 0 and again.stderr == "" and guest_env(tmp_path) == fields, again.stderr
+
+
 def test_say_logs_each_stage_after_the_uptime_when_asked(tmp_path: Path) -> None:
     """In the guest pool (ZTBP_STAGE_LOG, vm/guest/pool.sh) each progress line is also kept after the uptime, to
     time a command's stages afterwards; without the variable nothing but the line itself."""

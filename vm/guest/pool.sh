@@ -98,6 +98,7 @@ run_job() { # ID
 			set +a
 			export PATH="/ztbp/src/tools/ztbp-ctl/build:$PATH"
 			export ZTBP_STAGE_LOG=/ztbp/ctl/stages.log  # probe-lib.sh's say: each stage with the uptime
+			export ZTBP_VERSIONS_CACHE=/run/ztbp-versions.env  # record_versions: asked once per boot
 			cd /ztbp/src || exit 125
 			exec setsid bash /ztbp/ctl/cmd
 		) </dev/null

@@ -120,16 +120,27 @@ has_line() { # FILE PATTERN: whether a line of FILE matches the glob PATTERN (bu
 
 # ---- facts of the traced machine ----------------------------------------------------------------------------
 
-record_versions() {
-	# the Debian suite and release of the traced machine (empty elsewhere), e.g. "trixie" and "13"
-	info suite "$(. /etc/os-release 2>/dev/null; echo "${VERSION_CODENAME:-}")"
-	info debian "$(. /etc/os-release 2>/dev/null; echo "${VERSION_ID:-}")"
-	info kernel "$(uname -r)"
-	info kernel_version "$(uname -v)"
-	info bpftrace "$(bpftrace --version 2>&1 | head -n 1)"
-	info fio "$(fio --version 2>&1 | head -n 1)"
-	info nvme_cli "$(nvme version 2>&1 | head -n 1)"
-	info blkzone "$(blkzone --version 2>&1 | head -n 1)"
+versions() { # NAME=VALUE lines: the traced machine's Debian suite and release (empty elsewhere, e.g. "trixie" and
+	# "13"), kernel and tools
+	echo "suite=$(. /etc/os-release 2>/dev/null; echo "${VERSION_CODENAME:-}")"
+	echo "debian=$(. /etc/os-release 2>/dev/null; echo "${VERSION_ID:-}")"
+	echo "kernel=$(uname -r)"
+	echo "kernel_version=$(uname -v)"
+	echo "bpftrace=$(bpftrace --version 2>&1 | head -n 1)"
+	echo "fio=$(fio --version 2>&1 | head -n 1)"
+	echo "nvme_cli=$(nvme version 2>&1 | head -n 1)"
+	echo "blkzone=$(blkzone --version 2>&1 | head -n 1)"
+}
+
+record_versions() { # versions into guest.env; with ZTBP_VERSIONS_CACHE (the guest pool: a file of its boot), asked
+	# once per boot (each command's first seconds went to starting bpftrace and fio only to print their versions)
+	local cache="${ZTBP_VERSIONS_CACHE:-}" line
+	if [ -z "$cache" ]; then
+		versions >> "$TMP/guest.env"
+		return 0
+	fi
+	[ -s "$cache" ] || { versions > "$cache.tmp" && mv "$cache.tmp" "$cache"; }
+	while IFS= read -r line; do echo "$line"; done < "$cache" >> "$TMP/guest.env"
 }
 
 sys_queue() { # DEV ATTR [DEFAULT]
