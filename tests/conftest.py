@@ -76,7 +76,8 @@ _POOL: Path | None = None
 #: functions compiled on the host (tests/numba_seed.py: its guest's warm-up 268 s before), QEMU's loops (230 s)
 #: went back to vm-a's default device.
 VM_CHAINS = {"vm-b": ("test_app_vm.py", "test_resets_vm.py", "test_capture_fio_file_vm.py", "test_ztbp_ctl_vm.py",
-                      "test_capture_ctrl_c_vm.py", "test_layers_vm.py", "test_one_liners_vm.py"),
+                      "test_loop_zipf_vm.py", "test_capture_ctrl_c_vm.py", "test_layers_vm.py",
+                      "test_one_liners_vm.py"),
              "vm-a": ("test_capture_vm.py", "test_device_qemu_vm.py", "test_loop_qemu_vm.py", "test_host_path_vm.py",
                       "test_device_vm.py", "test_loop_vm.py", "test_host_path_nvmevirt_vm.py")}
 VM_ORDER = VM_CHAINS["vm-b"] + VM_CHAINS["vm-a"]

@@ -1,6 +1,6 @@
-"""`ztbp loop` as the VM tests run it (test_loop_vm.py on NVMeVirt, test_loop_qemu_vm.py on QEMU): the real CLI in
-a subprocess, its loop.json read back, and the check every round of a loop must pass; `ztbp` for the other VM tests
-that run the CLI in a subprocess (its output printed for the test's log)."""
+"""`ztbp loop` as the VM tests run it (test_loop_vm.py on NVMeVirt, test_loop_qemu_vm.py and test_loop_zipf_vm.py on
+QEMU): the real CLI in a subprocess, its loop.json read back, and the check every round of a loop must pass; `ztbp`
+for the other VM tests that run the CLI in a subprocess (its output printed for the test's log)."""
 
 from __future__ import annotations
 

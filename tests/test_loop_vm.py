@@ -4,8 +4,8 @@ give the cluster too little to find the hot zones).
 - NVMeVirt (zn540, built from ../shared/nvmevirt; skipped with the reason when it is absent): round 1's hot zones
   are sent and the device's kernel log reports exactly them, STATUS moves by the reads issued (±1 %), rows = fio's
   reads and nothing is lost in every round, one bpftrace session for the whole loop.
-- QEMU's loops (the device refuses SET; zipf, nothing recommended) are in test_loop_qemu_vm.py; both run `ztbp loop`
-  through tests/loop_run.py.
+- QEMU's loops (the device refuses SET; zipf, nothing recommended) are in test_loop_qemu_vm.py and
+  test_loop_zipf_vm.py; all run `ztbp loop` through tests/loop_run.py.
 """
 
 from __future__ import annotations
