@@ -39,7 +39,7 @@ setup:
 deps:
     bash vm/install-deps.sh
 
-# run the whole test suite (unit, property, real VM capture; the 25 slowest listed at the end, then the wall time of each phase: setup, deps, images, lint, tests) — the README's test line runs this
+# run the whole test suite (unit, property, real VM capture; the 25 slowest listed at the end, then the wall time of each phase: setup, deps, images, lint, ctl, tests) — the README's test line runs this
 [group('test')]
 test:
     #!/usr/bin/env bash
@@ -66,6 +66,8 @@ test:
     phase deps {{quote(just_executable())}} deps
     phase images bash -c 'bash vm/image.sh --suite bookworm >/dev/null && bash vm/image.sh --suite trixie >/dev/null'
     phase lint {{quote(just_executable())}} lint
+    # ztbp-ctl before any guest boots: a guest caches the checkout (vm/guest/boot.sh), a file made later may stay unseen
+    phase ctl {{quote(just_executable())}} build
     # three workers: two run the VM tests as two chains, each in order with its shared guests (tests/conftest.py VM_CHAINS), the third the unit tests and notebooks beside them
     phase tests bash -c 'set -o pipefail; "$0" -m pytest -q -n 3 --durations=25 tests notebooks --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/nbval-sanitize.cfg | tee "$1"' {{PY}} "$log"
 

@@ -19,6 +19,7 @@ import pytest
 from test_host_path_vm import FULL, HOT, INSTALL, WATCH_A, WATCH_B, WATCH_K, quick_env, stage, step_ok
 
 from ztbp.acquire.vm import run_in_guest
+from ztbp.acquire.workload import PREFILL_BS
 from ztbp.units import MIB
 
 pytestmark = pytest.mark.vm
@@ -27,8 +28,9 @@ NVMEVIRT = CHECKOUT.parent / "shared" / "nvmevirt"
 NV_READS = 20_000
 NV_W = 10_000  # windows of the watch session; its model's cache is 16 MiB (--cache-mib), as the loop's
 #: the module's device holds nothing when watch loads it: the session writes the read region first (1 GiB in
-#: 128 KiB writes), which fills the first window; phase A ends on a window's edge
-NV_PREFILL = (1 << 30) // (128 << 10)
+#: the prefill's writes, one command each on the zn540 build), which fills the first window; phase A ends on a
+#: window's edge
+NV_PREFILL = (1 << 30) // PREFILL_BS
 NV_A_READS = 4 * NV_W - NV_PREFILL
 NV_PHASES = (f"{','.join(map(str, WATCH_A))}:{NV_A_READS} {','.join(map(str, WATCH_B))}:{3 * NV_W} "
              f"zipf:{3 * NV_W}")

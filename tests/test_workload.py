@@ -87,9 +87,9 @@ def test_prefill_covers_every_read_and_uses_zbd() -> None:
     assert pre["zonemode"] == "zbd" and pre["rw"] == "write"
     assert int(pre["offset"]) == 0 and int(pre["size"]) == 1024 * MIB
     assert list(wl.reset_zones) == list(range(32))
-    # 512 KiB writes where the capacity holds a whole number of them, else 128 KiB; counted as 128 KiB commands
+    # 256 KiB writes where the capacity holds a whole number of them, else 128 KiB; counted as 128 KiB commands
     # (a device with a smaller transfer limit splits them)
-    assert pre["bs"] == "512k" and wl.expected_commands == 32 + 32 * 32 * MIB // (128 * 1024) + 1000
+    assert pre["bs"] == "256k" and wl.expected_commands == 32 + 32 * 32 * MIB // (128 * 1024) + 1000
     odd = Workload(name="paper80", reads=1000, zone_cap_bytes=32 * MIB - 128 * 1024)
     assert sections(odd.prefill_job() or "")["prefill"]["bs"] == "128k"
 

@@ -648,7 +648,11 @@ pool_main() {
 	echo "job $key ${OUTDIR#"$POOL_SHARE"/} $((SECONDS - start)) $RC $(cpu_since "$cpu" "$(qemu_cpu "$KDIR")")" \
 		>> "$POOL/seconds"
 	# the command's stage lines with the guest's uptime (vm/guest/probe-lib.sh say), kept past the job's folder
-	[ -s "$JOB/stages.log" ] && sed "s|^|$key ${OUTDIR#"$POOL_SHARE"/} |" "$JOB/stages.log" >> "$POOL/stages"
+	if [ -s "$JOB/stages.log" ]; then
+		local line
+		while IFS= read -r line; do printf '%s %s %s\n' "$key" "${OUTDIR#"$POOL_SHARE"/}" "$line"; done \
+			< "$JOB/stages.log" >> "$POOL/stages" || true
+	fi
 	log "guest finished in $((SECONDS - start)) s with status $RC; output in $OUTDIR"
 	return "$RC"
 }

@@ -28,7 +28,9 @@ cache_src() {
 	# The repository read-only with the guest's page and attribute cache (cache=loose) and 512 KiB messages, mounted
 	# over ztbp-init's uncached one: under emulation every uncached stat over 9p took ~28 ms, and Python's imports
 	# from the checkout's venv made thousands of them (measured: 5,565 stats, 153 s of one `ztbp cluster`). The
-	# checkout does not change while a guest runs. An older vm/vmtest.sh has no second tag: the plain mount stays.
+	# checkout does not change while a guest runs (`just test` builds ztbp-ctl before the guests boot; the guest
+	# pool keeps a guest for many commands, and a file made after the guest looked for it may stay unseen). An older
+	# vm/vmtest.sh has no second tag: the plain mount stays.
 	mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=524288 ztbp_src_cached /ztbp/src \
 		2> /dev/null || true
 }

@@ -88,8 +88,8 @@ prepare_stack() {
 	if [ "$FS" != raw ]; then
 		fio --name=fill --filename="$TARGET" --rw=write --bs=1M --direct=1 --size="$SIZE" \
 			--output-format=terse > /dev/null || die "writing $TARGET failed"
-		sync
 	fi
+	sync  # written out now: a sync while the probes run would be traced (a flush, a file system's commit)
 	ZONED_KDEV="$(kdev "$ZNS")"
 	info fs_device "$(basename "$FS_DEV")"
 	info iodepth "$IODEPTH"
@@ -97,8 +97,8 @@ prepare_stack() {
 
 cold_caches() { # the file system's blocks and metadata out of memory, so the reads that follow find them on the
 	# device as after a boot; just before the workload, once the probes are attached: started after dropping the
-	# caches, a probe's compile took twice as long under TCG on a busy host (nvme_zone.bt 34-36 s against 17-18 s)
-	sync
+	# caches, a probe's compile took twice as long under TCG on a busy host (nvme_zone.bt 34-36 s against 17-18 s).
+	# Clean pages only: prepare_stack wrote everything out, so dropping them issues no I/O
 	echo 3 > /proc/sys/vm/drop_caches
 }
 

@@ -80,7 +80,7 @@ say() { # a progress line; with ZTBP_STAGE_LOG set (the guest pool: its job fold
 	echo "ZTBP: $*"
 	[ -n "${ZTBP_STAGE_LOG:-}" ] || return 0
 	local up
-	read -r up _ < /proc/uptime && echo "$up $*" >> "$ZTBP_STAGE_LOG" 2> /dev/null
+	read -r up _ < /proc/uptime && { echo "$up $*" >> "$ZTBP_STAGE_LOG"; } 2> /dev/null
 	return 0
 }
 info() { echo "$1=$2" >> "$TMP/guest.env"; }
@@ -139,8 +139,12 @@ record_versions() { # versions into guest.env; with ZTBP_VERSIONS_CACHE (the gue
 		versions >> "$TMP/guest.env"
 		return 0
 	fi
-	[ -s "$cache" ] || { versions > "$cache.tmp" && mv "$cache.tmp" "$cache"; }
-	while IFS= read -r line; do echo "$line"; done < "$cache" >> "$TMP/guest.env"
+	[ -s "$cache" ] || { versions > "$cache.tmp" && mv "$cache.tmp" "$cache"; } 2> /dev/null
+	if [ -s "$cache" ]; then
+		while IFS= read -r line; do echo "$line"; done < "$cache" >> "$TMP/guest.env"
+	else
+		versions >> "$TMP/guest.env"  # the boot's file could not be written: asked again
+	fi
 }
 
 sys_queue() { # DEV ATTR [DEFAULT]

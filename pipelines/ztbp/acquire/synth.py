@@ -17,9 +17,10 @@ by default the paper's [10 MiB, 1 GiB) (clipped to the device; `region=None`: th
 - seqread: 4 interleaved sequential streams of 128 KiB reads over the region's zones.
 - seqwrite: resets, then 4 zones written at a time by interleaved 128 KiB sequential writes (no reads).
 
-Every pattern that reads first resets and fills the zones it reads (128 KiB sequential writes), as the capture
-does, so the trace holds resets and writes too (`prefill=False` leaves them out). `reads` counts read commands
-(write commands for seqwrite). The geometry — LBA size (512 or 4096), zone size, zone count — is free.
+Every pattern that reads first resets and fills the zones it reads (128 KiB sequential writes; a capture writes 256
+KiB a command where the zones allow), so the trace holds resets and writes too (`prefill=False` leaves them out).
+`reads` counts read commands (write commands for seqwrite). The geometry — LBA size (512 or 4096), zone size, zone
+count — is free.
 """
 
 from __future__ import annotations
