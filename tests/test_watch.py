@@ -473,6 +473,45 @@ def test_warm_up_runs_a_windows_analysis_before_the_probe(monkeypatch: pytest.Mo
     assert "hot" in called and "gain" in called
 
 
+SIGNATURES = """
+import json, sys
+from numba.core.registry import CPUDispatcher
+from ztbp.analysis.watch import WatchParams
+from ztbp.control.watch import warm_up
+
+def compiled():
+    return sorted(f"{m.__name__}.{k} {v.signatures}" for m in list(sys.modules.values())
+                  if getattr(m, "__name__", "").startswith("ztbp") for k, v in vars(m).items()
+                  if isinstance(v, CPUDispatcher) and v.signatures)
+
+meta, p = json.loads(sys.argv[1]), WatchParams(k=2, cache_mib=8)
+warm_up(meta, p)
+first = compiled()
+warm_up(meta, p, n=20_000)
+print(json.dumps([first, compiled()]))
+"""
+
+
+def test_the_warm_up_compiles_every_function_a_large_window_runs() -> None:
+    # its window is small (its own seconds under emulation): a window of 20,000 reads compiles nothing more
+    done = subprocess.run([sys.executable, "-c", SIGNATURES, json.dumps({**META, "zone_cap_lba": 768})],
+                          capture_output=True, text=True, check=False, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    first, after = json.loads(done.stdout)
+    names = {line.split()[0] for line in first}
+    assert {"ztbp.analysis.cache_policies.segmented_lru_pass", "ztbp.analysis.dbscan._fit"} <= names
+    assert after == first
+
+
+def test_the_stream_starts_before_the_analysis_loads() -> None:
+    # `ztbp watch` starts bpftrace from control/stream.py, then loads the analysis: that module imports none of it
+    code = ("import sys, ztbp.control.stream, ztbp.cli.watch; "
+            "print(sorted(m for m in ('numpy', 'polars', 'numba', 'scipy') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
 def lagging_probe(batches: list[cw.Batch], span_s: float, lag_s: float, cpus: int = 2,
                   seed: int = 0) -> list[tuple[int, cw.Batch]]:
     """The rows as bpftrace prints them when its user space lags: every `span_s` of the rows' time it drains each

@@ -7,18 +7,32 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..analysis.params import CACHE_MIB, ORDER_MAX_S, PAGE_KIB, RECOMMEND_GAIN
 from .common import BoundedSize, add_module_args, bounded, device_module
 
+if TYPE_CHECKING:
+    from ..control.stream import Started
+
 
 def _watch(args: argparse.Namespace) -> int:
+    from ..control.stream import start_stream
+
+    module = device_module(args)  # a bad --module / --module-params: one line, before anything is touched
+    # the device checked and bpftrace started before the analysis loads (numpy, polars, numba): it compiles meanwhile
+    started = start_stream(args.device, module)
+    try:
+        return _session(args, started)
+    finally:
+        started.probe.close()  # whatever happened (watch_device closes it too): never leave bpftrace running
+
+
+def _session(args: argparse.Namespace, started: Started) -> int:
     from ..analysis.watch import WatchParams
     from ..control.watch import Session, WatchRequest, watch_device
     from ..present.watch import status_line, summary_text
 
-    module = device_module(args)  # a bad --module / --module-params: one line, before anything is touched
     params = WatchParams(k=args.k, threshold=args.threshold, budget_per_day=args.budget_per_day,
                          min_interval_s=args.min_interval, backoff_s=args.backoff, cache_mib=args.cache_mib,
                          page_kib=args.page_kib)
@@ -36,7 +50,7 @@ def _watch(args: argparse.Namespace) -> int:
             line = status_line(s.commands_total, now - s.started, s.lost_total, s.state, last, params, now)
             print(f"\r{line}", end="", file=sys.stderr, flush=True)
 
-    summary: dict[str, Any] = watch_device(req, args.device, on_window, module=module)
+    summary: dict[str, Any] = watch_device(req, args.device, on_window, started=started)
     if args.json:
         print(json.dumps({"summary": summary}, default=str))
     else:

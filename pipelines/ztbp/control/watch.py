@@ -26,12 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
-import select
-import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -61,6 +57,7 @@ from ..errors import FileSystemError, ZtbpError
 from ..files import fs_error, make_dir
 from ..io.nvme import IngestReport, body_rows
 from ..writeback.config import DEVICE_MAX_ZONES
+from .stream import ProbeProcess, Started, start_stream
 
 JOURNAL = "watch.jsonl"
 ROWS = "rows"
@@ -68,9 +65,6 @@ ROWS = "rows"
 #: (checked as each line arrives: a device that goes idle leaves its last lines waiting for the next one)
 BATCH_LINES = 8192
 BATCH_S = 1.0
-#: seconds without a line of the probe after which its reader hears a tick (b""): an idle device's last rows are
-#: not kept waiting for the next line
-IDLE_TICK_S = 1.0
 
 
 @dataclass
@@ -227,74 +221,6 @@ def replay(phases: list[tuple[str, int, tuple[int, ...]]], meta: dict[str, Any],
             yield Batch(pl.DataFrame({"ts_ns": ts, "lat_ns": np.full(m, 100_000, dtype=np.uint64),
                                       "op": pl.Series(["read"] * m), "slba": slba.astype(np.uint64),
                                       "nlb": np.ones(m, dtype=np.uint32)}))
-
-
-class ProbeProcess:
-    """bpftrace running probes/nvme_zone_stream.bt on this machine: its stdout lines; close() detaches it."""
-
-    @staticmethod
-    def check() -> None:
-        """bpftrace on this machine, and root."""
-        missing = [t for t in ("bpftrace",) if shutil.which(t) is None]
-        if missing:
-            raise ZtbpError("cannot start the streaming probe: bpftrace not found on this machine (install it, e.g. "
-                            "apt-get install bpftrace)")
-        if os.geteuid() != 0:
-            raise ZtbpError("cannot start the streaming probe: watch needs root (bpftrace); run it with sudo")
-
-    def __init__(self, script: Path) -> None:
-        self.check()
-        env = {**os.environ, "BPFTRACE_STRLEN": "16", "BPFTRACE_PERF_RB_PAGES": "32768"}
-        # stderr joins stdout: bpftrace's messages ("Lost N events", its errors) are read in order, and a pipe
-        # nobody reads never fills and blocks it
-        self.proc = subprocess.Popen(["bpftrace", str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     env=env, start_new_session=True)
-        self.last = b""
-        self.stopping = False
-
-    def stop(self) -> None:
-        """SIGINT to bpftrace: it detaches, prints what it still holds and exits (the end of its lines)."""
-        self.stopping = True
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-
-    def lines(self) -> Iterator[bytes]:
-        """bpftrace's output lines, and a tick (b"") after each IDLE_TICK_S without one; a ZtbpError with its
-        last line when it exits with an error."""
-        assert self.proc.stdout is not None
-        fd, pending = self.proc.stdout.fileno(), b""
-        while True:
-            if not select.select([fd], [], [], IDLE_TICK_S)[0]:
-                yield b""
-                continue
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                break
-            *whole, pending = (pending + chunk).split(b"\n")
-            for line in whole:
-                if line.strip():
-                    self.last = line
-                yield line + b"\n"
-        if pending:
-            yield pending
-        if self.proc.wait() != 0 and not self.stopping:
-            last = self.last.decode("utf-8", "replace").strip() or "no message"
-            raise ZtbpError(f"the streaming probe could not run on this machine (bpftrace exit "
-                            f"{self.proc.returncode}): {last}")
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.stop()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                try:
-                    self.proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:  # stuck in the kernel: a detach waiting for a grace period
-                    logging.getLogger("ztbp").warning(
-                        f"bpftrace (pid {self.proc.pid}) did not exit after SIGKILL: its detach waits for an RCU-tasks "
-                        "grace period (a module whose threads stall them still loaded? rmmod it)")
 
 
 # ---- the device ------------------------------------------------------------------------------------------------
@@ -692,11 +618,13 @@ class Session:
 
 
 # ---- on this machine -------------------------------------------------------------------------------------------
-def warm_up(meta: dict[str, Any], params: WatchParams, n: int = 4000) -> float:
-    """One window's analysis (hot rule, held-out cache model) on a synthetic window of `n` reads, before the probe
-    attaches; its seconds. The first analysis compiles numba's functions (two minutes under emulation): a session
-    that compiled them in its first window read no row meanwhile, bpftrace's buffers filled, and their rows came
-    out interleaved CPU by CPU (measured on NVMeVirt in the guest: 60,671 of 100,003 rows out of time order)."""
+def warm_up(meta: dict[str, Any], params: WatchParams, n: int = 500) -> float:
+    """One window's analysis (hot rule, held-out cache model) on a synthetic window of `n` reads, before the probe's
+    first line is read; its seconds. The first analysis compiles numba's functions (two minutes under emulation): a
+    session that compiled them in its first window read no row meanwhile, bpftrace's buffers filled, and their rows
+    came out interleaved CPU by CPU (measured on NVMeVirt in the guest: 60,671 of 100,003 rows out of time order).
+    What numba compiles does not depend on `n` (the same functions and signatures from 100 reads as from 4,000);
+    the analysis' own seconds do (under emulation 6.9 s for 4,000 reads on 1,024 zones of 32 cells)."""
     t0 = time.monotonic()
     hot = tuple(range(min(5, meta["nr_zones"])))
     slba = synthetic_slba("hot", n, meta, np.random.default_rng(0), hot)
@@ -770,32 +698,31 @@ class ModuleHold:
 
 
 def watch_device(req: WatchRequest, dev: str, on_window: Callable[[Session], None] | None = None,
-                 module: DeviceModule | None = None) -> dict[str, Any]:
+                 module: DeviceModule | None = None, started: Started | None = None) -> dict[str, Any]:
     """`ztbp watch DEV`: the streaming probe on this machine's zoned namespace DEV, the session, ztbp-ctl on DEV.
     SIGTERM and SIGINT stop the session cleanly (bpftrace detached, the journal closed).
+
+    `started`: the device checked and its probe started already (control/stream.start_stream, which `ztbp watch`
+    calls before it loads this module, so bpftrace compiles while the analysis loads); else it is done here. The
+    session's analysis then runs once on a synthetic window (warm_up) while bpftrace compiles, before the probe's
+    first line is read.
 
     With `module` (a module that creates DEV when loaded, NVMeVirt): the geometry is read with the module loaded
     for that moment and unloaded again; the probe starts; the module is loaded when the probe's header arrives; at
     the end (the source ended, a signal, an error) the device's STOP (--on-exit stop, a set in force), then the
     module's unload, then bpftrace's stop. A module that fails to load ends the session with its error, the probe
     detached."""
-    from .. import paths
-    from ..acquire.capture import device_geometry
-    from ..writeback.ctl import check_device
-
-    check_device(dev)
-    if module is not None:
-        ProbeProcess.check()  # root and bpftrace before the module is loaded
-    lba, zone_bytes, nr, cap = device_geometry(dev, Path(os.environ.get("ZTBP_SYSFS", "/sys")), module)
-    req.meta = {"device": Path(dev).name, "lba_bytes": lba, "zone_size_lba": zone_bytes // lba, "nr_zones": nr}
-    if cap and cap < zone_bytes:  # a real drive's zones hold less than their size: the hot rule's cells per zone
-        req.meta["zone_cap_lba"] = cap // lba
-    if module is not None:
-        req.meta["device_module"] = {"ko": str(module.ko), "params": module.params}
-    hold = ModuleHold(module, dev) if module is not None else None
-    req.warm_up_s = round(warm_up(req.meta, req.params), 3)
-    probe = ProbeProcess(paths.PROBES / "nvme_zone_stream.bt")
+    if started is None:
+        started = start_stream(dev, module)
+    module, probe = started.module, started.probe
     caught: list[str] = []
+    hold = ModuleHold(module, dev) if module is not None else None
+    try:
+        req.meta = dict(started.meta)
+        req.warm_up_s = round(warm_up(req.meta, req.params), 3)
+    except BaseException:
+        probe.close()
+        raise
 
     def on_signal(signum: int, frame: Any) -> None:
         # never raise in the middle of a window: ask bpftrace to stop; the session reads its last rows to the end
