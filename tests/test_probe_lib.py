@@ -361,3 +361,26 @@ def test_zone_cap_sectors_reads_blkzones_first_zone(tmp_path: Path) -> None:
     (bindir / "blkzone").chmod(0o755)
     r = lib(tmp_path, "zone_cap_sectors /dev/nvme0n1", env={"PATH": f"{bindir}:{os.environ['PATH']}"})
     assert r.stdout.strip() == str(48 * 1024 * 1024 // 512), r.stderr
+
+
+def test_a_module_whose_device_the_driver_gave_up_on_is_loaded_again_at_once(tmp_path: Path) -> None:
+    """module_load: when the kernel says the nvme driver gave up on the module's device ("Device not ready"), the
+    module is unloaded and loaded again within a second, not after the whole wait for the device."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    calls = tmp_path / "calls"
+    for name, body in (("insmod", f'echo "insmod $*" >> "{calls}"'), ("rmmod", f'echo "rmmod $*" >> "{calls}"'),
+                       # the driver gives up on the first load only
+                       ("dmesg", f'grep -q insmod "{calls}" 2> /dev/null && '
+                                 'echo "nvme nvme0: Device not ready; aborting initialisation, CSTS=0x0"; true')):
+        (bindir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bindir / name).chmod(0o755)
+    res = lib(tmp_path, f'ZTBP_KO=/x/nvmev.ko; ZTBP_KO_PARAMS="cpus=1,2"; module_load "{tmp_path}/nvme0n1"',
+              env={"PATH": f"{bindir}:{os.environ['PATH']}", "ZTBP_MODULE_WAIT_S": "3"})
+    assert res.returncode == 1
+    assert calls.read_text().splitlines() == ["insmod /x/nvmev.ko cpus=1,2", "rmmod nvmev",
+                                              "insmod /x/nvmev.ko cpus=1,2"]
+    said = [line for line in res.stdout.splitlines() if "gave up" in line or "error" in line]
+    assert said == ["ZTBP: stage module the nvme driver gave up on the device before it was ready (1 s after insmod): "
+                    "rmmod and insmod again",
+                    f"ZTBP: error {tmp_path}/nvme0n1 did not appear within 3 s after loading the module"], res.stdout

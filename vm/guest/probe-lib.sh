@@ -203,28 +203,36 @@ module_prepare() { # load the nvme driver before any probe attaches (only when a
 	modprobe nvme || { say "error modprobe nvme failed"; return 1; }
 }
 
-module_load() { # DEV: insmod ZTBP_KO with ZTBP_KO_PARAMS, wait until DEV appears; once more when the nvme
-	# driver gave up on the device before it was ready ("Device not ready; aborting initialisation": NVMeVirt's
-	# controller thread came late under emulation, seen once in CI)
+module_load() { # DEV: insmod ZTBP_KO with ZTBP_KO_PARAMS, wait until DEV appears (ZTBP_MODULE_WAIT_S, default 60);
+	# once more as soon as the nvme driver gives up on the device before it was ready ("Device not ready; aborting
+	# initialisation, CSTS=0x0": NVMeVirt's controller thread came late under emulation; in a fresh-clone run the
+	# kernel said so 1 s after insmod, and the wait went on for its whole 60 s before the second insmod)
 	[ -n "${ZTBP_KO:-}" ] || return 0
-	local dev="$1" i attempt gave_up
+	local dev="$1" i attempt gave_up wait_s="${ZTBP_MODULE_WAIT_S:-60}" failed
 	for attempt in 1 2; do
 		gave_up="$(dmesg | grep -c 'Device not ready; aborting initialisation')"
 		say "stage module insmod $(basename "$ZTBP_KO") ${ZTBP_KO_PARAMS:-}"
 		# shellcheck disable=SC2086  # the parameters are separate words
 		insmod "$ZTBP_KO" ${ZTBP_KO_PARAMS:-} || { say "error insmod failed (see console.log)"; return 1; }
 		MODULE_LOADED=1
-		for i in $(seq 1 600); do
+		failed=""
+		for ((i = 1; i <= wait_s * 10; i++)); do
 			[ -b "$dev" ] && { info module_appear_s "$((i / 10))"; info module_load_attempts "$attempt"; return 0; }
+			# the kernel log once a second (two forks: ~0.1 s under emulation)
+			if ((i % 10 == 0)) && [ "$(dmesg | grep -c 'Device not ready; aborting initialisation')" -gt "$gave_up" ]
+			then
+				failed=1
+				break
+			fi
 			nap 0.1
 		done
-		[ "$attempt" -eq 1 ] || break
-		[ "$(dmesg | grep -c 'Device not ready; aborting initialisation')" -gt "$gave_up" ] || break
-		say "stage module the nvme driver gave up on the device before it was ready: rmmod and insmod again"
+		[ "$attempt" -eq 1 ] && [ -n "$failed" ] || break
+		say "stage module the nvme driver gave up on the device before it was ready ($((i / 10)) s after insmod):" \
+			"rmmod and insmod again"
 		rmmod "$(basename "$ZTBP_KO" .ko)" || break
 		MODULE_LOADED=""
 	done
-	say "error $dev did not appear within 60 s after loading the module"
+	say "error $dev did not appear within $wait_s s after loading the module${failed:+ (the nvme driver gave up on it)}"
 	return 1
 }
 
