@@ -139,7 +139,7 @@ def host_path(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     if not FULL and INSTALL == "wheel":  # the watch's numba functions compiled here for the guest
         # (tests/numba_seed.py); a user's first `ztbp watch` compiles them on its own machine, as the guest's does
         # in `just test-host-path`
-        seeded, folder = seed(out, guest_meta(REAL_DRIVE), env["ZTBP_WATCH_ARGS"].split())
+        seeded, folder = seed(out, guest_meta(REAL_DRIVE), env["ZTBP_WATCH_ARGS"].split(), CACHE / "test-numba-seed")
         env.update(seeded)
         env["ZTBP_HOST_DEPS"] += f":{folder}"
     res = run_in_guest("bash /ztbp/src/vm/guest/host-path.sh", out, geometry=REAL_DRIVE,
