@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import VM_CHAINS, pool_summary, work_order, work_unit
+from conftest import UNIT_NICE, VM_CHAINS, pool_summary, work_order, work_unit
 
 HERE = Path(__file__).resolve().parent
 
@@ -42,7 +42,7 @@ def test_{name}():
     start = time.time()
     time.sleep({sleep})
     with open("{log}", "a") as f:
-        f.write(f"{name} {{os.environ['PYTEST_XDIST_WORKER']}} {{start}} {{time.time()}}\\n")
+        f.write(f"{name} {{os.environ['PYTEST_XDIST_WORKER']}} {{start}} {{time.time()}} {{os.nice(0)}}\\n")
 '''
 
 
@@ -56,17 +56,22 @@ def test_nvmevirt_waits_for_the_other_chain_on_another_worker(tmp_path: Path) ->
     for file, name, sleep in (("test_app_vm.py", "chain_b", 3), ("test_one_liners_vm.py", "compile_b", 10),
                               ("test_capture_vm.py", "chain_a", 0), ("test_loop_vm.py", "nvmevirt", 0)):
         (tmp_path / file).write_text(FAKE_VM_TEST.format(name=name, sleep=sleep, log=log))
-    (tmp_path / "test_unit.py").write_text("def test_u():\n    pass\n")
+    (tmp_path / "test_unit.py").write_text(FAKE_VM_TEST.replace("pytestmark = pytest.mark.vm", "").format(
+        name="unit", sleep=0, log=log))
     env = {**os.environ, "ZTBP_NO_IMAGE_PREBUILD": "1", "ZTBP_NO_GUEST_POOL": "1"}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2",
                            "--basetemp", str(tmp_path / "bt"), "."],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     runs = {name: (worker, float(start), float(end))
-            for name, worker, start, end in (line.split() for line in log.read_text().splitlines())}
+            for name, worker, start, end, _ in (line.split() for line in log.read_text().splitlines())}
+    nice = {name: int(n) for name, *_, n in (line.split() for line in log.read_text().splitlines())}
     assert runs["chain_a"][0] == runs["nvmevirt"][0] != runs["chain_b"][0] == runs["compile_b"][0]  # a worker a chain
     assert runs["nvmevirt"][1] >= runs["chain_b"][2]  # NVMeVirt after the other chain's timed tests, however late
     assert runs["nvmevirt"][1] < runs["compile_b"][2]  # ... and beside its compile-only checks
+    # the unit tests yield the CPU to the guests (conftest.UNIT_NICE), the VM tests keep their priority
+    assert nice["unit"] - nice["chain_a"] == UNIT_NICE > 0
+    assert nice["chain_a"] == nice["nvmevirt"] == nice["chain_b"] == nice["compile_b"]
 
 
 def test_the_shared_guests_summary_gives_each_boot_and_command_its_seconds(tmp_path: Path) -> None:
