@@ -258,21 +258,28 @@ def _chain_over(place: Path, chain: str) -> bool:
 #: 15 minutes), and the chain of guests that ends last sets the run's length. NVMeVirt's tests, which judge timing,
 #: keep the default priority too.
 UNIT_NICE = int(os.environ.get("ZTBP_UNIT_NICE", "5"))
-_NICED = False
 
 
-def _yield_to_guests(item: pytest.Item) -> None:
-    global _NICED
-    if _NICED or UNIT_NICE <= 0 or "PYTEST_XDIST_WORKER" not in os.environ or item.get_closest_marker("vm"):
-        return
-    os.nice(UNIT_NICE)
-    _NICED = True
+class _UnitPriority:
+    """Under pytest-xdist, a worker's first test that is not a VM test lowers its priority (UNIT_NICE). A plugin, not
+    this conftest's own hook, which would see the items under tests/ only: the notebooks too."""
+
+    niced = False
+
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if self.niced or UNIT_NICE <= 0 or "PYTEST_XDIST_WORKER" not in os.environ or item.get_closest_marker("vm"):
+            return
+        os.nice(UNIT_NICE)
+        self.niced = True
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_UnitPriority(), "ztbp-unit-priority")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A chain's first test says the chain has started; NVMeVirt's tests wait until every other chain of the session
-    is over. Under pytest-xdist a worker's first test that is not a VM test lowers its priority (UNIT_NICE)."""
-    _yield_to_guests(item)
+    is over."""
     place = _meeting_place(item.config) if item.get_closest_marker("vm") is not None else None
     if place is None:
         return

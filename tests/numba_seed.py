@@ -62,12 +62,22 @@ def seed(out: Path, meta: dict[str, int], watch_args: list[str],
             "p = WatchParams(k=a.k, threshold=a.threshold, budget_per_day=a.budget_per_day, "
             "min_interval_s=a.min_interval, backoff_s=a.backoff, cache_mib=a.cache_mib, page_kib=a.page_kib)\n"
             "print(round(warm_up(json.loads(sys.argv[1]), p), 3))\n")
+    if cache is not None:  # a folder of its own for each source of the analysis and numba version: two runs of
+        # different checkouts at once never write the same files
+        import hashlib
+
+        import numba
+
+        h = hashlib.sha256(numba.__version__.encode())
+        for source in sorted((Path(__file__).resolve().parents[1] / "pipelines" / "ztbp" / "analysis").glob("*.py")):
+            h.update(source.name.encode() + source.read_bytes())
+        cache = cache / h.hexdigest()[:16]
     env = {**os.environ, **ENV, "NUMBA_CACHE_DIR": str(cache or out / "numba"),
            "PYTHONPATH": os.pathsep.join([str(out / "numba-seed"), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-c", code, json.dumps(meta), json.dumps(watch_args)], env=env,
                           capture_output=True, text=True, check=False, timeout=600)
     if done.returncode != 0:
         raise RuntimeError(f"the host's warm-up failed: {done.stderr[-2000:]}")
-    if cache is not None:
-        shutil.copytree(cache, out / "numba", dirs_exist_ok=True)
+    if cache is not None and cache.is_dir():
+        shutil.copytree(cache, out / "numba", dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.tmp*"))
     return {**ENV, "NUMBA_CACHE_DIR": "/ztbp/out/numba"}, "/ztbp/out/numba-seed"

@@ -335,6 +335,29 @@ def test_the_probe_process_feeds_the_session_and_its_failure_is_one_line(tmp_pat
     assert last["kind"] == "stop" and last["why"].startswith("error: the streaming probe could not run")
 
 
+def test_sigterm_while_the_analysis_loads_detaches_the_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `ztbp watch` starts bpftrace before it loads the analysis: a SIGTERM then is an interruption, bpftrace (in a
+    # session of its own, which a killed parent would leave attached) is stopped, the exit status is 130
+    import signal
+
+    from ztbp.cli import main
+    from ztbp.cli import watch as cli_watch
+    from ztbp.control import stream
+
+    fake_bpftrace(tmp_path, "echo '# ztbp nvme v1'; exec sleep 60", monkeypatch)
+    probes: list[stream.ProbeProcess] = []
+
+    def start(dev: str, module: Any = None) -> stream.Started:
+        probes.append(stream.ProbeProcess(tmp_path / "x.bt"))
+        return stream.Started(dict(META), probes[-1])
+
+    monkeypatch.setattr(stream, "start_stream", start)
+    monkeypatch.setattr(cli_watch, "_session", lambda args, started: os.kill(os.getpid(), signal.SIGTERM) or 0)
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["watch", "/dev/nvme0n1"]) == 130
+    assert probes[0].proc.poll() is not None and signal.getsignal(signal.SIGTERM) is before
+
+
 def test_the_status_line_says_rate_lost_set_last_decision_and_next_apply() -> None:
     from ztbp.present.watch import status_line
 

@@ -232,7 +232,11 @@ module_load() { # DEV: insmod ZTBP_KO with ZTBP_KO_PARAMS, wait until DEV appear
 		rmmod "$(basename "$ZTBP_KO" .ko)" || break
 		MODULE_LOADED=""
 	done
-	say "error $dev did not appear within $wait_s s after loading the module${failed:+ (the nvme driver gave up on it)}"
+	if [ -n "$failed" ]; then
+		say "error the nvme driver gave up on $dev again ($((i / 10)) s after loading the module); see dmesg"
+	else
+		say "error $dev did not appear within $wait_s s after loading the module"
+	fi
 	return 1
 }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -16,16 +17,28 @@ if TYPE_CHECKING:
     from ..control.stream import Started
 
 
+def _interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def _watch(args: argparse.Namespace) -> int:
     from ..control.stream import start_stream
 
     module = device_module(args)  # a bad --module / --module-params: one line, before anything is touched
-    # the device checked and bpftrace started before the analysis loads (numpy, polars, numba): it compiles meanwhile
-    started = start_stream(args.device, module)
+    # SIGTERM while the analysis loads and warms up (a minute under emulation): an interruption like Ctrl-C, so the
+    # finally below detaches bpftrace (its own session: it outlives a process killed by the default action);
+    # watch_device has handlers of its own from then on
+    previous = signal.signal(signal.SIGTERM, _interrupted)
     try:
-        return _session(args, started)
+        # the device checked and bpftrace started before the analysis loads (numpy, polars, numba): it compiles
+        # meanwhile
+        started = start_stream(args.device, module)
+        try:
+            return _session(args, started)
+        finally:
+            started.probe.close()  # whatever happened (watch_device closes it too): never leave bpftrace running
     finally:
-        started.probe.close()  # whatever happened (watch_device closes it too): never leave bpftrace running
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _session(args: argparse.Namespace, started: Started) -> int:

@@ -714,6 +714,8 @@ def watch_device(req: WatchRequest, dev: str, on_window: Callable[[Session], Non
     detached."""
     if started is None:
         started = start_stream(dev, module)
+    elif module is not None and module is not started.module:
+        raise ValueError("watch_device: the module is the started stream's (start_stream(dev, module))")
     module, probe = started.module, started.probe
     caught: list[str] = []
     hold = ModuleHold(module, dev) if module is not None else None
