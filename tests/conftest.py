@@ -252,22 +252,25 @@ def _chain_over(place: Path, chain: str) -> bool:
     return False
 
 
-#: The niceness of a pytest-xdist worker once it runs a test that is not a VM test (ZTBP_UNIT_NICE; 0: none), and of
-#: what it starts: the unit tests and notebooks take the CPU the guests leave. Beside them a guest under TCG got
+#: The niceness of a pytest-xdist worker once it runs a test outside NVMEVIRT_CHAIN (ZTBP_UNIT_NICE; 0: none), and of
+#: what it starts: the unit tests and notebooks, and vm-b's chain (its first tests, the one-liner file's three that
+#: need no guest, lowered it from the start in the runs measured), take the CPU that vm-a's guests leave. vm-a ends
+#: last and sets the run's length, NVMeVirt's timing tests at its end. Beside the unit tests a guest under TCG got
 #: about two thirds of a core in a fresh-clone run (2 cores, 2 guests, the unit tests' worker busy for its first
-#: 15 minutes), and the chain of guests that ends last sets the run's length. NVMeVirt's tests, which judge timing,
-#: keep the default priority too.
+#: 15 minutes); with this, vm-b's last guest still ended within 2-6 s of NVMeVirt's boot in three runs.
 UNIT_NICE = int(os.environ.get("ZTBP_UNIT_NICE", "5"))
 
 
 class _UnitPriority:
-    """Under pytest-xdist, a worker's first test that is not a VM test lowers its priority (UNIT_NICE). A plugin, not
-    this conftest's own hook, which would see the items under tests/ only: the notebooks too."""
+    """Under pytest-xdist, a worker's first test outside NVMEVIRT_CHAIN lowers its priority (UNIT_NICE). A plugin,
+    not this conftest's own hook, which would see the items under tests/ only: the notebooks too."""
 
     niced = False
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        if self.niced or UNIT_NICE <= 0 or "PYTEST_XDIST_WORKER" not in os.environ or item.get_closest_marker("vm"):
+        if self.niced or UNIT_NICE <= 0 or "PYTEST_XDIST_WORKER" not in os.environ:
+            return
+        if work_unit(item.nodeid) == NVMEVIRT_CHAIN:
             return
         os.nice(UNIT_NICE)
         self.niced = True
