@@ -358,6 +358,22 @@ def test_sigterm_while_the_analysis_loads_detaches_the_probe(tmp_path: Path, mon
     assert probes[0].proc.poll() is not None and signal.getsignal(signal.SIGTERM) is before
 
 
+def test_a_sigint_bpftrace_missed_is_sent_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # bpftrace 0.17 can miss a SIGINT in its event loop: the probe's lines still end
+    from ztbp.control import stream
+
+    monkeypatch.setattr(stream, "SIGINT_AGAIN_S", 0.5)
+    fake_bpftrace(tmp_path, "n=0; trap 'n=$((n + 1)); [ $n -ge 2 ] && exit 0' INT; echo '# ztbp nvme v1'; "
+                  "while :; do sleep 0.1; done", monkeypatch)
+    probe = stream.ProbeProcess(tmp_path / "x.bt")
+    t0 = time.monotonic()
+    for line in probe.lines():
+        if line.startswith(b"# ztbp"):
+            probe.stop()
+        assert time.monotonic() - t0 < 30
+    assert probe.proc.returncode == 0
+
+
 def test_the_status_line_says_rate_lost_set_last_decision_and_next_apply() -> None:
     from ztbp.present.watch import status_line
 

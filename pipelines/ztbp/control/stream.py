@@ -16,6 +16,7 @@ import select
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,9 @@ from ..writeback.ctl import check_device
 #: seconds without a line of the probe after which its reader hears a tick (b""): an idle device's last rows are
 #: not kept waiting for the next line
 IDLE_TICK_S = 1.0
+#: seconds after which a SIGINT bpftrace has not acted on is sent again (bpftrace 0.17 can miss one while it waits in
+#: its event loop, vm/guest/probe-lib.sh does the same; a `ztbp watch` in a fresh-clone run waited 7 minutes)
+SIGINT_AGAIN_S = 5.0
 
 
 class ProbeProcess:
@@ -54,12 +58,19 @@ class ProbeProcess:
                                      env=env, start_new_session=True)
         self.last = b""
         self.stopping = False
+        self.sigint_at = 0.0
 
     def stop(self) -> None:
         """SIGINT to bpftrace: it detaches, prints what it still holds and exits (the end of its lines)."""
         self.stopping = True
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
+            self.sigint_at = time.monotonic()
+
+    def _stop_again(self) -> None:
+        """The SIGINT once more when bpftrace is still running SIGINT_AGAIN_S after the last one."""
+        if self.stopping and self.proc.poll() is None and time.monotonic() - self.sigint_at >= SIGINT_AGAIN_S:
+            self.stop()
 
     def lines(self) -> Iterator[bytes]:
         """bpftrace's output lines, and a tick (b"") after each IDLE_TICK_S without one; a ZtbpError with its
@@ -67,6 +78,7 @@ class ProbeProcess:
         assert self.proc.stdout is not None
         fd, pending = self.proc.stdout.fileno(), b""
         while True:
+            self._stop_again()
             if not select.select([fd], [], [], IDLE_TICK_S)[0]:
                 yield b""
                 continue
