@@ -203,6 +203,10 @@ module_prepare() { # load the nvme driver before any probe attaches (only when a
 	modprobe nvme || { say "error modprobe nvme failed"; return 1; }
 }
 
+driver_gave_up() { # how many times the kernel log says the nvme driver gave up on a device before it was ready
+	dmesg | grep -c 'Device not ready; aborting initialisation'
+}
+
 module_load() { # DEV: insmod ZTBP_KO with ZTBP_KO_PARAMS, wait until DEV appears (ZTBP_MODULE_WAIT_S, default 60);
 	# once more as soon as the nvme driver gives up on the device before it was ready ("Device not ready; aborting
 	# initialisation, CSTS=0x0": NVMeVirt's controller thread came late under emulation; in a fresh-clone run the
@@ -210,7 +214,7 @@ module_load() { # DEV: insmod ZTBP_KO with ZTBP_KO_PARAMS, wait until DEV appear
 	[ -n "${ZTBP_KO:-}" ] || return 0
 	local dev="$1" i attempt gave_up wait_s="${ZTBP_MODULE_WAIT_S:-60}" failed
 	for attempt in 1 2; do
-		gave_up="$(dmesg | grep -c 'Device not ready; aborting initialisation')"
+		gave_up="$(driver_gave_up)"
 		say "stage module insmod $(basename "$ZTBP_KO") ${ZTBP_KO_PARAMS:-}"
 		# shellcheck disable=SC2086  # the parameters are separate words
 		insmod "$ZTBP_KO" ${ZTBP_KO_PARAMS:-} || { say "error insmod failed (see console.log)"; return 1; }
@@ -219,8 +223,7 @@ module_load() { # DEV: insmod ZTBP_KO with ZTBP_KO_PARAMS, wait until DEV appear
 		for ((i = 1; i <= wait_s * 10; i++)); do
 			[ -b "$dev" ] && { info module_appear_s "$((i / 10))"; info module_load_attempts "$attempt"; return 0; }
 			# the kernel log once a second (two forks: ~0.1 s under emulation)
-			if ((i % 10 == 0)) && [ "$(dmesg | grep -c 'Device not ready; aborting initialisation')" -gt "$gave_up" ]
-			then
+			if ((i % 10 == 0)) && [ "$(driver_gave_up)" -gt "$gave_up" ]; then
 				failed=1
 				break
 			fi
