@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from ztbp.contract import NVME_COLUMNS, NVME_VERSION_LINE, RUN_FORMAT
+from ztbp.files import write_atomic
 
 OPCODES = {"read": 2, "write": 1, "zone_append": 125, "zone_mgmt_send": 121, "zone_mgmt_recv": 122, "flush": 0}
 
@@ -242,7 +243,9 @@ def _meeting_place(config: pytest.Config) -> Path | None:
 
 
 def _chain_over(place: Path, chain: str) -> bool:
-    """The chain has ended or reached its QUIET_FILES, or its worker has died."""
+    """The chain has ended or reached its QUIET_FILES, or its worker has died. (The chain files are written
+    atomically: one read while its writer had created it but not yet written the pid took an empty file for a dead
+    worker, and NVMeVirt's stand-in started beside the other chain's first test in a fresh-clone run.)"""
     if (place / CHAIN_DONE.format(chain)).exists() or (place / CHAIN_QUIET.format(chain)).exists():
         return True
     try:
@@ -289,9 +292,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     chain = vm_chain(item.path.name)
     if chain not in _STARTED:
         _STARTED.add(chain)
-        (place / CHAIN_STARTED.format(chain)).write_text(str(os.getpid()))
+        write_atomic(place / CHAIN_STARTED.format(chain), str(os.getpid()))
     if item.path.name in QUIET_FILES and chain != NVMEVIRT_CHAIN:
-        (place / CHAIN_QUIET.format(chain)).write_text(str(os.getpid()))
+        write_atomic(place / CHAIN_QUIET.format(chain), str(os.getpid()))
     if chain != NVMEVIRT_CHAIN or not is_nvmevirt(item):
         return
     others = {vm_chain(i.path.name) for i in item.session.items if i.get_closest_marker("vm") is not None} - {chain}
@@ -320,7 +323,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if nextitem is not None and nextitem.get_closest_marker("vm") is not None and vm_chain(nextitem.path.name) == chain:
         return
     stop_shared_guests()
-    (place / CHAIN_DONE.format(chain)).write_text(str(os.getpid()))
+    write_atomic(place / CHAIN_DONE.format(chain), str(os.getpid()))
 
 
 def pool_summary(pool: Path) -> list[str]:
