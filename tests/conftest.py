@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -283,6 +284,22 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_UnitPriority(), "ztbp-unit-priority")
 
 
+def _prebuild_nvmevirt() -> None:
+    """NVMeVirt's modules for its tests, built in the background while the chain's other guests run (none to build
+    when the cache has them: tests/nvmevirt_build.py). ZTBP_NO_IMAGE_PREBUILD=1 turns it off as well."""
+    if os.environ.get("ZTBP_NO_IMAGE_PREBUILD") == "1":
+        return
+    import nvmevirt_build
+
+    from ztbp.acquire.vm import VmError, image_dir
+
+    try:
+        release = (image_dir() / "kernel-release").read_text().strip()
+    except (OSError, subprocess.SubprocessError, VmError):
+        return  # no image yet: the tests build the modules themselves
+    nvmevirt_build.prebuild(release)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A chain's first test says the chain has started; NVMeVirt's tests wait until every other chain of the session
     is over."""
@@ -293,6 +310,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if chain not in _STARTED:
         _STARTED.add(chain)
         write_atomic(place / CHAIN_STARTED.format(chain), str(os.getpid()))
+        if chain == NVMEVIRT_CHAIN and any(is_nvmevirt(i) for i in item.session.items):
+            _prebuild_nvmevirt()
     if item.path.name in QUIET_FILES and chain != NVMEVIRT_CHAIN:
         write_atomic(place / CHAIN_QUIET.format(chain), str(os.getpid()))
     if chain != NVMEVIRT_CHAIN or not is_nvmevirt(item):
@@ -375,8 +394,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Never leave the background image build behind (a run stopped early kills it; image.sh cleans its folder),
-    nor a shared guest."""
+    nor a shared guest, nor NVMeVirt's build."""
     stop_shared_guests()
+    if "nvmevirt_build" in sys.modules:
+        sys.modules["nvmevirt_build"].stop()
     if _IMAGES is not None and _IMAGES.poll() is None:
         os.killpg(_IMAGES.pid, signal.SIGTERM)
         _IMAGES.wait(timeout=60)

@@ -10,39 +10,27 @@ built from ../shared/nvmevirt; without it the test is skipped.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
+import nvmevirt_build
 import pytest
 from loop_run import NVMEVIRT_RESERVE, ztbp
 
-from ztbp import paths
 from ztbp.acquire.vm import ensure_image
 
 pytestmark = pytest.mark.vm
 
-NVMEVIRT = paths.ROOT.parent / "shared" / "nvmevirt"
-#: NVMeVirt's prototype at --slow 20: a 256 KiB write takes ~84 ms of die time, slower than the emulator's own
-#: per-command cost under TCG, so the modelled dies shape the bandwidth (README of ../shared/nvmevirt).
-SLOW = "20"
 #: 144 zones of 32 MiB: 128 dies, so zones z and z + 128 share a die.
 NVMEVIRT_STORAGE = "4608M"
 
 
 @pytest.fixture(scope="module")
-def nvmevirt_ko(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not (NVMEVIRT / "build.sh").is_file():
-        pytest.skip(f"NVMeVirt is not here ({NVMEVIRT}/build.sh missing): the prototype's die layout is the "
-                    "answer key of this test; build it as ../shared/nvmevirt/README.md says to run it")
-    if shutil.which("make") is None:
-        pytest.skip("make is missing: NVMeVirt cannot be built here")
+def nvmevirt_ko() -> Path:
+    if (why := nvmevirt_build.available()) is not None:
+        pytest.skip(f"{why}: the prototype's die layout is the answer key of this test; build it as "
+                    "../shared/nvmevirt/README.md says to run it")
     release = (ensure_image(echo=lambda s: None) / "kernel-release").read_text().strip()
-    out = tmp_path_factory.mktemp("nvmev")
-    proc = subprocess.run(["bash", str(NVMEVIRT / "build.sh"), release, str(out), "--profile", "prototype",
-                           "--slow", SLOW], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return Path(proc.stdout.strip().splitlines()[-1])
+    return nvmevirt_build.module(release, "prototype", nvmevirt_build.PROTOTYPE_SLOW)
 
 
 def test_nvmevirt_zones_on_one_die_form_one_group(nvmevirt_ko: Path, tmp_path: Path) -> None:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
+import nvmevirt_build
 import pytest
 from test_host_path_vm import FULL, HOT, INSTALL, WATCH_A, WATCH_B, WATCH_K, quick_env, stage, step_ok
 
@@ -24,7 +24,6 @@ from ztbp.units import MIB
 
 pytestmark = pytest.mark.vm
 CHECKOUT = Path(__file__).resolve().parents[1]
-NVMEVIRT = CHECKOUT.parent / "shared" / "nvmevirt"
 NV_READS = 20_000
 NV_W = 10_000  # windows of the watch session; its model's cache is 16 MiB (--cache-mib), as the loop's
 #: the module's device holds nothing when watch loads it: the session writes the read region first (1 GiB in
@@ -42,14 +41,9 @@ def nvmevirt_host_path(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, 
 
     if not FULL:
         pytest.skip("the host path on NVMeVirt runs with `just test-host-path` (about 20 minutes under emulation)")
-    if not (NVMEVIRT / "build.sh").is_file():
-        pytest.skip(f"NVMeVirt is not here ({NVMEVIRT}/build.sh missing): build it as ../shared/nvmevirt/README.md "
-                    "says")
-    release = (image_dir() / "kernel-release").read_text().strip()
-    build = subprocess.run(["bash", str(NVMEVIRT / "build.sh"), release], capture_output=True, text=True,
-                           check=False, timeout=900)
-    assert build.returncode == 0, build.stderr[-2000:]
-    ko = Path(build.stdout.strip().splitlines()[-1])
+    if (why := nvmevirt_build.available()) is not None:
+        pytest.skip(f"{why}: build it as ../shared/nvmevirt/README.md says")
+    ko = nvmevirt_build.module((image_dir() / "kernel-release").read_text().strip(), "zn540")
     out = tmp_path_factory.mktemp("nvmevirt-host-path")
     env = {"ZTBP_HOST_READS": str(NV_READS), "ZTBP_HOST_REGION": "1G", "ZTBP_HOST_VENV": "/ztbp/out/venv",
            "ZTBP_RUNS": "/ztbp/out/runs", "ZTBP_HOST_ROUNDS": "2",

@@ -10,32 +10,26 @@ give the cluster too little to find the hot zones).
 
 from __future__ import annotations
 
-import subprocess
 from typing import Any
 
+import nvmevirt_build
 import pytest
 from loop_run import AB_READS, NVMEVIRT_RESERVE, READS, assert_rounds_whole, loop
 
-from ztbp import paths
 from ztbp.acquire.vm import image_dir
 
 pytestmark = pytest.mark.vm
-NVMEVIRT = paths.ROOT.parent / "shared" / "nvmevirt"
 PAPER_ZONES = {1, 7, 11, 15, 19}
 
 
 @pytest.fixture(scope="module")
 def nvmevirt_loop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    if not (NVMEVIRT / "build.sh").is_file():
-        pytest.skip(f"NVMeVirt is not here ({NVMEVIRT}/build.sh missing): build it as ../shared/nvmevirt/README.md "
-                    "says to run the device loop")
+    if (why := nvmevirt_build.available()) is not None:
+        pytest.skip(f"{why}: build it as ../shared/nvmevirt/README.md says to run the device loop")
     out = tmp_path_factory.mktemp("nvloop")
     release = (image_dir() / "kernel-release").read_text().strip()  # the image the loop boots
-    # build.sh's own folder (<release>-zn540) names the build, so the loop knows the emulator's read model
-    build = subprocess.run(["bash", str(NVMEVIRT / "build.sh"), release], capture_output=True,
-                           text=True, check=False, timeout=900)
-    assert build.returncode == 0, build.stderr[-2000:]
-    ko = build.stdout.strip().splitlines()[-1]
+    # build.sh's own folder name (<release>-zn540) names the build, so the loop knows the emulator's read model
+    ko = str(nvmevirt_build.module(release, "zn540"))
     proc, doc = loop(out / "loop", "paper80", "--reads", str(READS), "--ab", "2", "--ab-reads", str(AB_READS),
                      "--backend", "nvmevirt", "--nvmevirt-ko", ko, *NVMEVIRT_RESERVE)
     assert proc.returncode == 0, proc.stderr[-3000:]
