@@ -68,8 +68,8 @@ test:
     phase lint {{quote(just_executable())}} lint
     # ztbp-ctl before any guest boots: a guest caches the checkout (vm/guest/boot.sh), a file made later may stay unseen
     phase ctl {{quote(just_executable())}} build
-    # three workers: two run the VM tests as two chains, each in order with its shared guests (tests/conftest.py VM_CHAINS), the third the unit tests and notebooks beside them; all but vm-a at nice 5 (tests/conftest.py UNIT_NICE); vm-a's first guest boots while the workers start (ZTBP_PREBOOT)
-    phase tests bash -c 'set -o pipefail; ZTBP_PREBOOT=1 "$0" -m pytest -q -n 3 --durations=25 tests notebooks --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/nbval-sanitize.cfg | tee "$1"' {{PY}} "$log"
+    # three workers: two run the VM tests as two chains, each in order with its shared guests (tests/conftest.py VM_CHAINS), the third the unit tests and notebooks beside them; all but vm-a at nice 5 (tests/conftest.py UNIT_NICE)
+    phase tests bash -c 'set -o pipefail; "$0" -m pytest -q -n 3 --durations=25 tests notebooks --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/nbval-sanitize.cfg | tee "$1"' {{PY}} "$log"
 
 # run only the fast tests (no VM)
 [group('test')]

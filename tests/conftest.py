@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -195,43 +194,28 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 def shared_guests(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Boot once, test many: every VM test's guest command whose output folder lies under this session's temporary
     folder runs in a guest kept booted per configuration (vm/vmtest.sh's guest pool, vm/guest/pool.sh), so the
-    suites boot bookworm, trixie and NVMeVirt once each instead of once a test module. Under pytest-xdist each VM
-    chain has a pool of its own where the workers' folders meet (`use_chain_pool`); in one process the pool lies in
-    its temporary folder. ZTBP_NO_GUEST_POOL=1 boots a guest per command as before."""
+    suites boot bookworm, trixie and NVMeVirt once each instead of once a test module. ZTBP_NO_GUEST_POOL=1 boots
+    a guest per command as before."""
+    global _POOL
     if not getattr(request.config, "ztbp_vm_selected", False) or os.environ.get("ZTBP_NO_GUEST_POOL") == "1":
         yield
         return
+    base = tmp_path_factory.getbasetemp()
+    _POOL = base / "guest-pool"
+    _POOL.mkdir(exist_ok=True)
+    os.environ["ZTBP_GUEST_POOL"] = str(_POOL)
+    os.environ["ZTBP_GUEST_POOL_SHARE"] = str(base)
     os.environ.setdefault("ZTBP_POOL_IDLE", "900")
     os.environ.setdefault("ZTBP_POOL_MAX", "3")  # see VM_CHAINS
-    if _meeting_place(request.config) is None:
-        base = tmp_path_factory.getbasetemp()
-        use_pool(base / "guest-pool", base)
     yield
     stop_shared_guests()
 
 
-def use_pool(pool: Path, share: Path) -> None:
-    """The guest pool of this process's VM commands from now on (vmtest.sh reads it from the environment)."""
-    global _POOL
-    _POOL = pool
-    pool.mkdir(exist_ok=True)
-    os.environ["ZTBP_GUEST_POOL"] = str(pool)
-    os.environ["ZTBP_GUEST_POOL_SHARE"] = str(share)
-
-
-def chain_pool(place: Path, chain: str) -> Path:
-    """A VM chain's guest pool where pytest-xdist's workers' folders meet (the folder they share: the pool's guests
-    mount it): known before any worker takes the chain, so the controller can boot its first guest (PREBOOT)."""
-    return place / f"guest-pool-{chain}"
-
-
-def stop_shared_guests(pool: Path | None = None) -> None:
-    """Stop every guest of the pool (this process's by default; vmtest.sh kills QEMU on SIGTERM) and wait for
-    each."""
-    pool = pool or _POOL
-    if pool is None:
+def stop_shared_guests() -> None:
+    """Stop every guest of the pool (vmtest.sh kills QEMU on SIGTERM) and wait for each."""
+    if _POOL is None:
         return
-    for pidfile in pool.glob("*/pid"):
+    for pidfile in _POOL.glob("*/pid"):
         try:
             pid = int(pidfile.read_text())
             os.kill(pid, signal.SIGTERM)
@@ -243,37 +227,6 @@ def stop_shared_guests(pool: Path | None = None) -> None:
             except OSError:
                 break
             time.sleep(0.1)
-
-
-#: ZTBP_PREBOOT=1 (`just test`): under pytest-xdist the controller boots PREBOOT_CHAIN's first guest into that
-#: chain's pool as the session starts (a command that does nothing, with the configuration of the chain's first
-#: files: bookworm's default device), while the workers start and collect the tests, which took 28 s of the README
-#: test line before the first boot; the chain's first command then finds the guest booted (or waits for its boot)
-PREBOOT_CHAIN = "vm-a"
-#: the controller's booting vmtest.sh (its pool's guest stays; the chain's worker stops it at its end)
-_PREBOOT: subprocess.Popen[bytes] | None = None
-
-
-def pytest_sessionstart(session: pytest.Session) -> None:
-    """ZTBP_PREBOOT: in pytest-xdist's controller, boot PREBOOT_CHAIN's first guest."""
-    global _PREBOOT
-    config = session.config
-    if (os.environ.get("ZTBP_PREBOOT") != "1" or hasattr(config, "workerinput")
-            or not getattr(config.option, "numprocesses", None) or config.option.collectonly
-            or os.environ.get("ZTBP_NO_GUEST_POOL") == "1"):
-        return
-    from ztbp.acquire.vm import VMTEST
-
-    place = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]  # the workers' folders go here
-    pool, out = chain_pool(place, PREBOOT_CHAIN), place / f"preboot-{PREBOOT_CHAIN}"
-    pool.mkdir(exist_ok=True)
-    out.mkdir(exist_ok=True)
-    env = {**os.environ, "ZTBP_GUEST_POOL": str(pool), "ZTBP_GUEST_POOL_SHARE": str(place),
-           "ZTBP_POOL_IDLE": os.environ.get("ZTBP_POOL_IDLE", "900"),
-           "ZTBP_POOL_MAX": os.environ.get("ZTBP_POOL_MAX", "3")}
-    with open(place / f"preboot-{PREBOOT_CHAIN}.log", "wb") as log:
-        _PREBOOT = subprocess.Popen(["bash", str(VMTEST), "-o", str(out), "-t", "600", "--", "true"], env=env,
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 #: the chain NVMeVirt's tests run in (the last files of VM_CHAINS["vm-a"])
@@ -357,12 +310,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_UnitPriority(), "ztbp-unit-priority")
 
 
-def use_chain_pool(place: Path, chain: str) -> None:
-    """The chain's own guest pool (`chain_pool`) from its first test on, the share where the workers' folders
-    meet."""
-    use_pool(chain_pool(place, chain), place)
-
-
 def _prebuild_nvmevirt() -> None:
     """NVMeVirt's modules for its tests, built in the background while the chain's other guests run (none to build
     when the cache has them: tests/nvmevirt_build.py). ZTBP_NO_IMAGE_PREBUILD=1 turns it off as well."""
@@ -389,8 +336,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if chain not in _STARTED:
         _STARTED.add(chain)
         write_atomic(place / CHAIN_STARTED.format(chain), str(os.getpid()))
-        if getattr(item.config, "ztbp_vm_selected", False) and os.environ.get("ZTBP_NO_GUEST_POOL") != "1":
-            use_chain_pool(place, chain)
         if chain == NVMEVIRT_CHAIN and any(is_nvmevirt(i) for i in item.session.items):
             _prebuild_nvmevirt()
     if item.path.name in QUIET_FILES and chain != NVMEVIRT_CHAIN:
@@ -430,13 +375,6 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     write_atomic(place / CHAIN_DONE.format(chain), str(os.getpid()))
 
 
-def command_name(out: str) -> str:
-    """A guest command's name in the summary: its output folder's first part under the share, past a pytest-xdist
-    worker's folder (popen-gw2/vm0/paper80: vm0)."""
-    parts = out.split("/")
-    return parts[1] if len(parts) > 1 and re.fullmatch(r"popen-gw\d+", parts[0]) else parts[0]
-
-
 def pool_summary(pool: Path) -> list[str]:
     """Boots, commands and hung boots of the shared guests, and what each guest ran, for the end of the run."""
     if not (pool / "jobs").exists():
@@ -465,7 +403,7 @@ def pool_summary(pool: Path) -> list[str]:
         boots = [f.split()[2] for f in logs["seconds"] if f.startswith(f"boot {key} ")]
         lines.append(f"  {Path(conf.get('image', '?')).name} ({device}, {conf.get('smp')} CPUs; booted in "
                      f"{', '.join(both(b, cpu.get(('boot', key))) for b in boots) or '?'}): {len(ran)} commands: "
-                     + ", ".join(f"{command_name(r)} {both(took.get(('job', key, r), '?'), cpu.get(('job', key, r)))}"
+                     + ", ".join(f"{r.split('/')[0]} {both(took.get(('job', key, r), '?'), cpu.get(('job', key, r)))}"
                                  for r in ran))
     lines += [f"  {w}" for w in logs["waits"]]
     return lines
@@ -476,7 +414,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if _POOL is not None:
         pools = [_POOL]
     elif getattr(config, "workerinput", None) is None and hasattr(config, "_tmp_path_factory"):
-        pools = sorted(config._tmp_path_factory.getbasetemp().glob(chain_pool(Path(), "*").name))
+        pools = sorted(config._tmp_path_factory.getbasetemp().glob("*/guest-pool"))
     else:
         pools = []
     for pool in pools:
@@ -490,14 +428,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Never leave the background image build behind (a run stopped early kills it; image.sh cleans its folder),
-    nor a shared guest (the controller's PREBOOT too), nor NVMeVirt's build."""
+    nor a shared guest, nor NVMeVirt's build."""
     stop_shared_guests()
-    if _PREBOOT is not None:
-        if _PREBOOT.poll() is None:
-            os.killpg(_PREBOOT.pid, signal.SIGTERM)
-            _PREBOOT.wait(timeout=60)
-        stop_shared_guests(chain_pool(session.config._tmp_path_factory.getbasetemp(),  # type: ignore[attr-defined]
-                                      PREBOOT_CHAIN))
     if "nvmevirt_build" in sys.modules:
         sys.modules["nvmevirt_build"].stop()
     if _IMAGES is not None and _IMAGES.poll() is None:

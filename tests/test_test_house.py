@@ -43,8 +43,7 @@ def test_{name}():
     start = time.time()
     time.sleep({sleep})
     with open("{log}", "a") as f:
-        f.write(f"{name} {{os.environ['PYTEST_XDIST_WORKER']}} {{start}} {{time.time()}} {{os.nice(0)}} "
-                f"{{os.environ.get('ZTBP_GUEST_POOL', '-')}}\\n")
+        f.write(f"{name} {{os.environ['PYTEST_XDIST_WORKER']}} {{start}} {{time.time()}} {{os.nice(0)}}\\n")
 '''
 
 
@@ -61,17 +60,14 @@ def test_nvmevirt_waits_for_the_other_chain_on_another_worker(tmp_path: Path) ->
         (tmp_path / file).write_text(FAKE_VM_TEST.format(name=name, sleep=sleep, log=log, mark=mark))
     (tmp_path / "test_unit.py").write_text(FAKE_VM_TEST.replace("pytestmark = pytest.mark.vm", "").format(
         name="unit", sleep=0, log=log, mark=""))
-    env = {**os.environ, "ZTBP_NO_IMAGE_PREBUILD": "1", "ZTBP_UNIT_NICE": "5"}
-    for k in ("ZTBP_NO_GUEST_POOL", "ZTBP_GUEST_POOL", "ZTBP_GUEST_POOL_SHARE", "ZTBP_PREBOOT"):
-        env.pop(k, None)
+    env = {**os.environ, "ZTBP_NO_IMAGE_PREBUILD": "1", "ZTBP_NO_GUEST_POOL": "1", "ZTBP_UNIT_NICE": "5"}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2",
                            "--basetemp", str(tmp_path / "bt"), "."],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     runs = {name: (worker, float(start), float(end))
-            for name, worker, start, end, *_ in (line.split() for line in log.read_text().splitlines())}
-    nice = {name: int(n) for name, *_, n, _ in (line.split() for line in log.read_text().splitlines())}
-    pool = {name: p for name, *_, p in (line.split() for line in log.read_text().splitlines())}
+            for name, worker, start, end, _ in (line.split() for line in log.read_text().splitlines())}
+    nice = {name: int(n) for name, *_, n in (line.split() for line in log.read_text().splitlines())}
     assert runs["chain_a"][0] == runs["nvmevirt"][0] != runs["chain_b"][0] == runs["compile_b"][0]  # a worker a chain
     assert runs["nvmevirt"][1] >= runs["chain_b"][2]  # NVMeVirt after the other chain's timed tests, however late
     assert runs["nvmevirt"][1] < runs["compile_b"][2]  # ... and beside its compile-only checks
@@ -83,12 +79,6 @@ def test_nvmevirt_waits_for_the_other_chain_on_another_worker(tmp_path: Path) ->
     # the unit tests and vm-b yield the CPU to vm-a's chain, NVMeVirt's at its end (conftest.UNIT_NICE)
     assert nice["unit"] == nice["chain_b"] == nice["compile_b"] == min(19, nice["chain_a"] + 5)  # (the limit: 19)
     assert nice["chain_a"] == nice["nvmevirt"] == os.nice(0)
-    # each chain's guests in a pool of its own where the workers' folders meet (the controller can boot vm-a's first
-    # guest there before a worker takes the chain: ZTBP_PREBOOT); the unit tests have none
-    bt = tmp_path / "bt"
-    assert pool["chain_a"] == pool["nvmevirt"] == str(bt / "guest-pool-vm-a")
-    assert pool["chain_b"] == pool["compile_b"] == str(bt / "guest-pool-vm-b")
-    assert pool["unit"] == "-" or runs["unit"][0] in (runs["chain_a"][0], runs["chain_b"][0])
 
 
 def test_the_shared_guests_summary_gives_each_boot_and_command_its_seconds(tmp_path: Path) -> None:
@@ -107,8 +97,3 @@ def test_the_shared_guests_summary_gives_each_boot_and_command_its_seconds(tmp_p
     assert lines[0].endswith("booted again: 0; the guests' CPU: 140 s"), lines[0]
     assert lines[1] == ("  image-bookworm-abc (64 zones + conventional namespace, 2 CPUs; booted in 61 s (CPU 50 s)): "
                         "2 commands: app0 120 s (CPU 90 s), cycle0 35 s")
-    # a chain's pool under pytest-xdist: the share is where the workers' folders meet
-    (tmp_path / "jobs").write_text("job 2026-11-26T12:00:30Z k1 preboot-vm-a\n"
-                                   "job 2026-11-26T12:01:00Z k1 popen-gw2/app0/run\n")
-    (tmp_path / "seconds").write_text("boot k1 61 50\njob k1 preboot-vm-a 1 0 1\njob k1 popen-gw2/app0/run 120 0 90\n")
-    assert pool_summary(tmp_path)[1].endswith("2 commands: preboot-vm-a 1 s (CPU 1 s), app0 120 s (CPU 90 s)")
