@@ -78,12 +78,16 @@ _POOL: Path | None = None
 #: functions compiled on the host (tests/numba_seed.py: its guest's warm-up 268 s before), QEMU's loops (230 s)
 #: went back to vm-a's default device. With the guests starting warm, the Zipf loop (42-57 s) went to vm-b once: vm-a
 #: then reached NVMeVirt while vm-b still compiled its one-liners and the unit tests ran, and NVMeVirt's positive
-#: control (zones on one die form one group) failed; it came back. NVMeVirt's tests run alone (HUSH, below).
+#: control (zones on one die form one group) failed; it came back. NVMeVirt's loop runs before its profile, which
+#: judges bandwidth against its noise: the other workers' leftovers (vm-b's one-liner checks, the last unit tests) go
+#: beside the loop, whose tests count commands, and the profile comes last (with HUSH, below). The other way round,
+#: holding the other workers during the profile put vm-b's one-liners and a unit test beside the loop: 239 s against
+#: 94-107 s.
 VM_CHAINS = {"vm-b": ("test_app_vm.py", "test_resets_vm.py", "test_capture_fio_file_vm.py", "test_ztbp_ctl_vm.py",
                       "test_capture_ctrl_c_vm.py", "test_layers_vm.py", "test_one_liners_vm.py"),
              "vm-a": ("test_capture_vm.py", "test_device_qemu_vm.py", "test_loop_qemu_vm.py", "test_loop_zipf_vm.py",
                       "test_host_path_vm.py",
-                      "test_device_vm.py", "test_loop_vm.py", "test_host_path_nvmevirt_vm.py")}
+                      "test_loop_vm.py", "test_device_vm.py", "test_host_path_nvmevirt_vm.py")}
 VM_ORDER = VM_CHAINS["vm-b"] + VM_CHAINS["vm-a"]
 #: NVMeVirt's tests come last in their chain and wait until the other chain has ended (its worker leaves
 #: CHAIN_STARTED and CHAIN_DONE files where the workers' basetemps meet, and stops its guests at its end): the
@@ -265,21 +269,16 @@ def _chain_over(place: Path, chain: str) -> bool:
 UNIT_NICE = int(os.environ.get("ZTBP_UNIT_NICE", "5"))
 
 
-#: While NVMeVirt's tests run (from the first to the last), the other workers start no test (one already running goes
-#: on): NVMEVIRT_CHAIN leaves HUSH where the workers' folders meet, with its pid. NVMeVirt's guest keeps 3 vCPUs busy
-#: on 2 host cores by itself, and beside other work its timing stretches. Measured in fresh-clone runs:
-#: - the profile (the positive control of the verdict, which judges bandwidth against its noise) beside the unit
-#:   tests' report and browser tests: one independent pair of zones measured 0.79 of twice its solo bandwidth (the
-#:   others 0.95-1.0) and the verdict called the grouping noise; held, the pairs' sides were 0.48 apart against a
-#:   spread of 0.007;
-#: - the A/B loop's 1 GiB fill took 38-49 s beside other work against 9 s alone, the loop 179-239 s against 94-107 s,
-#:   with a quarter of the host's CPU idle: the work held runs after NVMeVirt, faster than beside it.
-#: At most HUSH_WAIT_S; each wait is logged in HUSH_WAITS (the run's summary).
+#: While a test marked `timing` runs in NVMEVIRT_CHAIN (NVMeVirt's profile: the positive control of the verdict, which
+#: judges bandwidth against its noise), the other workers start no test (one already running goes on): it leaves
+#: HUSH where the workers' folders meet, with its pid. In a fresh-clone run the unit tests' report and browser tests
+#: ran beside it, one independent pair of zones measured 0.79 of twice its solo bandwidth (the others 0.95-1.0) and
+#: the verdict called the grouping noise. At most HUSH_WAIT_S; each wait is logged in HUSH_WAITS (the run's summary).
 HUSH, HUSH_WAITS, HUSH_WAIT_S = "hush", "hush-waits", 900
 
 
 def _hushed(place: Path) -> bool:
-    """NVMeVirt's tests run, in a live worker."""
+    """A `timing` test of a live worker runs."""
     try:
         os.kill(int((place / HUSH).read_text()), 0)
     except (OSError, ValueError):
@@ -289,7 +288,7 @@ def _hushed(place: Path) -> bool:
 
 class _UnitPriority:
     """Under pytest-xdist, a worker's first test outside NVMEVIRT_CHAIN lowers its priority (UNIT_NICE), and each of
-    its tests waits while NVMeVirt's run (HUSH). A plugin, not this conftest's own hook, which would see the
+    its tests waits while a `timing` test runs (HUSH). A plugin, not this conftest's own hook, which would see the
     items under tests/ only: the notebooks too."""
 
     niced = False
@@ -304,7 +303,7 @@ class _UnitPriority:
                 time.sleep(0.5)
             with open(place / HUSH_WAITS, "a") as log:
                 log.write(f"{os.environ['PYTEST_XDIST_WORKER']} waited {time.monotonic() - t0:.0f} s to start "
-                          f"{item.nodeid} while NVMeVirt's tests ran\n")
+                          f"{item.nodeid} while a timing test ran\n")
         if self.niced or UNIT_NICE <= 0:
             return
         os.nice(UNIT_NICE)
@@ -354,7 +353,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if (waited := time.monotonic() - t0) >= 1 and _POOL is not None:
         with open(_POOL / "waits", "a") as log:
             log.write(f"{item.name} waited {waited:.0f} s for the other chain to end\n")
-    if not (place / HUSH).exists():
+    if item.get_closest_marker("timing") is not None:
         write_atomic(place / HUSH, str(os.getpid()))
 
 
@@ -366,7 +365,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     chain = vm_chain(item.path.name)
     if place is None:
         return
-    if is_nvmevirt(item) and (nextitem is None or not is_nvmevirt(nextitem)):
+    if item.get_closest_marker("timing") is not None:
         (place / HUSH).unlink(missing_ok=True)
     if nextitem is not None and nextitem.path.name in FRESH_GUEST_FILES and item.path.name != nextitem.path.name:
         stop_shared_guests()  # the guests so far have served

@@ -29,9 +29,9 @@ _RUNNING: set[subprocess.Popen[str]] = set()
 #: NVMeVirt's prototype at --slow 20 (test_device_vm.py): a 256 KiB write takes ~84 ms of die time, slower than the
 #: emulator's own per-command cost under TCG, so the modelled dies shape the bandwidth (README of ../shared/nvmevirt)
 PROTOTYPE_SLOW = 20
-#: the builds NVMeVirt's tests in `just test` ask for, in their order: (profile, --slow) — test_device_vm.py's
-#: prototype, then test_loop_vm.py's zn540
-CHAIN_BUILDS = (("prototype", PROTOTYPE_SLOW), ("zn540", 1))
+#: the builds NVMeVirt's tests in `just test` ask for, in their order: (profile, --slow) — test_loop_vm.py's zn540,
+#: then test_device_vm.py's prototype
+CHAIN_BUILDS = (("zn540", 1), ("prototype", PROTOTYPE_SLOW))
 
 
 class BuildError(RuntimeError):

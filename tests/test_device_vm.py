@@ -33,6 +33,7 @@ def nvmevirt_ko() -> Path:
     return nvmevirt_build.module(release, "prototype", nvmevirt_build.PROTOTYPE_SLOW)
 
 
+@pytest.mark.timing
 def test_nvmevirt_zones_on_one_die_form_one_group(nvmevirt_ko: Path, tmp_path: Path) -> None:
     """The positive control of the verdict beside QEMU's negative one: real conflicts, called structure."""
     out = tmp_path / "nvmevirt"

@@ -38,6 +38,7 @@ def test_work_order_sends_the_vm_chains_first_then_the_largest_files() -> None:
 FAKE_VM_TEST = '''
 import os, time, pytest
 pytestmark = pytest.mark.vm
+{mark}
 def test_{name}():
     start = time.time()
     time.sleep({sleep})
@@ -52,12 +53,13 @@ def test_nvmevirt_waits_for_the_other_chain_on_another_worker(tmp_path: Path) ->
     events (its one-liner checks, which only compile, may still run)."""
     log = tmp_path / "log"
     shutil.copy(HERE / "conftest.py", tmp_path / "conftest.py")
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    vm: stand-in\n")
-    for file, name, sleep in (("test_app_vm.py", "chain_b", 3), ("test_one_liners_vm.py", "compile_b", 6),
-                              ("test_capture_vm.py", "chain_a", 0), ("test_loop_vm.py", "nvmevirt", 12)):
-        (tmp_path / file).write_text(FAKE_VM_TEST.format(name=name, sleep=sleep, log=log))
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    vm: stand-in\n    timing: stand-in\n")
+    for file, name, sleep, mark in (("test_app_vm.py", "chain_b", 3, ""), ("test_one_liners_vm.py", "compile_b", 6, ""),
+                                    ("test_capture_vm.py", "chain_a", 0, ""),
+                                    ("test_loop_vm.py", "nvmevirt", 12, "@pytest.mark.timing")):
+        (tmp_path / file).write_text(FAKE_VM_TEST.format(name=name, sleep=sleep, log=log, mark=mark))
     (tmp_path / "test_unit.py").write_text(FAKE_VM_TEST.replace("pytestmark = pytest.mark.vm", "").format(
-        name="unit", sleep=0, log=log))
+        name="unit", sleep=0, log=log, mark=""))
     env = {**os.environ, "ZTBP_NO_IMAGE_PREBUILD": "1", "ZTBP_NO_GUEST_POOL": "1", "ZTBP_UNIT_NICE": "5"}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "2",
                            "--basetemp", str(tmp_path / "bt"), "."],
@@ -69,10 +71,10 @@ def test_nvmevirt_waits_for_the_other_chain_on_another_worker(tmp_path: Path) ->
     assert runs["chain_a"][0] == runs["nvmevirt"][0] != runs["chain_b"][0] == runs["compile_b"][0]  # a worker a chain
     assert runs["nvmevirt"][1] >= runs["chain_b"][2]  # NVMeVirt after the other chain's timed tests, however late
     assert runs["nvmevirt"][1] < runs["compile_b"][2]  # ... and beside its compile-only checks
-    # no test starts beside NVMeVirt's (a test already running goes on: compile_b): the unit test, handed to vm-b's
-    # worker after compile_b, waits until NVMeVirt's ends (conftest.HUSH)
+    # no test starts beside a timing test (a test already running goes on: compile_b): the unit test, handed to
+    # vm-b's worker after compile_b, waits until NVMeVirt's ends (conftest.HUSH)
     assert runs["unit"][0] == runs["chain_b"][0] and runs["compile_b"][2] < runs["nvmevirt"][2] <= runs["unit"][1]
-    assert "test_unit.py::test_unit while NVMeVirt's tests ran" in (tmp_path / "bt" / "hush-waits").read_text()
+    assert "test_unit.py::test_unit while a timing test ran" in (tmp_path / "bt" / "hush-waits").read_text()
     assert not (tmp_path / "bt" / "hush").exists()
     # the unit tests and vm-b yield the CPU to vm-a's chain, NVMeVirt's at its end (conftest.UNIT_NICE)
     assert nice["unit"] == nice["chain_b"] == nice["compile_b"] == min(19, nice["chain_a"] + 5)  # (the limit: 19)
