@@ -268,6 +268,14 @@ def _chain_over(place: Path, chain: str) -> bool:
 #: 15 minutes); with this, vm-b's last guest still ended within 2-6 s of NVMeVirt's boot in three runs.
 UNIT_NICE = int(os.environ.get("ZTBP_UNIT_NICE", "5"))
 
+#: The vCPUs of the shared guests (vm/vmtest.sh's ZTBP_GUEST_SMP; NVMeVirt's guest asks for its own, 3). Measured with
+#: the host path's guest (its one command, 1,024 zones), on this 2-core machine: alone, 101 s with 2 vCPUs (105 s of
+#: QEMU's CPU) and 143 s with 1 (131 s); beside two busy processes at nice 5, 194 s with 2 (CPU 174 s) and 143 s with 1
+#: (CPU 117 s). Two vCPUs that share the host's cores with other work are preempted in turn, and the guest kernel
+#: spins waiting on the one that is not running; one vCPU has no one to wait for. The test line always runs beside
+#: something (two chains and the unit tests on two cores).
+GUEST_SMP = os.environ.setdefault("ZTBP_GUEST_SMP", "1")
+
 
 #: While a test marked `timing` runs in NVMEVIRT_CHAIN (NVMeVirt's profile: the positive control of the verdict, which
 #: judges bandwidth against its noise), the other workers start no test (one already running goes on): it leaves
