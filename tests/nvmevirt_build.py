@@ -47,6 +47,11 @@ def available() -> str | None:
     return None
 
 
+def guest_release(image: Path) -> str:
+    """The kernel release of a guest image folder (vm/image.sh writes it), the release a module is built for."""
+    return (image / "kernel-release").read_text().strip()
+
+
 def folder_name(release: str, profile: str, slow: int) -> str:
     """build.sh's default folder for a build: <release>-<profile>[-slow<N>]."""
     return f"{release}-{profile}" + ("" if slow == 1 else f"-slow{slow}")

@@ -29,7 +29,7 @@ def nvmevirt_ko() -> Path:
     if (why := nvmevirt_build.available()) is not None:
         pytest.skip(f"{why}: the prototype's die layout is the answer key of this test; build it as "
                     "../shared/nvmevirt/README.md says to run it")
-    release = (ensure_image(echo=lambda s: None) / "kernel-release").read_text().strip()
+    release = nvmevirt_build.guest_release(ensure_image(echo=lambda s: None))
     return nvmevirt_build.module(release, "prototype", nvmevirt_build.PROTOTYPE_SLOW)
 
 

@@ -43,7 +43,7 @@ def nvmevirt_host_path(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, 
         pytest.skip("the host path on NVMeVirt runs with `just test-host-path` (about 20 minutes under emulation)")
     if (why := nvmevirt_build.available()) is not None:
         pytest.skip(f"{why}: build it as ../shared/nvmevirt/README.md says")
-    ko = nvmevirt_build.module((image_dir() / "kernel-release").read_text().strip(), "zn540")
+    ko = nvmevirt_build.module(nvmevirt_build.guest_release(image_dir()), "zn540")
     out = tmp_path_factory.mktemp("nvmevirt-host-path")
     env = {"ZTBP_HOST_READS": str(NV_READS), "ZTBP_HOST_REGION": "1G", "ZTBP_HOST_VENV": "/ztbp/out/venv",
            "ZTBP_RUNS": "/ztbp/out/runs", "ZTBP_HOST_ROUNDS": "2",

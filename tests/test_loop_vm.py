@@ -27,7 +27,7 @@ def nvmevirt_loop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if (why := nvmevirt_build.available()) is not None:
         pytest.skip(f"{why}: build it as ../shared/nvmevirt/README.md says to run the device loop")
     out = tmp_path_factory.mktemp("nvloop")
-    release = (image_dir() / "kernel-release").read_text().strip()  # the image the loop boots
+    release = nvmevirt_build.guest_release(image_dir())  # the image the loop boots
     # build.sh's own folder name (<release>-zn540) names the build, so the loop knows the emulator's read model
     ko = str(nvmevirt_build.module(release, "zn540"))
     proc, doc = loop(out / "loop", "paper80", "--reads", str(READS), "--ab", "2", "--ab-reads", str(AB_READS),
