@@ -253,11 +253,17 @@ def _chain_over(place: Path, chain: str) -> bool:
     worker, and NVMeVirt's stand-in started beside the other chain's first test in a fresh-clone run.)"""
     if (place / CHAIN_DONE.format(chain)).exists() or (place / CHAIN_QUIET.format(chain)).exists():
         return True
+    started = place / CHAIN_STARTED.format(chain)
+    return not _names_a_live_process(started) and started.exists()  # started by a process now gone
+
+
+def _names_a_live_process(pid_file: Path) -> bool:
+    """The file holds the pid of a running process."""
     try:
-        os.kill(int((place / CHAIN_STARTED.format(chain)).read_text()), 0)
+        os.kill(int(pid_file.read_text()), 0)
     except (OSError, ValueError):
-        return (place / CHAIN_STARTED.format(chain)).exists()  # started by a process now gone
-    return False
+        return False
+    return True
 
 
 #: The niceness of a pytest-xdist worker once it runs a test outside NVMEVIRT_CHAIN (ZTBP_UNIT_NICE; 0: none), and of
@@ -268,13 +274,15 @@ def _chain_over(place: Path, chain: str) -> bool:
 #: 15 minutes); with this, vm-b's last guest still ended within 2-6 s of NVMeVirt's boot in three runs.
 UNIT_NICE = int(os.environ.get("ZTBP_UNIT_NICE", "5"))
 
-#: The vCPUs of the shared guests (vm/vmtest.sh's ZTBP_GUEST_SMP; NVMeVirt's guest asks for its own, 3). Measured with
-#: the host path's guest (its one command, 1,024 zones), on this 2-core machine: alone, 101 s with 2 vCPUs (105 s of
-#: QEMU's CPU) and 143 s with 1 (131 s); beside two busy processes at nice 5, 194 s with 2 (CPU 174 s) and 143 s with 1
-#: (CPU 117 s). Two vCPUs that share the host's cores with other work are preempted in turn, and the guest kernel
-#: spins waiting on the one that is not running; one vCPU has no one to wait for. The test line always runs beside
-#: something (two chains and the unit tests on two cores).
-GUEST_SMP = os.environ.setdefault("ZTBP_GUEST_SMP", "1")
+#: The files whose guests run with one vCPU (vm/vmtest.sh's ZTBP_GUEST_SMP, set while a VM test runs: 1 for these, 2,
+#: vmtest's default, for the others; NVMeVirt's guest asks for its own 3). Measured with the host path's guest (its one
+#: command, 1,024 zones) on this 2-core machine: alone, 101 s with 2 vCPUs (105 s of QEMU's CPU) and 143 s with 1
+#: (131 s); beside two busy processes at nice 5, 194 s with 2 (CPU 174 s) and 143 s with 1 (CPU 117 s). Two vCPUs
+#: that share the host's cores with other work are preempted in turn, and the guest kernel waits for the one that is
+#: not running; one vCPU waits for no one, and the test line always runs beside something. vm-a's default device keeps
+#: two: with one, QEMU's profile (after the capture and the battery in that guest) saw every read take 59 s from its
+#: 9,341st on, once; the same requests in a fresh 1-vCPU guest, alone or beside two busy processes, did not.
+ONE_VCPU_FILES = (*VM_CHAINS["vm-b"], "test_host_path_vm.py")
 
 
 #: While a test marked `timing` runs in NVMEVIRT_CHAIN (NVMeVirt's profile: the positive control of the verdict, which
@@ -287,11 +295,7 @@ HUSH, HUSH_WAITS, HUSH_WAIT_S = "hush", "hush-waits", 900
 
 def _hushed(place: Path) -> bool:
     """A `timing` test of a live worker runs."""
-    try:
-        os.kill(int((place / HUSH).read_text()), 0)
-    except (OSError, ValueError):
-        return False
-    return True
+    return _names_a_live_process(place / HUSH)
 
 
 class _UnitPriority:
@@ -332,16 +336,19 @@ def _prebuild_nvmevirt() -> None:
     from ztbp.acquire.vm import VmError, image_dir
 
     try:
-        release = (image_dir() / "kernel-release").read_text().strip()
+        release = nvmevirt_build.guest_release(image_dir())
     except (OSError, subprocess.SubprocessError, VmError):
         return  # no image yet: the tests build the modules themselves
     nvmevirt_build.prebuild(release)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """A chain's first test says the chain has started; NVMeVirt's tests wait until every other chain of the session
-    is over."""
-    place = _meeting_place(item.config) if item.get_closest_marker("vm") is not None else None
+    """A VM test's guests get their vCPUs (ONE_VCPU_FILES); a chain's first test says the chain has started;
+    NVMeVirt's tests wait until every other chain of the session is over."""
+    if item.get_closest_marker("vm") is None:
+        return
+    os.environ["ZTBP_GUEST_SMP"] = "1" if item.path.name in ONE_VCPU_FILES else "2"
+    place = _meeting_place(item.config)
     if place is None:
         return
     chain = vm_chain(item.path.name)
@@ -413,7 +420,8 @@ def pool_summary(pool: Path) -> list[str]:
                   f"{conf.get('zones')} zones" + (" + conventional namespace" if conf.get("conv") else ""))
         ran = [f.split()[3] for f in logs["jobs"] if len(f.split()) > 3 and f.split()[2] == key]
         boots = [f.split()[2] for f in logs["seconds"] if f.startswith(f"boot {key} ")]
-        lines.append(f"  {Path(conf.get('image', '?')).name} ({device}, {conf.get('smp')} CPUs; booted in "
+        cpus = f"{conf.get('smp')} CPU" + ("" if conf.get("smp") == "1" else "s")
+        lines.append(f"  {Path(conf.get('image', '?')).name} ({device}, {cpus}; booted in "
                      f"{', '.join(both(b, cpu.get(('boot', key))) for b in boots) or '?'}): {len(ran)} commands: "
                      + ", ".join(f"{r.split('/')[0]} {both(took.get(('job', key, r), '?'), cpu.get(('job', key, r)))}"
                                  for r in ran))
@@ -423,16 +431,17 @@ def pool_summary(pool: Path) -> list[str]:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """The shared guests' summary: this process's pool, or under pytest-xdist its workers' (in their basetemps)."""
+    controller = getattr(config, "workerinput", None) is None and hasattr(config, "_tmp_path_factory")
     if _POOL is not None:
         pools = [_POOL]
-    elif getattr(config, "workerinput", None) is None and hasattr(config, "_tmp_path_factory"):
+    elif controller:
         pools = sorted(config._tmp_path_factory.getbasetemp().glob("*/guest-pool"))
     else:
         pools = []
     for pool in pools:
         for line in pool_summary(pool):
             terminalreporter.write_line(line)
-    if getattr(config, "workerinput", None) is None and hasattr(config, "_tmp_path_factory"):
+    if controller:
         hush = config._tmp_path_factory.getbasetemp() / HUSH_WAITS
         for line in hush.read_text().splitlines() if hush.exists() else []:
             terminalreporter.write_line(f"  {line}")
