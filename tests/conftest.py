@@ -83,9 +83,12 @@ _POOL: Path | None = None
 #: beside the loop, whose tests count commands, and the profile comes last (with HUSH, below). The other way round,
 #: holding the other workers during the profile put vm-b's one-liners and a unit test beside the loop: 239 s against
 #: 94-107 s.
+#: With HUSH, the Zipf loop went to vm-b again (after the Ctrl-C capture): in the runs before, vm-b reached its quiet
+#: files 2.7 minutes before vm-a reached NVMeVirt, and vm-a's chain set the run's length.
 VM_CHAINS = {"vm-b": ("test_app_vm.py", "test_resets_vm.py", "test_capture_fio_file_vm.py", "test_ztbp_ctl_vm.py",
-                      "test_capture_ctrl_c_vm.py", "test_layers_vm.py", "test_one_liners_vm.py"),
-             "vm-a": ("test_capture_vm.py", "test_device_qemu_vm.py", "test_loop_qemu_vm.py", "test_loop_zipf_vm.py",
+                      "test_capture_ctrl_c_vm.py", "test_loop_zipf_vm.py", "test_layers_vm.py",
+                      "test_one_liners_vm.py"),
+             "vm-a": ("test_capture_vm.py", "test_device_qemu_vm.py", "test_loop_qemu_vm.py",
                       "test_host_path_vm.py",
                       "test_loop_vm.py", "test_device_vm.py", "test_host_path_nvmevirt_vm.py")}
 VM_ORDER = VM_CHAINS["vm-b"] + VM_CHAINS["vm-a"]
@@ -274,15 +277,11 @@ def _names_a_live_process(pid_file: Path) -> bool:
 #: 15 minutes); with this, vm-b's last guest still ended within 2-6 s of NVMeVirt's boot in three runs.
 UNIT_NICE = int(os.environ.get("ZTBP_UNIT_NICE", "5"))
 
-#: The files whose guests run with one vCPU (vm/vmtest.sh's ZTBP_GUEST_SMP, set while a VM test runs: 1 for these, 2,
-#: vmtest's default, for the others; NVMeVirt's guest asks for its own 3). Measured with the host path's guest (its one
-#: command, 1,024 zones) on this 2-core machine: alone, 101 s with 2 vCPUs (105 s of QEMU's CPU) and 143 s with 1
-#: (131 s); beside two busy processes at nice 5, 194 s with 2 (CPU 174 s) and 143 s with 1 (CPU 117 s). Two vCPUs
-#: that share the host's cores with other work are preempted in turn, and the guest kernel waits for the one that is
-#: not running; one vCPU waits for no one, and the test line always runs beside something. vm-a's default device keeps
-#: two: with one, QEMU's profile (after the capture and the battery in that guest) saw every read take 59 s from its
-#: 9,341st on, once; the same requests in a fresh 1-vCPU guest, alone or beside two busy processes, did not.
-ONE_VCPU_FILES = (*VM_CHAINS["vm-b"], "test_host_path_vm.py")
+#: The shared guests keep vmtest's two vCPUs. Measured with the host path's guest (its one command, 1,024 zones) on
+#: this 2-core machine: alone, 101 s with 2 vCPUs and 143 s with 1; beside two busy processes at nice 5, 194 s with 2
+#: (QEMU's CPU 174 s against 105 s alone) and 143 s with 1 (117 s). But a guest with one vCPU lost its NVMe completions
+#: now and then under load: in two fresh-clone runs, QEMU's profile saw every read take 59 s from its 9,341st on, and
+#: the Ctrl-C capture's fio took 57 s to stop; neither happened in 1-vCPU guests alone nor ever with two vCPUs.
 
 
 #: While a test marked `timing` runs in NVMEVIRT_CHAIN (NVMeVirt's profile: the positive control of the verdict, which
@@ -343,12 +342,9 @@ def _prebuild_nvmevirt() -> None:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """A VM test's guests get their vCPUs (ONE_VCPU_FILES); a chain's first test says the chain has started;
-    NVMeVirt's tests wait until every other chain of the session is over."""
-    if item.get_closest_marker("vm") is None:
-        return
-    os.environ["ZTBP_GUEST_SMP"] = "1" if item.path.name in ONE_VCPU_FILES else "2"
-    place = _meeting_place(item.config)
+    """A chain's first test says the chain has started; NVMeVirt's tests wait until every other chain of the session
+    is over."""
+    place = _meeting_place(item.config) if item.get_closest_marker("vm") is not None else None
     if place is None:
         return
     chain = vm_chain(item.path.name)

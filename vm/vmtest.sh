@@ -13,7 +13,7 @@ CACHE_DIR="${ZTBP_CACHE:-$HOME/.cache/ztbp}"
 QEMU="${QEMU:-qemu-system-x86_64}"
 DEFAULT_TIMEOUT=900
 DEFAULT_MEMORY="4G"
-DEFAULT_SMP="${ZTBP_GUEST_SMP:-2}"  # the test house sets it per file (tests/conftest.py ONE_VCPU_FILES)
+DEFAULT_SMP=2
 DEFAULT_ZONE_SIZE="32M"
 DEFAULT_ZONES=64
 DEFAULT_LBA_SIZE=4096
@@ -92,7 +92,7 @@ Options:
                          Linux 6.1; the default, or ZTBP_SUITE) or trixie (Debian 13, Linux 6.12)
   -t, --timeout SEC      kill the guest after SEC seconds (default: $DEFAULT_TIMEOUT)
   -m, --memory SIZE      guest RAM (default: $DEFAULT_MEMORY)
-  -s, --smp N            guest CPUs, 1 to 64 (default: $DEFAULT_SMP; ZTBP_GUEST_SMP, else 2)
+  -s, --smp N            guest CPUs, 1 to 64 (default: $DEFAULT_SMP)
       --zone-size SIZE   zone size, QEMU size syntax (default: $DEFAULT_ZONE_SIZE)
       --zones N          number of zones (default: $DEFAULT_ZONES)
       --zone-cap SIZE    zone capacity (default: the zone size)
@@ -174,7 +174,7 @@ parse_args() {
 	fi
 	[[ "$TIMEOUT" =~ ^[0-9]+$ ]] || die "--timeout must be whole seconds, got '$TIMEOUT'"
 	[[ "$ZONES" =~ ^[1-9][0-9]*$ ]] || die "--zones must be a positive integer, got '$ZONES'"
-	[[ "$SMP" =~ ^([1-9]|[1-5][0-9]|6[0-4])$ ]] || die "--smp (or ZTBP_GUEST_SMP) must be 1 to 64 CPUs, got '$SMP'"
+	[[ "$SMP" =~ ^([1-9]|[1-5][0-9]|6[0-4])$ ]] || die "--smp must be 1 to 64 CPUs, got '$SMP'"
 	[[ "$LBA_SIZE" =~ ^(512|4096)$ ]] || die "--lba-size must be 512 or 4096, got '$LBA_SIZE'"
 	case "$ACCEL" in auto|kvm|tcg) ;; *) die "--accel must be auto, kvm or tcg, got '$ACCEL'" ;; esac
 	local f
