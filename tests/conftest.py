@@ -83,12 +83,12 @@ _POOL: Path | None = None
 #: beside the loop, whose tests count commands, and the profile comes last (with HUSH, below). The other way round,
 #: holding the other workers during the profile put vm-b's one-liners and a unit test beside the loop: 239 s against
 #: 94-107 s.
-#: With HUSH, the Zipf loop went to vm-b again (after the Ctrl-C capture): in the runs before, vm-b reached its quiet
-#: files 2.7 minutes before vm-a reached NVMeVirt, and vm-a's chain set the run's length.
+#: With HUSH, the Zipf loop went to vm-b again (after the Ctrl-C capture; vm-b had reached its quiet files 2.7 minutes
+#: before vm-a reached NVMeVirt): NVMeVirt then waited 43 s for vm-b, its loop ran beside vm-b's one-liner checks in
+#: 270 s, and the run took 1,324 s; it came back.
 VM_CHAINS = {"vm-b": ("test_app_vm.py", "test_resets_vm.py", "test_capture_fio_file_vm.py", "test_ztbp_ctl_vm.py",
-                      "test_capture_ctrl_c_vm.py", "test_loop_zipf_vm.py", "test_layers_vm.py",
-                      "test_one_liners_vm.py"),
-             "vm-a": ("test_capture_vm.py", "test_device_qemu_vm.py", "test_loop_qemu_vm.py",
+                      "test_capture_ctrl_c_vm.py", "test_layers_vm.py", "test_one_liners_vm.py"),
+             "vm-a": ("test_capture_vm.py", "test_device_qemu_vm.py", "test_loop_qemu_vm.py", "test_loop_zipf_vm.py",
                       "test_host_path_vm.py",
                       "test_loop_vm.py", "test_device_vm.py", "test_host_path_nvmevirt_vm.py")}
 VM_ORDER = VM_CHAINS["vm-b"] + VM_CHAINS["vm-a"]
@@ -282,7 +282,6 @@ UNIT_NICE = int(os.environ.get("ZTBP_UNIT_NICE", "5"))
 #: (QEMU's CPU 174 s against 105 s alone) and 143 s with 1 (117 s). But a guest with one vCPU lost its NVMe completions
 #: now and then under load: in two fresh-clone runs, QEMU's profile saw every read take 59 s from its 9,341st on, and
 #: the Ctrl-C capture's fio took 57 s to stop; neither happened in 1-vCPU guests alone nor ever with two vCPUs.
-
 
 #: While a test marked `timing` runs in NVMEVIRT_CHAIN (NVMeVirt's profile: the positive control of the verdict, which
 #: judges bandwidth against its noise), the other workers start no test (one already running goes on): it leaves

@@ -18,10 +18,10 @@ READS = 20000
 AB_READS = 5000
 #: guest memory kept for NVMeVirt by its loop (1 GiB of storage) and its profile (4.5 GiB): one reserve, one guest
 NVMEVIRT_RESERVE = ["--nvmevirt-reserve", "4608M"]
-#: the device of vm-b's QEMU tests (tests/conftest.py VM_CHAINS: the fio-file and Ctrl-C captures, ztbp-ctl, the
-#: Zipf loop): the default zoned namespace (/dev/nvme0n1) with a conventional one beside it (/dev/nvme0n2, nothing
-#: reads or writes it), as the application, zone-cycling and layer captures of that chain ask, so they all run in one
-#: booted guest instead of two (a boot of 35-50 s here)
+#: the device of vm-b's QEMU tests (tests/conftest.py VM_CHAINS: the fio-file and Ctrl-C captures, ztbp-ctl): the
+#: default zoned namespace (/dev/nvme0n1) with a conventional one beside it (/dev/nvme0n2, nothing reads or writes
+#: it), as the application, zone-cycling and layer captures of that chain ask, so they all run in one booted guest
+#: instead of two (a boot of 35-50 s here)
 CONV_NS = ["--conv-ns", "1G"]
 #: the model's cache for 20,000 reads: at the default 64 MiB nothing is evicted and zone-LRU equals LRU
 CACHE = ["--cache-mib", "16"]
