@@ -277,11 +277,6 @@ def _names_a_live_process(pid_file: Path) -> bool:
 #: 15 minutes); with this, vm-b's last guest still ended within 2-6 s of NVMeVirt's boot in three runs.
 UNIT_NICE = int(os.environ.get("ZTBP_UNIT_NICE", "5"))
 
-#: The shared guests keep vmtest's two vCPUs. Measured with the host path's guest (its one command, 1,024 zones) on
-#: this 2-core machine: alone, 101 s with 2 vCPUs and 143 s with 1; beside two busy processes at nice 5, 194 s with 2
-#: (QEMU's CPU 174 s against 105 s alone) and 143 s with 1 (117 s). But a guest with one vCPU lost its NVMe completions
-#: now and then under load: in two fresh-clone runs, QEMU's profile saw every read take 59 s from its 9,341st on, and
-#: the Ctrl-C capture's fio took 57 s to stop; neither happened in 1-vCPU guests alone nor ever with two vCPUs.
 
 #: While a test marked `timing` runs in NVMEVIRT_CHAIN (NVMeVirt's profile: the positive control of the verdict, which
 #: judges bandwidth against its noise), the other workers start no test (one already running goes on): it leaves

@@ -13,6 +13,10 @@ CACHE_DIR="${ZTBP_CACHE:-$HOME/.cache/ztbp}"
 QEMU="${QEMU:-qemu-system-x86_64}"
 DEFAULT_TIMEOUT=900
 DEFAULT_MEMORY="4G"
+# Two vCPUs. With one, the host path's test guest was faster beside other work (143 s against 194 s beside two busy
+# processes on this project's 2-core test machine; 101 s with two alone), but under load it lost NVMe completions now
+# and then: in two fresh-clone test runs, reads took 59 s each from some point of QEMU's profile on, and the Ctrl-C
+# capture's fio took 57 s to stop. Neither happened in 1-vCPU guests alone, nor ever with two vCPUs.
 DEFAULT_SMP=2
 DEFAULT_ZONE_SIZE="32M"
 DEFAULT_ZONES=64
