@@ -16,7 +16,10 @@ DEFAULT_MEMORY="4G"
 # Two vCPUs. With one, the host path's test guest was faster beside other work (143 s against 194 s beside two busy
 # processes on this project's 2-core test machine; 101 s with two alone), but under load it lost NVMe completions now
 # and then: in two fresh-clone test runs, reads took 59 s each from some point of QEMU's profile on, and the Ctrl-C
-# capture's fio took 57 s to stop. Neither happened in 1-vCPU guests alone, nor ever with two vCPUs.
+# capture's fio took 57 s to stop. Neither happened in 1-vCPU guests alone, nor ever with two vCPUs on two host
+# threads. Two vCPUs on one host thread (-accel tcg,thread=single) stalled the same way once in two runs of the host
+# path's test: after its first SET (refused by QEMU's device) its watch session journaled nothing more for 10
+# minutes, QEMU using 40 % of a core.
 DEFAULT_SMP=2
 DEFAULT_ZONE_SIZE="32M"
 DEFAULT_ZONES=64
