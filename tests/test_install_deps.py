@@ -92,3 +92,43 @@ def test_apt_get_runs_once_the_lock_is_free(held: tuple[Path, subprocess.Popen[s
     args = (tmp_path / "apt-args").read_text().split()
     assert args[0] == "-o" and args[1].startswith("DPkg::Lock::Timeout=") and args[2:] == ["update", "-qq"]
     assert 0 < int(args[1].split("=")[1]) <= 60
+
+
+def sourced(script: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """SCRIPT run after sourcing install-deps.sh, with os-release, sources file and ENV of the test's own."""
+    base = {**os.environ, "ZTBP_OS_RELEASE": str(tmp_path / "os-release"),
+            "ZTBP_BACKPORTS_SOURCES": str(tmp_path / "backports.sources")}
+    return subprocess.run(["bash", "-c", f'. "{INSTALL_DEPS}"; set +e; {script}; echo "rc=$?"'],
+                          env={**base, **env}, capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.mark.parametrize(("codename", "installed", "opt_out", "wanted"), [
+    ("bookworm", "1:7.2+dfsg-7+deb12u18+b3", "", True),        # Debian 12's own QEMU: take 10 from backports
+    ("bookworm", "", "", True),                                # none yet
+    ("bookworm", "1:10.0.2+ds-2+deb13u1~bpo12+1", "", False),  # already the backports' 10
+    ("bookworm", "1:7.2+dfsg-7+deb12u18+b3", "0", False),      # ZTBP_QEMU_BACKPORTS=0
+    ("trixie", "1:10.0.7+ds-0+deb13u1", "", False),            # Debian 13 has 10 itself
+    ("trixie", "1:7.2+dfsg-7", "", False),                     # no bookworm-backports off bookworm
+    ("", "1:7.2+dfsg-7", "", False),                           # os-release without a codename
+])
+def test_qemu_comes_from_bookworm_backports_only_on_debian_12_below_version_10(
+        tmp_path: Path, codename: str, installed: str, opt_out: str, wanted: bool) -> None:
+    (tmp_path / "os-release").write_text(f'ID=debian\nVERSION_CODENAME="{codename}"\n' if codename else "ID=other\n")
+    env = {"QEMU_VERSION": installed} | ({"ZTBP_QEMU_BACKPORTS": opt_out} if opt_out else {})
+    res = sourced("qemu_from_backports", tmp_path, **env)
+    assert res.stdout.strip() == ("rc=0" if wanted else "rc=1"), res.stderr
+
+
+def test_the_backports_source_names_the_suite_and_debians_archive_key(tmp_path: Path) -> None:
+    res = sourced("write_backports_sources", tmp_path)
+    assert "rc=0" in res.stdout, res.stderr
+    fields = dict(line.split(": ", 1) for line in (tmp_path / "backports.sources").read_text().splitlines()
+                  if not line.startswith("#"))
+    assert fields == {"Types": "deb", "URIs": "http://deb.debian.org/debian", "Suites": "bookworm-backports",
+                      "Components": "main", "Signed-By": "/usr/share/keyrings/debian-archive-keyring.gpg"}
+    assert list(tmp_path.iterdir()) == [tmp_path / "backports.sources"]  # no temporary file left
+
+
+def test_the_packages_taken_from_backports_leave_the_missing_list(tmp_path: Path) -> None:
+    res = sourced('without "qemu-system-x86 qemu-utils" fio qemu-system-x86 qemu-utils-extra qemu-utils', tmp_path)
+    assert res.stdout.split() == ["fio", "qemu-utils-extra", "rc=0"]
