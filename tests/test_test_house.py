@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import VM_CHAINS, pool_summary, work_order, work_unit
+from conftest import UNIT_SECONDS, VM_CHAINS, pool_summary, work_order, work_unit
 
 HERE = Path(__file__).resolve().parent
 
@@ -23,15 +23,25 @@ def test_a_chain_and_a_file_are_units() -> None:
     assert work_unit("notebooks/1-overview.ipynb::Cell 1") == "notebooks/1-overview.ipynb"
 
 
-def test_work_order_sends_the_vm_chains_first_then_the_largest_files() -> None:
+def test_work_order_sends_the_vm_chains_first_then_the_longest_then_the_largest_files() -> None:
     ids = (["tests/test_small.py::t"] + [f"tests/test_big.py::t[{i}]" for i in range(5)]
+           + ["tests/test_report_browser.py::x", "tests/test_test_house.py::y"]
            + ["tests/test_capture_vm.py::a", "tests/test_app_vm.py::b", "tests/test_loop_vm.py::test_nvmevirt_c"])
     order = work_order(ids)
     assert [work_unit(i) for i in order[:3]] == ["vm-a", "vm-a", "vm-b"]  # chains in the order first met
     assert order[:3] == ["tests/test_capture_vm.py::a", "tests/test_loop_vm.py::test_nvmevirt_c",
                          "tests/test_app_vm.py::b"]
-    assert order[3:] == [f"tests/test_big.py::t[{i}]" for i in range(5)] + ["tests/test_small.py::t"]
+    assert UNIT_SECONDS["tests/test_report_browser.py"] > UNIT_SECONDS["tests/test_test_house.py"]
+    assert order[3:5] == ["tests/test_report_browser.py::x", "tests/test_test_house.py::y"]  # measured, longest first
+    assert order[5:] == [f"tests/test_big.py::t[{i}]" for i in range(5)] + ["tests/test_small.py::t"]
     assert sorted(order) == sorted(ids)
+
+
+def test_the_long_units_named_are_test_files_that_exist() -> None:
+    from ztbp import paths
+
+    assert all((paths.ROOT / f).is_file() and work_unit(f"{f}::t") == f for f in UNIT_SECONDS)
+    assert all(10 <= s <= 600 for s in UNIT_SECONDS.values())
     assert set(VM_CHAINS) == {"vm-a", "vm-b"}
 
 
