@@ -428,7 +428,7 @@ def pool_summary(pool: Path) -> list[str]:
                      f"{', '.join(both(b, cpu.get(('boot', key))) for b in boots) or '?'}): {len(ran)} commands: "
                      + ", ".join(f"{r.split('/')[0]} {both(took.get(('job', key, r), '?'), cpu.get(('job', key, r)))}"
                                  for r in ran))
-    lines += [f"  {w}" for w in logs["waits"]]
+    lines += [f"  {w}" for w in logs["hung-boots"] + logs["waits"]]
     return lines
 
 

@@ -107,3 +107,12 @@ def test_the_shared_guests_summary_gives_each_boot_and_command_its_seconds(tmp_p
     assert lines[0].endswith("booted again: 0; the guests' CPU: 140 s"), lines[0]
     assert lines[1] == ("  image-bookworm-abc (64 zones + conventional namespace, 2 CPUs; booted in 61 s (CPU 50 s)): "
                         "2 commands: app0 120 s (CPU 90 s), cycle0 35 s")
+    # a hung boot is counted, and its line (where its console was kept, its last line) follows the guests
+    hung = ("hung 2026-11-26T12:00:40Z silent for 30 s after 32700 bytes, attempt 1 (console: hung-k1-1.log; "
+            "last line: x)")
+    (tmp_path / "hung-boots").write_text(hung + "\n")
+    (tmp_path / "boots").write_text("boot 2026-11-26T12:00:00Z tcg attempt 1\n"
+                                    "boot 2026-11-26T12:00:41Z tcg attempt 2\n")
+    lines = pool_summary(tmp_path)
+    assert lines[0].startswith("shared guests: 2 guest commands in 2 boots; hung boots killed and booted again: 1;")
+    assert lines[2] == f"  {hung}"

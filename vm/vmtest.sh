@@ -561,8 +561,11 @@ pool_boot() { # KDIR: boot its guest; 0 once it is ready
 				return "$EXIT_NO_STATUS"
 			fi
 			if [ $((SECONDS - quiet_since)) -ge $((size > 0 ? POOL_SILENT : 2 * POOL_SILENT)) ]; then
+				# the next attempt starts a new console: this one is kept beside hung-boots, its last line quoted there
+				cp "$kdir/console/console.log" "$POOL/hung-$(basename "$kdir")-$attempt.log" 2>/dev/null || true
 				echo "hung $(date -u +%FT%TZ) silent for $((SECONDS - quiet_since)) s after $size bytes, attempt $attempt" \
-					>> "$POOL/hung-boots"
+					"(console: hung-$(basename "$kdir")-$attempt.log; last line:" \
+					"$(tail -n 1 "$kdir/console/console.log" | tr -cd '[:print:]' | cut -c1-160))" >> "$POOL/hung-boots"
 				log "pool: the guest's boot printed nothing new in $((SECONDS - quiet_since)) s (a hung boot; its last line:" \
 					"$(tail -n 1 "$kdir/console/console.log")): killing it"
 				break
