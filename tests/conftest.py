@@ -171,9 +171,13 @@ def work_order(nodeids: list[str]) -> list[str]:
     units: dict[str, list[str]] = {}
     for nodeid in nodeids:
         units.setdefault(work_unit(nodeid), []).append(nodeid)
-    ranked = sorted(units, key=lambda u: (u not in VM_CHAINS, 0 if u in VM_CHAINS else -UNIT_SECONDS.get(u, 0),
-                                          0 if u in VM_CHAINS else -len(units[u])))
-    return [nodeid for u in ranked for nodeid in units[u]]
+
+    def rank(unit: str) -> tuple[int, int, int]:
+        if unit in VM_CHAINS:
+            return (0, 0, 0)
+        return (1, -UNIT_SECONDS.get(unit, 0), -len(units[unit]))
+
+    return [nodeid for u in sorted(units, key=rank) for nodeid in units[u]]
 
 
 @pytest.hookimpl(trylast=True)  # after `-m` has deselected what it deselects

@@ -516,7 +516,7 @@ pool_make_room() { # KDIR: stop the least recently used other guests until one m
 }
 
 pool_boot() { # KDIR: boot its guest; 0 once it is ready
-	local kdir="$1" attempt start pid size new quiet_since
+	local kdir="$1" attempt start pid size new quiet_since kept last silent
 	local args=(-q -i "$IMAGE_DIR" -o "$kdir/console" -t "$POOL_LIFETIME" --ctl-dir "$kdir/ctl"
 		--share "$POOL_SHARE" -m "$MEMORY" -s "$SMP" --accel "$ACCEL" --cpu "$CPU" --env "ZTBP_POOL_IDLE=$POOL_IDLE")
 	if [ "$NO_ZNS" -eq 1 ]; then
@@ -562,12 +562,12 @@ pool_boot() { # KDIR: boot its guest; 0 once it is ready
 			fi
 			if [ $((SECONDS - quiet_since)) -ge $((size > 0 ? POOL_SILENT : 2 * POOL_SILENT)) ]; then
 				# the next attempt starts a new console: this one is kept beside hung-boots, its last line quoted there
-				cp "$kdir/console/console.log" "$POOL/hung-$(basename "$kdir")-$attempt.log" 2>/dev/null || true
-				echo "hung $(date -u +%FT%TZ) silent for $((SECONDS - quiet_since)) s after $size bytes, attempt $attempt" \
-					"(console: hung-$(basename "$kdir")-$attempt.log; last line:" \
-					"$(tail -n 1 "$kdir/console/console.log" | tr -cd '[:print:]' | cut -c1-160))" >> "$POOL/hung-boots"
-				log "pool: the guest's boot printed nothing new in $((SECONDS - quiet_since)) s (a hung boot; its last line:" \
-					"$(tail -n 1 "$kdir/console/console.log")): killing it"
+				kept="hung-$(basename "$kdir")-$attempt.log" silent=$((SECONDS - quiet_since))
+				last="$(tail -n 1 "$kdir/console/console.log" 2>/dev/null | tr -cd '[:print:]' | cut -c1-160)"
+				cp "$kdir/console/console.log" "$POOL/$kept" 2>/dev/null || true
+				echo "hung $(date -u +%FT%TZ) silent for $silent s after $size bytes, attempt $attempt" \
+					"(console: $kept; last line: $last)" >> "$POOL/hung-boots"
+				log "pool: the guest's boot printed nothing new in $silent s (a hung boot; its last line: $last): killing it"
 				break
 			fi
 			if [ $((SECONDS - start)) -ge "$POOL_BOOT_WAIT" ]; then
