@@ -61,10 +61,19 @@ test:
         rm -f "$log"
         exit $rc
     }
+    images() {  # both suites' guest images at once, each line of theirs named by its suite (on a fresh machine: 105-120 s, against 170-184 s one after the other: mmdebstrap waits on the mirror and dpkg)
+        local s p pids=() rc=0
+        for s in bookworm trixie; do
+            (set -o pipefail; bash vm/image.sh --suite "$s" 2>&1 >/dev/null | sed -u "s/^/[$s] /" >&2) &
+            pids+=("$!")
+        done
+        for p in "${pids[@]}"; do wait "$p" || rc=1; done
+        return $rc
+    }
     trap report EXIT
     phase setup {{quote(just_executable())}} setup
     phase deps {{quote(just_executable())}} deps
-    phase images bash -c 'bash vm/image.sh --suite bookworm >/dev/null && bash vm/image.sh --suite trixie >/dev/null'
+    phase images images
     phase lint {{quote(just_executable())}} lint
     # ztbp-ctl before any guest boots: a guest caches the checkout (vm/guest/boot.sh), a file made later may stay unseen
     phase ctl {{quote(just_executable())}} build
