@@ -61,7 +61,7 @@ test:
         rm -f "$log"
         exit $rc
     }
-    images() {  # both suites' guest images at once, each line of theirs named by its suite (on a fresh machine: 105-120 s, against 170-184 s one after the other: mmdebstrap waits on the mirror and dpkg)
+    images() {  # both suites' guest images at once, each line of theirs named by its suite (both built from nothing on a 2-core machine: 105-120 s at once, against 170-184 s one after the other)
         local s p pids=() rc=0
         for s in bookworm trixie; do
             (set -o pipefail; bash vm/image.sh --suite "$s" 2>&1 >/dev/null | sed -u "s/^/[$s] /" >&2) &
