@@ -589,6 +589,38 @@ def test_nothing_is_sent_to_a_device_that_is_not_nvme(args: list[str], tmp_path:
     assert seen == []
 
 
+@pytest.fixture
+def loop_device(tmp_path: Path) -> Iterator[str]:
+    """A loop device over a small file: a block device of another driver than NVMe."""
+    if os.geteuid() != 0 or shutil.which("losetup") is None:
+        pytest.skip("needs root and losetup to make a loop device")
+    backing = tmp_path / "backing.img"
+    backing.write_bytes(b"\0" * (1 << 20))
+    made = subprocess.run(["losetup", "--find", "--show", str(backing)], capture_output=True, text=True,
+                          timeout=30, check=False)
+    if made.returncode != 0:
+        pytest.skip(f"losetup cannot make a loop device here: {made.stderr.strip()}")
+    dev = made.stdout.strip()
+    try:
+        yield dev
+    finally:
+        subprocess.run(["losetup", "--detach", dev], capture_output=True, timeout=30, check=False)
+
+
+@pytest.mark.parametrize("args", [["geometry"], ["geometry", "--json"], ["status"], ["status", "--force"],
+                                  ["info"], ["stop"], ["set", "--zones", "1"], ["set", "--zones", "1", "--force"]])
+def test_no_ioctl_reaches_a_loop_device(args: list[str], loop_device: str, tmp_path: Path) -> None:
+    """Every command on a loop device: refused as not NVMe from sysfs alone, with no ioctl on it at all (the block
+    layer's zone ioctls included)."""
+    seen = _ioctls([args[0], loop_device, *args[1:]], tmp_path)
+    if seen is None:
+        pytest.skip("strace is not installed or cannot trace here")
+    assert seen == []
+    proc = subprocess.run([str(TOOL / "build" / "ztbp-ctl"), args[0], loop_device, *args[1:]], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 23 and "nothing was sent" in proc.stdout + proc.stderr, proc.stderr
+
+
 def _non_zoned_block_device() -> str | None:
     for queue in sorted(Path("/sys/block").glob("*/queue/zoned")):
         dev = Path("/dev") / queue.parent.parent.name
@@ -612,7 +644,7 @@ def test_non_zoned_block_device(ctl: Ctl) -> None:
         denied = exc.errno in (errno.EACCES, errno.EPERM)
         expect_fail(ctl.run("geometry", dev), "permission" if denied else "device-open")
         pytest.skip(f"{dev} cannot be opened here ({exc.strerror})")
-    expect_fail(ctl.run("geometry", dev), "not-zoned", "not a zoned device")
+    expect_fail(ctl.run("geometry", dev), "not-nvme", "nothing was sent")
     expect_fail(ctl.run("set", dev, "--zones", "1"), "not-nvme")
     expect_fail(ctl.run("set", dev, "--zones", "1", "--force"), "not-nvme", "nothing was sent")
 

@@ -1,5 +1,5 @@
 /* See stub_sys.h. Besides answering, the stub aborts when the device layer breaks a rule: an NVMe ioctl
- * before sysfs said NVMe (or after it said otherwise), an ioctl on a descriptor that is not open, an
+ * (of any kind, the block layer's too) before sysfs said NVMe (or after it said otherwise), an ioctl on a descriptor that is not open, an
  * Identify without a whole page-aligned 4 KiB buffer, a vendor command with a data buffer, a sub-command
  * outside the four, or an opcode that declares a data transfer. */
 #include <errno.h>
@@ -159,7 +159,8 @@ static int identify(struct nvme_admin_cmd *c)
 	return 0;
 }
 
-static int vendor(struct nvme_admin_cmd *c)
+/* A vendor command; wide: through the 64-bit ioctl, whose result also carries completion dword 1. */
+static int vendor(const struct nvme_admin_cmd *c, uint64_t *result, int wide)
 {
 	int ok;
 	unsigned st;
@@ -170,7 +171,9 @@ static int vendor(struct nvme_admin_cmd *c)
 	stub.vendor_sent++;
 	st = (unsigned)take(2, &ok);
 	if (!ok || st == 0) {
-		c->result = (uint32_t)take(4, &ok);
+		*result = take(4, &ok);
+		if (wide)
+			*result |= take(4, &ok) << 32;
 		return 0;
 	}
 	if (st >= 0xf000)
@@ -211,18 +214,44 @@ int zsys_ioctl(int fd, unsigned long request, void *arg)
 
 	if (fd != STUB_FD || !stub.fd_open)
 		abort();
-	if (request == NVME_IOCTL_ID || request == NVME_IOCTL_ADMIN_CMD) {
-		if (!stub.sysfs_seen || !stub.sysfs_nvme)
-			abort(); /* an NVMe ioctl to a device sysfs did not call NVMe */
+	if (!stub.sysfs_seen || !stub.sysfs_nvme)
+		abort(); /* any ioctl to a device sysfs did not call NVMe */
+	if (request == NVME_IOCTL_ID || request == NVME_IOCTL_ADMIN_CMD || request == NVME_IOCTL_ADMIN64_CMD)
 		stub.nvme_ioctls++;
-	}
 	if (request == NVME_IOCTL_ID) {
 		v = take(1, &ok);
 		return ok && v < 0x80 ? (int)v : fail_errno(2);
 	}
 	if (request == NVME_IOCTL_ADMIN_CMD) {
 		struct nvme_admin_cmd *c = arg;
-		return c->opcode == 0x06 ? identify(c) : vendor(c);
+		uint64_t result = 0;
+		int r;
+
+		if (c->opcode == 0x06)
+			return identify(c);
+		r = vendor(c, &result, 0);
+		c->result = (uint32_t)result;
+		return r;
+	}
+	if (request == NVME_IOCTL_ADMIN64_CMD) { /* vendor commands only: Identify goes through the 32-bit one */
+		struct nvme_passthru_cmd64 *w = arg;
+		struct nvme_admin_cmd c;
+		uint64_t result = 0;
+		int r;
+
+		if (w->opcode == 0x06)
+			abort();
+		memset(&c, 0, sizeof c);
+		c.opcode = w->opcode;
+		c.nsid = w->nsid;
+		c.addr = w->addr;
+		c.data_len = w->data_len;
+		c.metadata = w->metadata;
+		c.metadata_len = w->metadata_len;
+		c.cdw10 = w->cdw10;
+		r = vendor(&c, &result, 1);
+		w->result = result;
+		return r;
 	}
 	if (!S_ISBLK(stub_st.st_mode))
 		abort(); /* block-layer ioctls go to block devices only */

@@ -160,11 +160,9 @@ static int probe_block(struct device *d, int want_report, struct zerr *err)
 	int id, lba = 0;
 
 	d->source = "blkzoned";
-	if (d->is_nvme) {
-		id = zsys_ioctl(d->fd, NVME_IOCTL_ID, NULL);
-		if (id > 0)
-			d->nsid = (uint32_t)id;
-	}
+	id = zsys_ioctl(d->fd, NVME_IOCTL_ID, NULL);
+	if (id > 0)
+		d->nsid = (uint32_t)id;
 	if (zsys_ioctl(d->fd, BLKGETZONESZ, &zone_sectors) < 0 || zone_sectors == 0)
 		return 0; /* not zoned */
 	if (zsys_ioctl(d->fd, BLKGETNRZONES, &nr) < 0) {
@@ -254,10 +252,6 @@ static int probe_char(struct device *d, uint32_t probe_ns, struct zerr *err)
 		zerr_set(err, EX_INTERNAL, "out of memory");
 		goto out;
 	}
-	if (!d->is_nvme) {
-		rc = 0; /* not NVMe by sysfs: nothing is sent */
-		goto out;
-	}
 	d->is_nvme = 0;
 	id = zsys_ioctl(d->fd, NVME_IOCTL_ID, NULL);
 	if (id > 0) {
@@ -321,19 +315,37 @@ out:
 
 int device_probe(struct device *d, uint32_t probe_ns, int want_report, struct zerr *err)
 {
+	if (!d->is_nvme)
+		return 0; /* not NVMe by sysfs: no ioctl at all, not even the block layer's zone ones */
 	if (d->kind == DEV_BLOCK)
 		return probe_block(d, want_report, err);
 	return probe_char(d, probe_ns, err);
 }
 
-int device_send(struct device *d, const struct ztbp_command *cmd, uint32_t *result, struct zerr *err)
+/* The admin command through the 64-bit passthrough ioctl, whose result carries completion dwords 0 and 1; a
+ * kernel without it (before Linux 5.5) answers ENOTTY without sending anything, and the 32-bit ioctl sends it
+ * then (dword 0 only: d->result_dwords says which). */
+static int admin_ioctl(struct device *d, const struct ztbp_command *cmd, uint64_t *result)
 {
+	struct nvme_passthru_cmd64 c64;
 	struct nvme_admin_cmd c;
 	int r;
 
-	if (!ztbp_sub_valid(cmd->cdw[0])) { /* never reached through ztbp_encode; kept as the last guard */
-		zerr_set(err, EX_INTERNAL, "internal error: refusing to send sub-command %u", cmd->cdw[0]);
-		return -1;
+	memset(&c64, 0, sizeof c64);
+	c64.opcode = cmd->opcode;
+	c64.nsid = cmd->nsid;
+	c64.cdw10 = cmd->cdw[0];
+	c64.cdw11 = cmd->cdw[1];
+	c64.cdw12 = cmd->cdw[2];
+	c64.cdw13 = cmd->cdw[3];
+	c64.cdw14 = cmd->cdw[4];
+	c64.cdw15 = cmd->cdw[5];
+	c64.timeout_ms = cmd->timeout_ms;
+	r = zsys_ioctl(d->fd, NVME_IOCTL_ADMIN64_CMD, &c64);
+	if (r == 0 || r > 0 || errno != ENOTTY) {
+		d->result_dwords = 2;
+		*result = c64.result;
+		return r;
 	}
 	memset(&c, 0, sizeof c);
 	c.opcode = cmd->opcode;
@@ -345,12 +357,27 @@ int device_send(struct device *d, const struct ztbp_command *cmd, uint32_t *resu
 	c.cdw14 = cmd->cdw[4];
 	c.cdw15 = cmd->cdw[5];
 	c.timeout_ms = cmd->timeout_ms;
+	r = zsys_ioctl(d->fd, NVME_IOCTL_ADMIN_CMD, &c);
+	d->result_dwords = 1;
+	*result = c.result;
+	return r;
+}
+
+int device_send(struct device *d, const struct ztbp_command *cmd, uint64_t *result, struct zerr *err)
+{
+	int r;
+
+	if (!ztbp_sub_valid(cmd->cdw[0])) { /* never reached through ztbp_encode; kept as the last guard */
+		zerr_set(err, EX_INTERNAL, "internal error: refusing to send sub-command %u", cmd->cdw[0]);
+		return -1;
+	}
 	if (!d->is_nvme || !opcode_allowed(cmd->opcode)) { /* refused earlier; kept as the last guard */
 		zerr_set(err, EX_INTERNAL, "internal error: refusing to send opcode 0x%02x to %s", cmd->opcode,
 			 d->path);
 		return -1;
 	}
-	r = zsys_ioctl(d->fd, NVME_IOCTL_ADMIN_CMD, &c);
+	*result = 0;
+	r = admin_ioctl(d, cmd, result);
 	if (r < 0) {
 		int e = errno;
 		if (perm_errno(e))
@@ -365,7 +392,7 @@ int device_send(struct device *d, const struct ztbp_command *cmd, uint32_t *resu
 				 "%s: no completion within %u ms (%s); the controller may have been reset", d->path,
 				 cmd->timeout_ms, strerror(e));
 		else
-			zerr_set(err, EX_IOCTL, "%s: NVME_IOCTL_ADMIN_CMD failed: %s", d->path, strerror(e));
+			zerr_set(err, EX_IOCTL, "%s: the NVMe admin ioctl failed: %s", d->path, strerror(e));
 		return -1;
 	}
 	if (r > 0) {
@@ -385,6 +412,5 @@ int device_send(struct device *d, const struct ztbp_command *cmd, uint32_t *resu
 				 cmd->name, st, nvme_status_name(st));
 		return -1;
 	}
-	*result = c.result;
 	return 0;
 }

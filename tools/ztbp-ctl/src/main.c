@@ -52,13 +52,23 @@ static int cmd_geometry(const struct options *o)
 	struct zerr e = {0, ""};
 	struct sbuf b = {0};
 
-	if (device_open(o->dev, &d, &e) || device_probe(&d, o->nsid, 1, &e)) {
+	if (device_open(o->dev, &d, &e)) {
+		device_close(&d);
+		return fail(o->json, &e);
+	}
+	if (!d.is_nvme) { /* decided from sysfs alone: nothing is sent to another driver's device */
+		device_close(&d);
+		zerr_set(&e, EX_NOT_NVME, "%s is not an NVMe device by its sysfs entry; nothing was sent (give e.g. "
+			 "/dev/nvme0n1, /dev/ng0n1 or /dev/nvme0)", o->dev);
+		return fail(o->json, &e);
+	}
+	if (device_probe(&d, o->nsid, 1, &e)) {
 		device_close(&d);
 		return fail(o->json, &e);
 	}
 	device_close(&d);
-	if (d.kind != DEV_BLOCK && !d.is_nvme) {
-		zerr_set(&e, EX_NOT_NVME, "%s is neither a block device nor an NVMe character device", o->dev);
+	if (!d.is_nvme) {
+		zerr_set(&e, EX_NOT_NVME, "%s does not answer NVMe Identify; nothing else was sent", o->dev);
 		return fail(o->json, &e);
 	}
 	if (!d.zoned) {
@@ -114,7 +124,8 @@ static int cmd_ztbp(const struct options *o)
 	struct zerr e = {0, ""};
 	struct device d;
 	struct ztbp_command cmd;
-	uint32_t zones[ZTBP_MAX_ZONES], result = 0;
+	uint32_t zones[ZTBP_MAX_ZONES], dw0;
+	uint64_t result = 0;
 	unsigned long long answered = 0;
 	size_t n = 0;
 	struct sbuf b = {0};
@@ -174,15 +185,23 @@ static int cmd_ztbp(const struct options *o)
 	}
 	if (device_send(&d, &cmd, &result, &e))
 		goto bad;
+	dw0 = (uint32_t)(result & 0xffffffffu);
 	answered = zsys_mono_ns(); /* when the device's answer came back: a caller lines it up with traced commands */
 	device_close(&d);
 	config_free(&cfg);
 	if (o->json) {
 		sb_printf(&b, "{\"ok\": true, ");
 		command_json(&b, &cmd, o->dev, 0);
-		sb_printf(&b, ", \"nvme_status\": 0, \"result\": %u", result);
-		if (o->cmd == CMD_STATUS)
-			sb_printf(&b, ", \"reads\": %u", result);
+		sb_printf(&b, ", \"nvme_status\": 0, \"result\": %u", dw0);
+		if (d.result_dwords == 2)
+			sb_printf(&b, ", \"result_dw1\": %u", (uint32_t)(result >> 32));
+		if (o->cmd == CMD_STATUS && d.result_dwords == 2)
+			sb_printf(&b, ", \"reads\": %u, \"hits\": %u, \"status_ioctl\": \"admin64\"", dw0,
+				  (uint32_t)(result >> 32));
+		else if (o->cmd == CMD_STATUS)
+			sb_printf(&b, ", \"reads\": %u, \"hits\": null, \"status_ioctl\": \"admin32\", \"status_note\": "
+				      "\"the kernel lacks NVME_IOCTL_ADMIN64_CMD: completion dword 1 (hits) is not answered\"",
+				  dw0);
 		if (answered)
 			sb_printf(&b, ", \"answered_mono_ns\": %llu", answered);
 		sb_printf(&b, "}\n");
@@ -191,12 +210,16 @@ static int cmd_ztbp(const struct options *o)
 		sb_printf(&b, "set: %s accepted hot zones ", o->dev);
 		for (i = 0; i < n; i++)
 			sb_printf(&b, "%s%u", i ? "," : "", zones[i]);
-		sb_printf(&b, " (opcode 0x%02x, cdw10 %u, result %u)\n", cmd.opcode, cmd.cdw[0], result);
+		sb_printf(&b, " (opcode 0x%02x, cdw10 %u, result %u)\n", cmd.opcode, cmd.cdw[0], dw0);
+	} else if (o->cmd == CMD_STATUS && d.result_dwords == 2) {
+		sb_printf(&b, "status: %s has counted %u reads and %u cache hits (result dwords 0 and 1)\n", o->dev,
+			  dw0, (uint32_t)(result >> 32));
 	} else if (o->cmd == CMD_STATUS) {
-		sb_printf(&b, "status: %s has counted %u reads (result dword 0)\n", o->dev, result);
+		sb_printf(&b, "status: %s has counted %u reads (result dword 0; the kernel lacks the 64-bit admin ioctl, "
+			      "so the hits of dword 1 are not answered)\n", o->dev, dw0);
 	} else {
 		sb_printf(&b, "%s: %s accepted (opcode 0x%02x, cdw10 %u, result 0x%08x)\n", cmd.name, o->dev,
-			  cmd.opcode, cmd.cdw[0], result);
+			  cmd.opcode, cmd.cdw[0], dw0);
 	}
 	return emit(&b);
 bad:

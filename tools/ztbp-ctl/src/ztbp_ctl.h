@@ -219,6 +219,7 @@ struct device {
 	uint32_t conventional_zones;
 	int capacity_reported;
 	const char *source;      /* "blkzoned" or "identify" */
+	int result_dwords;       /* completion dwords the last command answered: 2 (64-bit ioctl) or 1 (32-bit) */
 };
 
 /* Open path: a block or character device, and whether it is NVMe by its sysfs entry alone (is_nvme), so that
@@ -227,10 +228,12 @@ int device_open(const char *path, struct device *d, struct zerr *err);
 /* Whether the resolved sysfs path of a device (/sys/dev/{block,char}/MAJ:MIN) lies under an NVMe controller
  * or subsystem: a path component "nvme" or "nvme-subsystem". */
 int sysfs_path_is_nvme(const char *real);
-/* Find out whether d is NVMe and zoned, and its zone geometry (probe_ns: namespace for a controller). */
+/* Find out whether d is zoned, and its zone geometry (probe_ns: namespace for a controller); a device that is not
+ * NVMe by its sysfs entry is left as it is, with no ioctl sent. */
 int device_probe(struct device *d, uint32_t probe_ns, int want_report, struct zerr *err);
-/* Send cmd; on success result holds completion dword 0. */
-int device_send(struct device *d, const struct ztbp_command *cmd, uint32_t *result, struct zerr *err);
+/* Send cmd; on success result holds completion dword 0 in its low half and, where d->result_dwords is 2, dword 1
+ * in its high half (the 64-bit admin ioctl; the 32-bit one where the kernel lacks it). */
+int device_send(struct device *d, const struct ztbp_command *cmd, uint64_t *result, struct zerr *err);
 void device_close(struct device *d);
 
 /* ---- the system calls of the device layer: sys.c makes them; the fuzz target links a stub instead ------ */
