@@ -342,7 +342,7 @@ def test_sigterm_while_the_analysis_loads_detaches_the_probe(tmp_path: Path, mon
 
     from ztbp.cli import main
     from ztbp.cli import watch as cli_watch
-    from ztbp.control import stream
+    from ztbp.control import probe_process as stream
 
     fake_bpftrace(tmp_path, "echo '# ztbp nvme v1'; exec sleep 60", monkeypatch)
     probes: list[stream.ProbeProcess] = []
@@ -360,7 +360,7 @@ def test_sigterm_while_the_analysis_loads_detaches_the_probe(tmp_path: Path, mon
 
 def test_a_sigint_bpftrace_missed_is_sent_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # bpftrace 0.17 can miss a SIGINT in its event loop: the probe's lines still end
-    from ztbp.control import stream
+    from ztbp.control import probe_process as stream
 
     monkeypatch.setattr(stream, "SIGINT_AGAIN_S", 0.5)
     fake_bpftrace(tmp_path, "n=0; trap 'n=$((n + 1)); [ $n -ge 2 ] && exit 0' INT; echo '# ztbp nvme v1'; "
@@ -543,8 +543,9 @@ def test_the_warm_up_compiles_every_function_a_large_window_runs() -> None:
 
 
 def test_the_stream_starts_before_the_analysis_loads() -> None:
-    # `ztbp watch` starts bpftrace from control/stream.py, then loads the analysis: that module imports none of it
-    code = ("import sys, ztbp.control.stream, ztbp.cli.watch; "
+    # `ztbp watch` starts bpftrace from control/probe_process.py, then loads the analysis: that module imports none
+    # of it
+    code = ("import sys, ztbp.control.probe_process, ztbp.cli.watch; "
             "print(sorted(m for m in ('numpy', 'polars', 'numba', 'scipy') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

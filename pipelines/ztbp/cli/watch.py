@@ -14,11 +14,11 @@ from ..analysis.params import CACHE_MIB, ORDER_MAX_S, PAGE_KIB, RECOMMEND_GAIN
 from .common import BoundedSize, add_module_args, bounded, device_module
 
 if TYPE_CHECKING:
-    from ..control.stream import Started
+    from ..control.probe_process import Started
 
 
 def _watch(args: argparse.Namespace) -> int:
-    from ..control.stream import start_stream
+    from ..control.probe_process import start_stream
     from . import _on_sigint
 
     module = device_module(args)  # a bad --module / --module-params: one line, before anything is touched

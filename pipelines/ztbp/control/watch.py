@@ -57,7 +57,7 @@ from ..errors import FileSystemError, ZtbpError
 from ..files import fs_error, make_dir
 from ..io.nvme import IngestReport, body_rows
 from ..writeback.config import DEVICE_MAX_ZONES
-from .stream import ProbeProcess, Started, start_stream
+from .probe_process import ProbeProcess, Started, start_stream
 
 JOURNAL = "watch.jsonl"
 ROWS = "rows"
@@ -702,7 +702,7 @@ def watch_device(req: WatchRequest, dev: str, on_window: Callable[[Session], Non
     """`ztbp watch DEV`: the streaming probe on this machine's zoned namespace DEV, the session, ztbp-ctl on DEV.
     SIGTERM and SIGINT stop the session cleanly (bpftrace detached, the journal closed).
 
-    `started`: the device checked and its probe started already (control/stream.start_stream, which `ztbp watch`
+    `started`: the device checked and its probe started already (control/probe_process.start_stream, which `ztbp watch`
     calls before it loads this module, so bpftrace compiles while the analysis loads); else it is done here. The
     session's analysis then runs once on a synthetic window (warm_up) while bpftrace compiles, before the probe's
     first line is read.
