@@ -40,7 +40,8 @@ def _watch(args: argparse.Namespace) -> int:
 
 def _session(args: argparse.Namespace, started: Started) -> int:
     from ..analysis.watch import WatchParams
-    from ..control.watch import Session, WatchRequest, watch_device
+    from ..control.watch import Session, WatchRequest
+    from ..control.watch_run import watch_device
     from ..present.watch import status_line, summary_text
 
     params = WatchParams(k=args.k, threshold=args.threshold, budget_per_day=args.budget_per_day,
