@@ -245,6 +245,19 @@ def test_a_rolled_back_set_backs_off() -> None:
     assert d.action == "apply"
 
 
+def test_a_window_step_is_the_decision_and_what_to_send_without_the_device() -> None:
+    """The session's core step: a closed window in, the decision, the state it leaves and the zones SET sends out;
+    nothing is journaled or sent."""
+    p = WatchParams(k=1)
+    reads = np.zeros(META["nr_zones"], dtype=np.int64)
+    reads[list(A)] = [50, 40, 30, 20, 10]
+    step = cw.window_step(WatchState(), summary(A, 0.05), p, T0, reads, verifying=False)
+    assert step.decision.action == "apply" and step.send == A and step.state.in_force == A and not step.verify
+    hold = cw.window_step(step.state, summary(A, 0.05, 0.05), p, T0 + 60, reads, verifying=True)
+    assert hold.decision.action == "hold" and hold.send is None and hold.verify
+    assert cw.refused(WatchState(in_force=B), step.state) == WatchState(in_force=B, applies=step.state.applies)
+
+
 def test_watch_refuses_a_missing_device_in_one_line(tmp_path: Path) -> None:
     env = {**os.environ, "ZTBP_SYSFS": str(tmp_path)}
     p = subprocess.run([sys.executable, "-m", "ztbp.cli", "watch", "/dev/nvme7n1", "--journal", str(tmp_path / "j")],
