@@ -85,10 +85,10 @@ def watch_device(req: WatchRequest, dev: str, on_window: Callable[[Session], Non
     """`ztbp watch DEV`: the streaming probe on this machine's zoned namespace DEV, the session, ztbp-ctl on DEV.
     SIGTERM and SIGINT stop the session cleanly (bpftrace detached, the journal closed).
 
-    `started`: the device checked and its probe started already (control/probe_process.start_stream, which `ztbp watch`
-    calls before it loads this module, so bpftrace compiles while the analysis loads); else it is done here. The
-    session's analysis then runs once on a synthetic window (warm_up) while bpftrace compiles, before the probe's
-    first line is read.
+    `started`: the device checked and its probe started already (control/probe_process.start_stream, which
+    `ztbp watch` calls before it loads this module, so bpftrace compiles while the analysis loads); else it is done
+    here. The session's analysis then runs once on a synthetic window (warm_up) while bpftrace compiles, before the
+    probe's first line is read.
 
     With `module` (a module that creates DEV when loaded, NVMeVirt): the geometry is read with the module loaded
     for that moment and unloaded again; the probe starts; the module is loaded when the probe's header arrives; at
