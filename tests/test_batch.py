@@ -14,15 +14,15 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from ztbp.acquire.synth import write_run
-from ztbp.analysis.streaming import cell_counts_lazy, zone_table_lazy
+from ztbp.analysis.chunked import cell_counts_lazy, zone_table_lazy
 from ztbp.analysis.zones import zone_table
 from ztbp.cli import main
 from ztbp.control import batch
 from ztbp.control.batch import client, partition_aggregates, run_batch
 from ztbp.control.scheduler import Scheduler, connect_args
 from ztbp.errors import ZtbpError
+from ztbp.io.parts import Parts, ingest_stream
 from ztbp.io.run import load
-from ztbp.io.stream import Parts, ingest_stream
 from ztbp.paths import RunPaths
 
 PATTERNS = ("paper80", "uniform", "seqread", "zipf")

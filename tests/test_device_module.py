@@ -14,10 +14,13 @@ import pytest
 
 from ztbp.acquire import module as mod
 from ztbp.acquire.module import DeviceModule, Machine, ModuleError
+from ztbp.acquire.watch_synth import replay
 from ztbp.analysis.watch import Decision, WatchParams, WatchState
 from ztbp.cli import main
 from ztbp.control import watch as cw
-from ztbp.control.watch import Session, WatchRequest, read_journal, replay
+from ztbp.control import watch_run
+from ztbp.control.watch import Session, WatchRequest
+from ztbp.io.journal import read_journal
 
 DEV = "/dev/nvme0n1"
 A = (3, 17, 40, 77, 101)
@@ -314,7 +317,7 @@ def fake_bpftrace(tmp: Path, fake: FakeMachine, body: str, monkeypatch: pytest.M
         f"#!/bin/sh\necho $$ > {pid}\necho 'probe start' >> {fake.log}\n"
         f"trap 'echo \"probe stop\" >> {fake.log}; exit 0' INT\n{body}\n")
     (tmp / "bpftrace").chmod(0o755)
-    monkeypatch.setattr(cw.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setenv("PATH", f"{tmp}:{os.environ['PATH']}")
     return pid
 
@@ -336,7 +339,7 @@ def test_watch_loads_the_module_once_attached_and_unloads_it_before_the_probe_st
                                         f"{rows(2500, 53)}\nwhile ! grep -q 'ctl set' {fake.log}; do sleep 0.05; done\n"
                                         "kill -TERM $PPID\nwhile :; do sleep 0.05; done",
                         monkeypatch)
-    monkeypatch.setattr(cw, "CtlDevice", lambda name: LoggedDevice(fake))
+    monkeypatch.setattr(watch_run, "CtlDevice", lambda name: LoggedDevice(fake))
     fake_blkzone(monkeypatch, fake)
 
     def decide(state: WatchState, s: Any, params: WatchParams, now: float) -> tuple[Decision, WatchState]:

@@ -25,7 +25,7 @@ from ztbp.cli import main
 from ztbp.errors import FileSystemError
 from ztbp.files import atomic_dir, make_dir, write_atomic
 from ztbp.io.nvme import ingest
-from ztbp.io.stream import ingest_stream
+from ztbp.io.parts import ingest_stream
 from ztbp.paths import RunPaths
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -91,7 +91,7 @@ def test_nvmevirt_capture_host_and_loop_with_the_devices_readback(nvmevirt_host_
 
 
 def watch_records(out: Path, name: str) -> list[dict[str, Any]]:
-    from ztbp.control.watch import read_journal
+    from ztbp.io.journal import read_journal
 
     return read_journal(out / name)
 

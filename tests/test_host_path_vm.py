@@ -121,7 +121,7 @@ def quick_env() -> dict[str, str]:
 
 
 def guest_meta(g: Geometry) -> dict[str, int]:
-    """What `ztbp watch` reads of the guest's namespace (ztbp.control.watch.watch_device)."""
+    """What `ztbp watch` reads of the guest's namespace (ztbp.control.watch_run.watch_device)."""
     return {"lba_bytes": g.lba_bytes, "zone_size_lba": g.zone_bytes // g.lba_bytes, "nr_zones": g.zones,
             **({"zone_cap_lba": g.zone_cap_bytes // g.lba_bytes} if g.zone_cap_bytes else {})}
 
@@ -228,7 +228,7 @@ def test_the_host_loop_runs_whole_rounds(host_path: tuple[Path, dict[str, str]])
 
 def test_watch_follows_the_hot_set_from_a_to_b_and_goes_on_when_set_is_refused(
         host_path: tuple[Path, dict[str, str]]) -> None:
-    from ztbp.control.watch import read_journal
+    from ztbp.io.journal import read_journal
 
     out, steps = host_path
     assert steps.get("watch_rc") == "130", (out / "watch.err").read_text(errors="replace")[-3000:]  # SIGINT

@@ -243,7 +243,7 @@ def test_a_copied_run_is_reused_without_a_new_ingest(run_factory, tmp_path: Path
 
 
 def test_a_streamed_dataset_is_made_again_when_the_geometry_changes(run_factory) -> None:
-    from ztbp.io.stream import ingest_stream, is_fresh
+    from ztbp.io.parts import ingest_stream, is_fresh
 
     run = run_factory([("read", 8192 * 3 + i, 1) for i in range(20)])
     rp = RunPaths(run)

@@ -14,8 +14,8 @@ from ztbp.acquire.synth import write_run
 from ztbp.analysis import shards
 from ztbp.analysis.cachesim import POLICIES, simulate
 from ztbp.cli import main
+from ztbp.io.parts import Parts, ingest_stream
 from ztbp.io.run import load
-from ztbp.io.stream import Parts, ingest_stream
 from ztbp.paths import TEST_DATA, RunPaths
 
 SAMPLE = TEST_DATA / "runs" / "sample-paper80"

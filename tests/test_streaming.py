@@ -1,4 +1,4 @@
-"""The streaming path (io/stream.py + analysis/streaming.py) gives exactly the in-memory results.
+"""The streaming path (io/parts.py + analysis/chunked.py) gives exactly the in-memory results.
 
 Runs: the committed real capture (tests/data/runs/sample-paper80), and a varied synthetic trace written in
 completion order (not sorted by submission), with two namespaces, zone appends, resets, write_zeroes, a zone beyond
@@ -19,7 +19,7 @@ from polars.testing import assert_frame_equal
 
 from conftest import make_run, row
 from ztbp import stages
-from ztbp.analysis import streaming as st
+from ztbp.analysis import chunked as st
 from ztbp.analysis.cachesim import simulate
 from ztbp.analysis.chains import chains_report
 from ztbp.analysis.frag import frag_table
@@ -27,8 +27,8 @@ from ztbp.analysis.opcodes import opcode_table
 from ztbp.analysis.params import SWEEP_MIB
 from ztbp.analysis.zones import zone_table
 from ztbp.cli import main
+from ztbp.io.parts import Parts, byte_chunks, ingest_stream, is_fresh
 from ztbp.io.run import load
-from ztbp.io.stream import Parts, byte_chunks, ingest_stream, is_fresh
 from ztbp.paths import TEST_DATA, RunPaths
 from ztbp.stages import streamed
 

@@ -16,11 +16,19 @@ import numpy as np
 import polars as pl
 import pytest
 
+from ztbp.acquire.watch_synth import replay
 from ztbp.analysis import watch as cw_analysis
+from ztbp.analysis.params import ORDER_MAX_ROWS, ORDER_MAX_S, ORDER_MIN_S, ORDER_SPAN_S
 from ztbp.analysis.watch import Decision, WatchParams, WatchState, WindowSummary, decide, late_rows
 from ztbp.control import watch as cw
-from ztbp.control.watch import ProbeLines, Session, WatchRequest, read_journal, replay
-from ztbp.errors import FileSystemError
+from ztbp.control import watch_device as wd
+from ztbp.control import watch_run
+from ztbp.control.probe_process import ProbeProcess
+from ztbp.control.watch import Session, WatchRequest
+from ztbp.errors import FileSystemError, ZtbpError
+from ztbp.io import probe_lines as pls
+from ztbp.io.journal import read_journal
+from ztbp.io.probe_lines import ProbeLines
 
 META = {"zone_size_lba": 1024, "lba_bytes": 4096, "nr_zones": 128}
 A = (3, 17, 40, 77, 101)
@@ -139,7 +147,7 @@ def test_a_full_disk_stops_the_journal_with_one_clear_message(tmp_path: Path, mo
         if calls["n"] > 3:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(cw.os, "fsync", fsync)
+    monkeypatch.setattr(os, "fsync", fsync)
     s = session(tmp_path, FakeDevice())
     with pytest.raises(FileSystemError) as e:
         s.run(replay(windows([("hot", 5, A)]), META, seed=6))
@@ -237,6 +245,19 @@ def test_a_rolled_back_set_backs_off() -> None:
     assert d.action == "apply"
 
 
+def test_a_window_step_is_the_decision_and_what_to_send_without_the_device() -> None:
+    """The session's core step: a closed window in, the decision, the state it leaves and the zones SET sends out;
+    nothing is journaled or sent."""
+    p = WatchParams(k=1)
+    reads = np.zeros(META["nr_zones"], dtype=np.int64)
+    reads[list(A)] = [50, 40, 30, 20, 10]
+    step = cw.window_step(WatchState(), summary(A, 0.05), p, T0, reads, verifying=False)
+    assert step.decision.action == "apply" and step.send == A and step.state.in_force == A and not step.verify
+    hold = cw.window_step(step.state, summary(A, 0.05, 0.05), p, T0 + 60, reads, verifying=True)
+    assert hold.decision.action == "hold" and hold.send is None and hold.verify
+    assert cw.refused(WatchState(in_force=B), step.state) == WatchState(in_force=B, applies=step.state.applies)
+
+
 def test_watch_refuses_a_missing_device_in_one_line(tmp_path: Path) -> None:
     env = {**os.environ, "ZTBP_SYSFS": str(tmp_path)}
     p = subprocess.run([sys.executable, "-m", "ztbp.cli", "watch", "/dev/nvme7n1", "--journal", str(tmp_path / "j")],
@@ -274,10 +295,10 @@ def test_the_ctl_device_runs_ztbp_ctl_with_the_device_after_double_dash(monkeypa
 
     monkeypatch.setattr(ctl, "ensure_ctl", lambda: Path("/bin/true"))
     monkeypatch.setattr(ctl.subprocess, "run", fake_run)
-    res = cw.CtlDevice("/dev/nvme0n1").set(A)
+    res = wd.CtlDevice("/dev/nvme0n1").set(A)
     assert seen[-1][1:] == ["set", "--zones", "3,17,40,77,101", "--json", "--", "/dev/nvme0n1"]
     assert res["ok"] is False and res["exit_code"] == 30 and "ZTBP cache protocol" in res["message"]
-    cw.CtlDevice("/dev/nvme0n1").stop()
+    wd.CtlDevice("/dev/nvme0n1").stop()
     assert seen[-1][1:] == ["stop", "--json", "--", "/dev/nvme0n1"]
 
 
@@ -285,7 +306,7 @@ def fake_bpftrace(tmp: Path, body: str, monkeypatch: pytest.MonkeyPatch) -> None
     """A stand-in bpftrace first on PATH running `body`, and this process taken for root."""
     (tmp / "bpftrace").write_text(f"#!/bin/sh\n{body}\n")
     (tmp / "bpftrace").chmod(0o755)
-    monkeypatch.setattr(cw.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setenv("PATH", f"{tmp}:{os.environ['PATH']}")
 
 
@@ -317,7 +338,7 @@ def test_the_probe_process_feeds_the_session_and_its_failure_is_one_line(tmp_pat
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     fake_bpftrace(tmp_path, f"echo 'Attaching 4 probes...'; {probe_output(3000, 7)}; echo 'Lost 2 events' >&2",
                   monkeypatch)
-    probe = cw.ProbeProcess(tmp_path / "x.bt")
+    probe = ProbeProcess(tmp_path / "x.bt")
     p = WatchParams(k=K, cache_mib=8)
     s = Session(WatchRequest(META, p, tmp_path / "j", window_commands=1_000), FakeDevice(), lambda: T0)
     out = s.run(ProbeLines(probe.lines(), 1024))
@@ -325,9 +346,9 @@ def test_the_probe_process_feeds_the_session_and_its_failure_is_one_line(tmp_pat
     assert out["commands"] == 3_000 and out["windows"] == 3 and out["lost"] == 2
     fake_bpftrace(tmp_path, "echo 'ERROR: kprobe attach failed: no such kprobe nvme_setup_cmd' >&2; exit 1",
                   monkeypatch)
-    probe = cw.ProbeProcess(tmp_path / "x.bt")
+    probe = ProbeProcess(tmp_path / "x.bt")
     s = Session(WatchRequest(META, p, tmp_path / "k"), FakeDevice(), lambda: T0)
-    with pytest.raises(cw.ZtbpError) as e:
+    with pytest.raises(ZtbpError) as e:
         s.run(ProbeLines(probe.lines(), 1024))
     assert str(e.value) == ("the streaming probe could not run on this machine (bpftrace exit 1): ERROR: kprobe "
                             "attach failed: no such kprobe nvme_setup_cmd")
@@ -342,7 +363,7 @@ def test_sigterm_while_the_analysis_loads_detaches_the_probe(tmp_path: Path, mon
 
     from ztbp.cli import main
     from ztbp.cli import watch as cli_watch
-    from ztbp.control import stream
+    from ztbp.control import probe_process as stream
 
     fake_bpftrace(tmp_path, "echo '# ztbp nvme v1'; exec sleep 60", monkeypatch)
     probes: list[stream.ProbeProcess] = []
@@ -360,7 +381,7 @@ def test_sigterm_while_the_analysis_loads_detaches_the_probe(tmp_path: Path, mon
 
 def test_a_sigint_bpftrace_missed_is_sent_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # bpftrace 0.17 can miss a SIGINT in its event loop: the probe's lines still end
-    from ztbp.control import stream
+    from ztbp.control import probe_process as stream
 
     monkeypatch.setattr(stream, "SIGINT_AGAIN_S", 0.5)
     fake_bpftrace(tmp_path, "n=0; trap 'n=$((n + 1)); [ $n -ge 2 ] && exit 0' INT; echo '# ztbp nvme v1'; "
@@ -440,7 +461,7 @@ def test_sigterm_stops_the_session_cleanly_and_detaches_the_probe(tmp_path: Path
     fake_bpftrace(tmp_path, f"echo $$ > {pid}; {probe_output(2500, 53)}; kill -TERM $PPID; exec sleep 30",
                   monkeypatch)
     dev = FakeDevice()
-    monkeypatch.setattr(cw, "CtlDevice", lambda name: dev)
+    monkeypatch.setattr(watch_run, "CtlDevice", lambda name: dev)
     rc = main(["watch", "/dev/nvme0n1", "--window-commands", "1000", "--journal", str(tmp_path / "j"),
                "--on-exit", "stop"])
     assert rc == 130
@@ -457,8 +478,8 @@ def test_set_sends_the_five_most_read_zones_of_a_larger_hot_set() -> None:
 
     reads = np.zeros(128, dtype=np.int64)
     reads[[1, 2, 3, 4, 5, 6, 7]] = [10, 70, 30, 70, 50, 60, 20]
-    assert cw.sent_zones((1, 2, 3, 4, 5, 6, 7), reads) == (2, 3, 4, 5, 6)
-    assert cw.sent_zones(A, reads) == A[:5]
+    assert wd.sent_zones((1, 2, 3, 4, 5, 6, 7), reads) == (2, 3, 4, 5, 6)
+    assert wd.sent_zones(A, reads) == A[:5]
 
 
 def test_an_idle_devices_last_rows_go_out_on_the_clocks_tick() -> None:
@@ -494,7 +515,7 @@ def test_rows_out_of_time_order_are_counted_per_window(tmp_path: Path) -> None:
     early, later = list(replay(windows([("hot", 1, A)]), META, seed=1)), list(replay(windows([("hot", 1, B)]), META,
                                                                                       seed=2))
     shift = pl.col("ts_ns") + 60 * 10**9
-    later = [cw.Batch(b.frame.with_columns(shift), b.lost) for b in later]
+    later = [pls.Batch(b.frame.with_columns(shift), b.lost) for b in later]
     s = session(tmp_path, FakeDevice())
     summary = s.run(iter(later + early))
     w = [r for r in read_journal(tmp_path) if r["kind"] == "window"]
@@ -543,16 +564,17 @@ def test_the_warm_up_compiles_every_function_a_large_window_runs() -> None:
 
 
 def test_the_stream_starts_before_the_analysis_loads() -> None:
-    # `ztbp watch` starts bpftrace from control/stream.py, then loads the analysis: that module imports none of it
-    code = ("import sys, ztbp.control.stream, ztbp.cli.watch; "
+    # `ztbp watch` starts bpftrace from control/probe_process.py, then loads the analysis: that module imports none
+    # of it
+    code = ("import sys, ztbp.control.probe_process, ztbp.cli.watch; "
             "print(sorted(m for m in ('numpy', 'polars', 'numba', 'scipy') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
 
 
-def lagging_probe(batches: list[cw.Batch], span_s: float, lag_s: float, cpus: int = 2,
-                  seed: int = 0) -> list[tuple[int, cw.Batch]]:
+def lagging_probe(batches: list[pls.Batch], span_s: float, lag_s: float, cpus: int = 2,
+                  seed: int = 0) -> list[tuple[int, pls.Batch]]:
     """The rows as bpftrace prints them when its user space lags: every `span_s` of the rows' time it drains each
     CPU's buffer in turn (the rows of CPU 0 for the span, then those of CPU 1, ...), `lag_s` after the span ended;
     (the clock at arrival, the batch) pairs."""
@@ -563,14 +585,15 @@ def lagging_probe(batches: list[cw.Batch], span_s: float, lag_s: float, cpus: in
     for (span,), part in rows.sort("span").partition_by("span", maintain_order=True, as_dict=True).items():
         arrive = int((span + 1) * span_s * 1e9 + lag_s * 1e9)
         for c in range(cpus):
-            out.append((arrive, cw.Batch(part.filter(pl.col("cpu") == c).drop("cpu", "span"))))
+            out.append((arrive, pls.Batch(part.filter(pl.col("cpu") == c).drop("cpu", "span"))))
     return out
 
 
-def through_time_order(arrivals: list[tuple[int, cw.Batch]], **kw: Any) -> tuple[list[cw.Batch], cw.TimeOrder]:
+def through_time_order(arrivals: list[tuple[int, pls.Batch]], **kw: Any) -> tuple[list[pls.Batch], pls.TimeOrder]:
     """TimeOrder over the arrivals, its clock the arrival times."""
     clock = iter([t for t, _ in arrivals])
-    order = cw.TimeOrder((b for _, b in arrivals), clock=lambda: next(clock), **kw)
+    bounds = {"min_s": ORDER_MIN_S, "max_s": ORDER_MAX_S, "max_rows": ORDER_MAX_ROWS, "span_s": ORDER_SPAN_S}
+    order = pls.TimeOrder((b for _, b in arrivals), clock=lambda: next(clock), **{**bounds, **kw})
     return list(order), order
 
 
@@ -579,17 +602,17 @@ def test_time_order_lets_rows_out_in_their_own_order() -> None:
     # 9.5 s, sorted; the source's end, the rest
     ms = 10**6
     frame = pl.DataFrame({"ts_ns": np.array([9600, 9200, 9900, 9000], dtype=np.uint64) * ms})
-    out, _ = through_time_order([(10_000 * ms, cw.Batch(frame, lost=2)), (11_500 * ms, cw.Batch(pl.DataFrame()))])
+    out, _ = through_time_order([(10_000 * ms, pls.Batch(frame, lost=2)), (11_500 * ms, pls.Batch(pl.DataFrame()))])
     assert [b.frame["ts_ns"].to_list() for b in out] == [[], [9000 * ms, 9200 * ms], [9600 * ms, 9900 * ms]]
     assert [b.lost for b in out] == [2, 0, 0] and out[0].hold_ns == 2000 * ms
     # the hold follows the lag: twice the oldest row's lag (10 s - 1 s), at most max_s
     old = pl.DataFrame({"ts_ns": np.array([7, 3, 9, 1], dtype=np.uint64) * 10**9})
-    assert through_time_order([(10**10, cw.Batch(old))])[0][0].hold_ns == 18 * 10**9
-    assert through_time_order([(10**10, cw.Batch(old))], max_s=5)[0][0].hold_ns == 5 * 10**9
+    assert through_time_order([(10**10, pls.Batch(old))])[0][0].hold_ns == 18 * 10**9
+    assert through_time_order([(10**10, pls.Batch(old))], max_s=5)[0][0].hold_ns == 5 * 10**9
     # nothing is lost or made twice, whatever the lag; at most max_rows are held
     batches = list(replay(windows([("hot", 2, A)]), META, seed=5))
     arrivals = lagging_probe(batches, span_s=0.05, lag_s=0.01)
-    for max_rows in (100, cw.ORDER_MAX_ROWS):
+    for max_rows in (100, ORDER_MAX_ROWS):
         out, _ = through_time_order(arrivals, max_rows=max_rows)
         got = pl.concat([b.frame for b in out if b.frame.height])
         assert got.sort("ts_ns").equals(pl.concat([b.frame for b in batches]).sort("ts_ns"))
@@ -612,7 +635,7 @@ def test_merged_equals_a_stable_sort_of_both() -> None:
         if case % 7 == 0:
             new = new.with_columns(pl.col("ts_ns").cast(pl.Int64))
         want = pl.concat([held, new], how="diagonal_relaxed").sort("ts_ns", maintain_order=True)
-        got = cw.merged(held, new)
+        got = pls.merged(held, new)
         assert got.select(pl.col("ts_ns").cast(pl.Int64), "src").equals(
             want.select(pl.col("ts_ns").cast(pl.Int64), "src")), case
 

@@ -15,11 +15,13 @@ import polars as pl
 import pytest
 from test_report_browser import NETWORK_SCHEMES, _open, browser  # noqa: F401 - browser: headless Chromium fixture
 
+from ztbp.acquire.watch_synth import replay
 from ztbp.analysis.watch import WatchParams
-from ztbp.control.watch import Session, WatchRequest, read_journal, replay
+from ztbp.control.watch import Session, WatchRequest
 from ztbp.errors import ZtbpError
+from ztbp.io.journal import part_stats, read_journal, read_records
 from ztbp.present import watch as pw
-from ztbp.report.watch import read_records, render_watch
+from ztbp.report.watch import render_watch
 
 META = {"device": "nvme0n1", "zone_size_lba": 1024, "lba_bytes": 4096, "nr_zones": 128}
 A = (3, 17, 40, 77, 101)
@@ -186,7 +188,6 @@ def test_the_figures_exist_with_titles_and_axes_and_open_offline(three_phases: P
 
 
 def test_commands_per_second_come_from_the_rows_time(three_phases: Path, tmp_path: Path) -> None:
-    from ztbp.report.watch import part_stats
 
     recs = read_journal(three_phases)
     parts, bad = part_stats(three_phases)
@@ -203,7 +204,6 @@ def test_commands_per_second_come_from_the_rows_time(three_phases: Path, tmp_pat
 
 # ---- one session across --resume ---------------------------------------------------------------------------------
 def test_a_resumed_journal_is_one_session(resumed: Path, tmp_path: Path) -> None:
-    from ztbp.report.watch import part_stats
 
     recs = read_journal(resumed)
     stops = [r for r in recs if r["kind"] == "stop"]

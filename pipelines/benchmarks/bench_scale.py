@@ -1,7 +1,7 @@
 """Scale benchmarks (`just bench-scale`): beyond one machine's memory, and beyond one machine.
 
   ingest    N rows of synthetic `# ztbp nvme v1` CSV, written in chunks, then streamed to partitioned Parquet
-            (io/stream.py): rows/s and peak RSS of the ingest, bytes of the CSV and of the dataset.
+            (io/parts.py): rows/s and peak RSS of the ingest, bytes of the CSV and of the dataset.
   analyses  N synthetic events written straight to partitioned Parquet (no CSV; or --dataset, written before),
             then every streaming analysis (zones, opcodes, cells, the clustering, chains, frag, the cache model in
             one pass) and the SHARDS estimates at 1 % and 0.1 % against the exact streamed figures, each in a
@@ -104,7 +104,7 @@ def write_csv_run(root: Path, n: int) -> dict[str, Any]:
 
 def write_parts_run(root: Path, n: int) -> dict[str, Any]:
     from ztbp.io.layout import Layout
-    from ztbp.io.stream import PartsWriter
+    from ztbp.io.parts import PartsWriter
 
     rp = RunPaths(root)
     _meta(rp, n)
@@ -127,7 +127,7 @@ def _cpu_s() -> float:
 
 
 def child_ingest(root: Path) -> dict[str, Any]:
-    from ztbp.io.stream import ingest_stream
+    from ztbp.io.parts import ingest_stream
 
     t = time.perf_counter()
     m = ingest_stream(RunPaths(root))
@@ -279,10 +279,10 @@ def bench_batch(work: Path, runs: int, reads: int) -> dict[str, Any]:
     from polars.testing import assert_frame_equal
 
     from ztbp.acquire.synth import write_run
-    from ztbp.analysis.streaming import cell_counts_lazy, zone_table_lazy
+    from ztbp.analysis.chunked import cell_counts_lazy, zone_table_lazy
     from ztbp.contract import read_meta
     from ztbp.control.batch import client, partition_aggregates, run_batch
-    from ztbp.io.stream import Parts
+    from ztbp.io.parts import Parts
 
     base = work / "batch"
     dirs = []

@@ -52,8 +52,12 @@ def main() -> int:
     if not 3 * WINDOW <= args.commands <= 10**9 or not WINDOW <= args.interval <= args.commands:
         print(f"--commands in [{3 * WINDOW}, 10^9], --interval in [{WINDOW}, --commands]", file=sys.stderr)
         return 2
+    from ztbp.acquire.watch_synth import replay
+    from ztbp.analysis.params import ORDER_MAX_ROWS, ORDER_MAX_S, ORDER_MIN_S, ORDER_SPAN_S
     from ztbp.analysis.watch import WatchParams
-    from ztbp.control.watch import Session, TimeOrder, WatchRequest, read_journal, replay
+    from ztbp.control.watch import Session, WatchRequest
+    from ztbp.io.journal import DECISION, ROWS, read_journal
+    from ztbp.io.probe_lines import TimeOrder
 
     phase = 10 * WINDOW
     phases: list[tuple[str, int, tuple[int, ...]]] = []
@@ -94,14 +98,15 @@ def main() -> int:
         def mono() -> int:
             return latest["ts"] + 500_000_000
 
-        source: Any = TimeOrder(arriving(), clock=mono)
+        source: Any = TimeOrder(arriving(), min_s=ORDER_MIN_S, max_s=ORDER_MAX_S, max_rows=ORDER_MAX_ROWS,
+                                span_s=ORDER_SPAN_S, clock=mono)
         summary = session.run(source)
         wall = time.perf_counter() - start
         records = read_journal(Path(tmp))
-        parts = sum(p.stat().st_size for p in (Path(tmp) / "rows").glob("*.parquet"))
+        parts = sum(p.stat().st_size for p in (Path(tmp) / ROWS).glob("*.parquet"))
     actions: dict[str, int] = {}
     for r in records:
-        if r["kind"] == "decision":
+        if r["kind"] == DECISION:
             actions[r["action"]] = actions.get(r["action"], 0) + 1
     out = {"commands": summary["commands"], "windows": summary["windows"], "wall_s": round(wall, 1),
            "commands_per_s": round(summary["commands"] / wall), "rss_first_mib": round(rows[0][1], 1),

@@ -78,7 +78,7 @@ class RunPaths:
     ingest_report = _inside("derived", "ingest.json")
     cluster_json = _inside("derived", "cluster.json")
     cache_config = _inside("derived", "cache-config.json")
-    #: the streaming ingest's partitioned Parquet dataset (io/stream.py): tw=<window>/zr=<zone range>/*.parquet
+    #: the streaming ingest's partitioned Parquet dataset (io/parts.py): tw=<window>/zr=<zone range>/*.parquet
     events_parts = _inside("derived", "events-parts")
     events_parts_manifest = _inside("derived", "events-parts", "dataset.json")
 

@@ -34,7 +34,7 @@ def _stream_args(args: argparse.Namespace) -> dict[str, Any]:
 def _import(args: argparse.Namespace) -> int:
     from ..io.importers import import_trace
     from ..io.nvme import ingest
-    from ..io.stream import ingest_stream
+    from ..io.parts import ingest_stream
     from ..paths import RunPaths
     from ..present.scale import import_text
 
@@ -55,8 +55,8 @@ def _stream(args: argparse.Namespace) -> int:
     import time
 
     from .. import stages
+    from ..io.parts import ingest_stream, is_fresh
     from ..io.run import load
-    from ..io.stream import ingest_stream, is_fresh
     from ..present.scale import stream_text
 
     loaded = load(args.run, events=False)
@@ -183,7 +183,7 @@ def _batch(args: argparse.Namespace) -> int:
 def _aggregates(args: argparse.Namespace, runs: list[str], text: Any, scheduler: Any) -> int:
     from ..contract import read_meta
     from ..control.batch import client, partition_aggregates
-    from ..io.stream import load_parts
+    from ..io.parts import load_parts
     from ..paths import RunPaths
 
     out = []

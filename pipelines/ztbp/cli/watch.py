@@ -14,11 +14,11 @@ from ..analysis.params import CACHE_MIB, ORDER_MAX_S, PAGE_KIB, RECOMMEND_GAIN
 from .common import BoundedSize, add_module_args, bounded, device_module
 
 if TYPE_CHECKING:
-    from ..control.stream import Started
+    from ..control.probe_process import Started
 
 
 def _watch(args: argparse.Namespace) -> int:
-    from ..control.stream import start_stream
+    from ..control.probe_process import start_stream
     from . import _on_sigint
 
     module = device_module(args)  # a bad --module / --module-params: one line, before anything is touched
@@ -40,7 +40,8 @@ def _watch(args: argparse.Namespace) -> int:
 
 def _session(args: argparse.Namespace, started: Started) -> int:
     from ..analysis.watch import WatchParams
-    from ..control.watch import Session, WatchRequest, watch_device
+    from ..control.watch import Session, WatchRequest
+    from ..control.watch_run import watch_device
     from ..present.watch import status_line, summary_text
 
     params = WatchParams(k=args.k, threshold=args.threshold, budget_per_day=args.budget_per_day,

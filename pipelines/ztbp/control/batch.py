@@ -9,9 +9,9 @@ unpickles). Each run is one task: `analyse_run` does exactly what the sequential
 both give the same results, and writes them to the run's derived/batch.json. A run that fails reports its error;
 the others go on.
 
-A huge run's aggregates: each task reads a group of the run's partition files (io/stream.py) and computes partial
+A huge run's aggregates: each task reads a group of the run's partition files (io/parts.py) and computes partial
 aggregates — counts and bytes per zone, reads per cell, and the radix-select histograms of the read latency
-percentiles (analysis/streaming.RadixSelect) — which the client sums. The result equals the streaming path's
+percentiles (analysis/chunked.RadixSelect) — which the client sums. The result equals the streaming path's
 zone_table_lazy and cell_counts_lazy, and so the in-memory zone table.
 """
 
@@ -129,9 +129,9 @@ def _combine(parts: list[pl.DataFrame]) -> pl.DataFrame:
 def partition_aggregates(parts_root: str | Path, meta: dict[str, Any], c: Any, cells_per_zone: int = 32,
                          files_per_task: int = 8) -> dict[str, pl.DataFrame]:
     """The zone table and the reads per cell of a partitioned run, each task reading a few partition files."""
-    from ..analysis.streaming import RadixSelect, cell_counts_lazy
+    from ..analysis.chunked import RadixSelect, cell_counts_lazy
     from ..analysis.zones import zone_count_exprs, zone_frame
-    from ..io.stream import Parts
+    from ..io.parts import Parts
 
     files = [str(f) for f in Parts(Path(parts_root)).files()]
     groups = [files[i:i + files_per_task] for i in range(0, len(files), files_per_task)]

@@ -54,7 +54,7 @@ from ..errors import FormatError, MissingRunError, ZtbpError
 from ..files import atomic_path, make_dir
 from ..paths import RunPaths
 from ..units import MAX_NS
-from .stream import byte_chunks
+from .parts import byte_chunks
 
 SHOW_SKIPPED = 5
 SECTOR = 512

@@ -1,4 +1,4 @@
-"""How a streamed run's events are partitioned (io/stream.py), importable without polars (the CLI's defaults)."""
+"""How a streamed run's events are partitioned (io/parts.py), importable without polars (the CLI's defaults)."""
 
 from __future__ import annotations
 

@@ -69,10 +69,10 @@ class Run:
 
     @property
     def parts(self) -> Any:
-        """The run's partitioned events dataset (derived/events-parts/, io/stream.py), for the streamed stages; made
+        """The run's partitioned events dataset (derived/events-parts/, io/parts.py), for the streamed stages; made
         (again) first when it is missing or does not match raw/nvme.csv and meta.json (stream.is_fresh)."""
         if self._parts is None:
-            from .stream import load_parts
+            from .parts import load_parts
 
             self._parts = load_parts(self.paths)
         return self._parts

@@ -13,7 +13,6 @@ A Parquet part that cannot be read is left out of the commands/s figure (its win
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -21,12 +20,11 @@ from typing import Any
 
 from ..errors import ZtbpError
 from ..files import make_dir, write_atomic
+from ..io.journal import JOURNAL, ROWS, part_stats, read_records
 from ..paths import REPORTS
 from ..units import MIB
 from .render import PLOTLY_JS, _esc, headline_html, write_plotlyjs
 
-JOURNAL = "watch.jsonl"
-ROWS = "rows"
 #: skipped line numbers named on the page, at most
 SHOW_SKIPPED = 20
 
@@ -46,61 +44,6 @@ def check_something_to_report(path: str | os.PathLike[str]) -> None:
     if p.is_dir() and not any((p / name).exists() for name in ("meta.json", "raw", "loop.json", JOURNAL, ROWS)):
         raise ZtbpError(f"{p}: nothing to report in it: no meta.json (a run), loop.json (a loop of `ztbp loop`) or "
                         f"{JOURNAL} (the journal of `ztbp watch`)")
-
-
-def read_records(folder: Path) -> tuple[list[dict[str, Any]], list[int]]:
-    """The JSON records of folder/watch.jsonl in order, and the numbers of the lines skipped (not a JSON object
-    with a kind). Blank lines are not counted. One ZtbpError when there is no journal or no session in it."""
-    path = folder / JOURNAL
-    if not folder.is_dir():
-        raise ZtbpError(f"{folder}: no such folder")
-    if not path.is_file():
-        raise ZtbpError(f"{folder}: no {JOURNAL} in it: not the journal of a `ztbp watch` session (give the "
-                        "folder of watch --journal)")
-    records: list[dict[str, Any]] = []
-    skipped: list[int] = []
-    try:
-        with path.open("rb") as f:  # line by line: the file is never held whole beside its records
-            for n, raw in enumerate(f, start=1):
-                if not raw.strip():
-                    continue
-                try:
-                    rec = json.loads(raw.decode("utf-8"))
-                except (UnicodeDecodeError, ValueError, RecursionError):
-                    skipped.append(n)
-                    continue
-                if not isinstance(rec, dict) or not isinstance(rec.get("kind"), str):
-                    skipped.append(n)
-                    continue
-                records.append(rec)
-    except OSError as e:
-        raise ZtbpError(f"cannot read {path}: {e.strerror or e}") from None
-    if not records:
-        raise ZtbpError(f"{path}: no record of a watch session in it "
-                        f"({len(skipped)} line{'' if len(skipped) == 1 else 's'} that are not JSON records)")
-    if not any(r["kind"] == "start" for r in records):
-        raise ZtbpError(f"{path}: no start record among its {len(records)} records: not the journal of a "
-                        "`ztbp watch` session")
-    return records, skipped
-
-
-def part_stats(folder: Path) -> tuple[dict[int, tuple[int, int | None, int | None]], list[str]]:
-    """Per Parquet part of folder/rows/ (by its number): rows, first and last ts_ns; and the parts that could not be
-    read."""
-    import polars as pl
-
-    out: dict[int, tuple[int, int | None, int | None]] = {}
-    bad: list[str] = []
-    for f in sorted((folder / ROWS).glob("rows-*.parquet")):
-        try:
-            n = int(f.stem.split("-", 1)[1])
-            got = pl.scan_parquet(f).select(pl.len().alias("n"), pl.col("ts_ns").cast(pl.Int64).min().alias("lo"),
-                                            pl.col("ts_ns").cast(pl.Int64).max().alias("hi")).collect().row(0)
-        except (ValueError, OSError, pl.exceptions.PolarsError):
-            bad.append(f.name)
-            continue
-        out[n] = (int(got[0]), got[1], got[2])
-    return out, bad
 
 
 def _figure_html(fig: Any) -> str:

@@ -1,8 +1,8 @@
-"""The analyses of a run through its partitioned events dataset (io/stream.py), never loading the run in memory.
+"""The analyses of a run through its partitioned events dataset (io/parts.py), never loading the run in memory.
 
 One call per analysis on a `Run` opened without its events (`load(RUN, events=False)`): each reads `run.parts`
 (lazy scans, windows in submission order, zone ranges) and calls the pure streaming functions of
-analysis/streaming.py. Nothing here parses arguments or prints.
+analysis/chunked.py. Nothing here parses arguments or prints.
 """
 
 from __future__ import annotations
@@ -30,19 +30,19 @@ def _reads() -> pl.Expr:
 
 
 def zones(run: Run) -> pl.DataFrame:
-    from ..analysis.streaming import zone_table_lazy
+    from ..analysis.chunked import zone_table_lazy
 
     return zone_table_lazy(run.parts.scan(), run.nr_zones, run.lba_bytes)
 
 
 def opcodes(run: Run) -> pl.DataFrame:
-    from ..analysis.streaming import opcode_table_lazy
+    from ..analysis.chunked import opcode_table_lazy
 
     return opcode_table_lazy(run.parts.scan(), run.lba_bytes)
 
 
 def cells(run: Run, cells_per_zone: int = 32) -> pl.DataFrame:
-    from ..analysis.streaming import cell_counts_lazy
+    from ..analysis.chunked import cell_counts_lazy
 
     return cell_counts_lazy(run.parts.scan(), run.meta, cells_per_zone)
 
@@ -50,9 +50,9 @@ def cells(run: Run, cells_per_zone: int = 32) -> pl.DataFrame:
 def cluster(run: Run, params: Any = None) -> dict[str, Any]:
     """The hot zones (analysis/cluster.py) from one pass over the reads in time order (per-cell aggregates); the
     KFold scores come from hashed folds (streaming.ClusterCellStream), the time validation is exact."""
+    from ..analysis.chunked import ENGINE, ClusterCellStream
     from ..analysis.cluster import check_params, cluster_from_cells
     from ..analysis.params import ClusterParams
-    from ..analysis.streaming import ENGINE, ClusterCellStream
 
     params = params or ClusterParams()
     check_params(params)
@@ -68,7 +68,7 @@ def cluster(run: Run, params: Any = None) -> dict[str, Any]:
 
 
 def chains(run: Run, op: str = "read", nts_mib: float = NTS_MIB, window: int = CHAIN_WINDOW) -> dict[str, Any]:
-    from ..analysis.streaming import chains_report_stream
+    from ..analysis.chunked import chains_report_stream
 
     check_chain_params(nts_mib, window)
     where = (pl.col("op").cast(pl.String) == op) & (pl.col("nlb") > 0)
@@ -77,8 +77,8 @@ def chains(run: Run, op: str = "read", nts_mib: float = NTS_MIB, window: int = C
 
 
 def frag(run: Run) -> pl.DataFrame:
+    from ..analysis.chunked import frag_table_stream
     from ..analysis.frag import table_zones
-    from ..analysis.streaming import frag_table_stream
 
     parts, meta = run.parts, run.meta
     nr = meta["nr_zones"]
@@ -92,7 +92,7 @@ def cachesim(run: Run, cache_mib: float = CACHE_MIB, page_kib: int = PAGE_KIB, h
              sweep: bool = True) -> dict[str, Any]:
     """lru, zone_lru, static_best at cache_mib and the exact LRU curve at every size of SWEEP_MIB, in one pass.
     Hot zones: given, else the workload's (meta.json), else none."""
-    from ..analysis.streaming import cachesim_stream
+    from ..analysis.chunked import cachesim_stream
 
     check_cache_params(cache_mib, page_kib)
     return cachesim_stream(run.parts.ordered(PASS_COLUMNS, _reads()), run.meta, cache_mib, page_kib,

@@ -1,13 +1,13 @@
 """The analyses over a run too large for memory: lazy polars queries on the streaming engine, and chunked passes
 where order matters. Every function gives the same result as its in-memory counterpart (tests/test_streaming.py).
 
-Order-free aggregates take a LazyFrame of events (any order, e.g. every partition of io/stream.py):
+Order-free aggregates take a LazyFrame of events (any order, e.g. every partition of io/parts.py):
   zone_table_lazy    == zones.zone_table          opcode_table_lazy == opcodes.opcode_table
   cell_counts_lazy   == the per-cell read counts the clustering works on (cluster.read_cells' counts)
 Exact percentiles (nearest rank, as polars' quantile(q, "nearest")) come from a radix select: a few streaming
 group-bys over 8-bit digits of the value, never holding a column in memory (exact_quantiles).
 
-Order-dependent passes take an iterator of frames in submission order (io/stream.Parts.ordered) and keep only
+Order-dependent passes take an iterator of frames in submission order (io/parts.Parts.ordered) and keep only
 bounded state between frames:
   chains_report_stream == chains.chains_report   (a chain is final once its last request leaves the window)
   CacheStream          == cachesim's lru, zone_lru, static_best and the LRU sweep, from one pass: the policies of
@@ -21,7 +21,7 @@ bounded state between frames:
                           needs a permutation of every read, so the streamed folds come from a hash of the rank;
                           the time validation (the default, which picks the pair) is exact.
 Per-zone passes take an iterator of frames that each hold every event of a disjoint set of zones
-(io/stream.Parts.by_zone_range), each range as its files' frames:
+(io/parts.Parts.by_zone_range), each range as its files' frames:
   frag_table_stream    == frag.frag_table   (extents merged frame by frame: memory bounded by one range's extents)
 """
 
