@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 from ztbp import stages
 from ztbp.acquire.synth import write_run
 from ztbp.analysis.cache_policies import belady_hits, lru_hits, lru_sweep, static_best_hits, zone_lru_hits
-from ztbp.analysis.cachesim import GENERAL, MIN_PAGES, Trace, libcachesim_hits, time_split
+from ztbp.analysis.cachesim import GENERAL, Trace, time_split
 from ztbp.cli import main
 from ztbp.errors import ZtbpError
+from ztbp.io import libcachesim
 from ztbp.io.run import load
 
 traces = st.lists(st.integers(0, 30), min_size=1, max_size=300)
@@ -136,7 +137,7 @@ def test_array_lru_matches_an_ordered_dict_lru(pages, cap) -> None:
 @settings(max_examples=60, deadline=None)
 @given(traces, st.integers(1, 12))
 def test_lru_equals_libcachesims_lru_exactly(pages, cap) -> None:
-    assert libcachesim_hits(np.array(pages), [cap], ("LRU",))[0]["LRU"] == lru_hits(pages, cap)
+    assert libcachesim.hits(np.array(pages), [cap], ("LRU",))[0]["LRU"] == lru_hits(pages, cap)
 
 
 @settings(max_examples=30, deadline=None)
@@ -144,9 +145,9 @@ def test_lru_equals_libcachesims_lru_exactly(pages, cap) -> None:
 def test_general_policies_are_bounded_by_belady_and_miss_only_cold_with_room(pages, cap) -> None:
     ids = np.array(pages)
     names = tuple(GENERAL.values())
-    hits = libcachesim_hits(ids, [cap, 1000], names)
+    hits = libcachesim.hits(ids, [cap, 1000], names)
     for p in names:  # None below the size the policy is run with (libCacheSim gives 0 hits or aborts there)
-        assert (hits[0][p] is None) == (cap < MIN_PAGES[p])
+        assert (hits[0][p] is None) == (cap < libcachesim.MIN_PAGES[p])
         assert hits[0][p] is None or 0 <= hits[0][p] <= belady_hits(ids, cap)
     assert all(hits[1][p] == len(pages) - len(set(pages)) for p in names)  # room for every page: cold misses only
 
@@ -155,7 +156,7 @@ def test_lru_equals_libcachesims_lru_on_the_paper_trace(paper_runs) -> None:
     run = load(paper_runs["paper60"])
     tr = Trace(run.events, run.meta, 4)
     for cap in (1024, 16384):
-        assert libcachesim_hits(tr.ids, [cap], ("LRU",))[0]["LRU"] == lru_hits(tr.ids, cap)
+        assert libcachesim.hits(tr.ids, [cap], ("LRU",))[0]["LRU"] == lru_hits(tr.ids, cap)
 
 
 @settings(max_examples=60, deadline=None)

@@ -14,6 +14,7 @@ from ztbp.acquire.synth import write_run
 from ztbp.analysis import shards
 from ztbp.analysis.cachesim import POLICIES, simulate
 from ztbp.cli import main
+from ztbp.io.libcachesim import sampled
 from ztbp.io.parts import Parts, ingest_stream
 from ztbp.io.run import load
 from ztbp.paths import TEST_DATA, RunPaths
@@ -55,7 +56,7 @@ def test_rate_one_is_the_exact_simulation() -> None:
 
 def test_one_percent_is_close_on_a_large_run(paper80: Path) -> None:
     r = load(paper80)
-    res = shards.compare(r.events, r.meta, 64, 4, HOT, rates=(0.01, 0.001), seed=0)
+    res = shards.compare(r.events, r.meta, 64, 4, HOT, rates=(0.01, 0.001), seed=0, peer=sampled)
     one = res["rates"][0]
     assert one["sampled_requests"] == pytest.approx(res["requests"] * 0.01, rel=0.15)
     for p in POLICIES:  # 1 % of 600 k page requests: every policy within 0.02 of the exact hit ratio
@@ -130,7 +131,7 @@ def test_an_empty_sample_gives_no_estimate() -> None:
     pages = np.repeat(np.arange(40, dtype=np.uint64), 5)
     ev = pl.DataFrame({"op": ["read"] * pages.size, "slba": pages, "nlb": np.ones(pages.size, np.uint32)})
     meta = {"lba_bytes": 4096, "zone_size_lba": 8192, "nr_zones": 64}
-    res = shards.compare(ev, meta, 4, 4, [], rates=(0.001,), seeds=20, peer=False)
+    res = shards.compare(ev, meta, 4, 4, [], rates=(0.001,), seeds=20)
     r = res["rates"][0]
     kept = [int(shards.sampled(pages.astype(np.int64), 0.001, k).sum()) for k in range(20)]
     assert (r["hit_ratio"] is None) == (kept[0] == 0) and r["sampled_requests"] == kept[0]

@@ -49,7 +49,8 @@ def policy_speed(reads: int, seed: int = 7) -> dict[str, Any]:
     """CPU seconds of each policy over the page stream of a paper80 run of `reads` reads at 64 MiB (16,384 pages)."""
     from ztbp.acquire.synth import synthesize
     from ztbp.analysis.cache_policies import belady_hits, lru_hits
-    from ztbp.analysis.cachesim import GENERAL, Trace, libcachesim_hits
+    from ztbp.analysis.cachesim import GENERAL, Trace
+    from ztbp.io.libcachesim import hits
 
     tr = Trace(synthesize("paper80", reads, seed), {"zone_size_lba": 8192, "nr_zones": 64, "lba_bytes": 4096}, 4)
     cap = tr.capacity(64)
@@ -66,7 +67,7 @@ def policy_speed(reads: int, seed: int = 7) -> dict[str, Any]:
         if name == "Belady":
             timed("libCacheSim Belady", lambda: _lcs_belady(tr.ids, cap))
         else:
-            timed(f"libCacheSim {name}", lambda n=name: libcachesim_hits(tr.ids, [cap], (n,))[0][n])
+            timed(f"libCacheSim {name}", lambda n=name: hits(tr.ids, [cap], (n,))[0][n])
     return out
 
 
@@ -78,7 +79,7 @@ def _lcs_belady(ids: Any, cap: int) -> int:
     import numpy as np
 
     from ztbp.analysis.cache_policies import NEVER, next_use
-    from ztbp.analysis.cachesim import ORACLE_GENERAL
+    from ztbp.io.libcachesim import ORACLE_GENERAL
 
     nxt = next_use(ids)
     rows = np.zeros(ids.size, dtype=ORACLE_GENERAL)

@@ -169,10 +169,11 @@ def child_sample(root: Path, rate: str) -> dict[str, Any]:
 
 def child_shards(root: Path) -> dict[str, Any]:
     from ztbp.analysis.shards import compare
+    from ztbp.io.libcachesim import sampled
     from ztbp.io.run import load
 
     run = load(root)
-    res = compare(run.events, run.meta, 64, 4, list(HOT_ZONES), (0.01, 0.001), seeds=SHARDS_SEEDS)
+    res = compare(run.events, run.meta, 64, 4, list(HOT_ZONES), (0.01, 0.001), seeds=SHARDS_SEEDS, peer=sampled)
     res["peak_rss_gib"] = _rss_gib()
     return res
 

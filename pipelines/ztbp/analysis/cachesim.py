@@ -26,19 +26,14 @@ same hits, checked by a test), and its Belady (MIN with bypass, optimal: checked
 as libCacheSim's Belady, which does not bypass and misses a few hits.
 
 This module is the simulator's core: it turns a run's reads into the page stream (`Trace`) and runs the policies of
-analysis/cache_policies.py (its REGISTRY) and libCacheSim's on it. The streamed path (streaming.CacheStream) and the
-sampled path (shards.py) run the same policy objects.
+analysis/cache_policies.py (its REGISTRY) on it, and libCacheSim's through the runner a caller passes in
+(`GeneralPolicies`: io/libcachesim.py, which writes the page stream to libCacheSim's trace file). The streamed
+path (streaming.CacheStream) and the sampled path (shards.py) run the same policy objects.
 """
 
 from __future__ import annotations
 
-import os
-import sys
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import polars as pl
@@ -52,12 +47,16 @@ POLICIES = tuple(REGISTRY)
 #: libCacheSim's general policies: result key -> class name in the libcachesim package.
 GENERAL: dict[str, str] = {"arc": "ARC", "lirs": "LIRS", "s3fifo": "S3FIFO", "twoq": "TwoQ", "wtinylfu": "WTinyLFU",
                            "sieve": "Sieve"}
-#: Smallest cache, in pages, the general policies are run with: below 100 pages a sub-queue of some holds no page in
-#: libCacheSim 0.3.5 (W-TinyLFU's 1 % window: 0 hits; 2Q's queues: 0 hits below 5 pages; S3-FIFO's 10 % queue and
-#: W-TinyLFU's segments below 10 / 5 pages: the library aborts the process). Smaller caches report None for them.
-MIN_PAGES: dict[str, int] = dict.fromkeys(GENERAL.values(), 100)
-#: libCacheSim's oracleGeneral binary trace: clock time, object id, object size, next access (virtual time).
-ORACLE_GENERAL = np.dtype([("time", "<u4"), ("obj_id", "<u8"), ("obj_size", "<u4"), ("next_access", "<i8")])
+
+
+class GeneralPolicies(Protocol):
+    """What runs libCacheSim's general policies on a page stream (io/libcachesim.py): hits per capacity, one dict
+    of class name -> hits (None: a cache too small for the policy) per capacity, and the library's version."""
+
+    def hits(self, ids: np.ndarray, capacities: list[int], policies: tuple[str, ...]
+             ) -> list[dict[str, int | None]]: ...
+
+    def version(self) -> str: ...
 
 
 def page_requests(events: pl.DataFrame, lba_bytes: int, page_bytes: int, zone_bytes: int
@@ -79,94 +78,6 @@ def page_touches(events: pl.DataFrame, lba_bytes: int, page_bytes: int) -> tuple
     else:
         pages = np.repeat(first, n) + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
     return pages, n
-
-
-@contextmanager
-def oracle_trace(ids: np.ndarray) -> Iterator[Path]:
-    """The page ids as a libCacheSim oracleGeneral trace in a temporary file (its fast C reader), every page an
-    object of size 1 (so a capacity is a number of pages); removed afterwards."""
-    rows = np.zeros(ids.size, dtype=ORACLE_GENERAL)
-    rows["time"] = np.arange(ids.size) // 1000
-    rows["obj_id"] = ids.astype(np.uint64) + 1
-    rows["obj_size"] = 1
-    rows["next_access"] = -1
-    with tempfile.TemporaryDirectory(prefix="ztbp-lcs-") as tmp:
-        path = Path(tmp) / "pages.oracleGeneral.bin"
-        rows.tofile(path)
-        yield path
-
-
-def libcachesim_hits(ids: np.ndarray, capacities: list[int], policies: tuple[str, ...]
-                     ) -> list[dict[str, int | None]]:
-    """Hits of libCacheSim policies (class names, e.g. "LRU", "ARC") over page ids, one dict per capacity (None for a
-    capacity below the policy's MIN_PAGES).
-
-    The pages go to libCacheSim through oracle_trace.
-    """
-    import libcachesim as lcs
-
-    n = ids.size
-    out: list[dict[str, int | None]] = [{} for _ in capacities]
-    if n == 0:
-        return [dict.fromkeys(policies, 0) for _ in capacities]
-    with oracle_trace(ids) as path:
-        reader = lcs.TraceReader(str(path), lcs.TraceType.ORACLE_GENERAL_TRACE)
-        for cap, row in zip(capacities, out, strict=True):
-            for name in policies:
-                if cap <= 0:
-                    row[name] = 0
-                    continue
-                if cap < MIN_PAGES.get(name, 1):
-                    row[name] = None
-                    continue
-                miss_ratio = getattr(lcs, name)(cap, hashpower=20).process_trace(reader)[0]
-                row[name] = n - round(miss_ratio * n)
-    return out
-
-
-@contextmanager
-def _c_stdout_silenced() -> Iterator[None]:
-    """File descriptor 1 to /dev/null for the duration (what C code prints there; Python's own stdout is flushed)."""
-    import ctypes
-
-    libc = ctypes.CDLL(None)
-    sys.stdout.flush()
-    libc.fflush(None)
-    saved = os.dup(1)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 1)
-            try:
-                yield
-            finally:
-                libc.fflush(None)  # C's stdio buffers what it printed (a pipe is fully buffered): drop it here
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
-def libcachesim_sampled(ids: np.ndarray, capacity: int, rate: float, policies: tuple[str, ...] = ("LRU",),
-                        salt: int = 0) -> dict[str, float]:
-    """Hit ratio of libCacheSim policies on libCacheSim's own spatial sample of the page stream (its reader's
-    SPATIAL_SAMPLER at `rate`, its own hash of the object id salted by `salt`) with a cache of `capacity` pages
-    (scale it by the rate beforehand): a peer of analysis/shards.py's sampler. The Sampler object must outlive the
-    reader (the binding keeps a bare pointer to it: dropping it crashes libcachesim 0.3.5)."""
-    import libcachesim as lcs
-    from libcachesim import libcachesim_python as native
-
-    if ids.size == 0:
-        return dict.fromkeys(policies, 0.0)
-    out: dict[str, float] = {}
-    with oracle_trace(ids) as path:
-        for name in policies:
-            with _c_stdout_silenced():  # the C sampler prints its ratio on stdout (and would spoil --json)
-                sampler = native.Sampler(rate, native.SamplerType.SPATIAL_SAMPLER)
-                sampler.sampling_salt = salt
-                params = native.ReaderInitParam(sampler=sampler)
-                reader = lcs.TraceReader(str(path), lcs.TraceType.ORACLE_GENERAL_TRACE, reader_init_params=params)
-                out[name] = 1.0 - getattr(lcs, name)(max(1, capacity), hashpower=20).process_trace(reader)[0]
-            del reader, params, sampler
-    return out
 
 
 def best_general(r: dict[str, Any]) -> dict[str, Any]:
@@ -216,23 +127,26 @@ class Trace:
     def capacity(self, cache_mib: float) -> int:
         return int(cache_mib * (1 << 20) // self.page_bytes)
 
-    def hit_ratios(self, cache_mib: float, hot_zones: list[int], policies: tuple[str, ...] = POLICIES
-                   ) -> dict[str, float]:
+    def hit_ratios(self, cache_mib: float, hot_zones: list[int], policies: tuple[str, ...] = POLICIES,
+                   general: GeneralPolicies | None = None) -> dict[str, float]:
+        """Hit ratios of `policies` at cache_mib; the general ones among them run through `general`."""
         cap = self.capacity(cache_mib)
         n = max(1, self.requests)
         hits = run_policies(self.stream, cap, hot_zones, [p for p in REGISTRY if p in policies])
         out: dict[str, float] = {p: h / n for p, h in hits.items()}
-        general = [p for p in GENERAL if p in policies]
-        if general:
-            hits = libcachesim_hits(self.ids, [cap], tuple(GENERAL[p] for p in general))[0]
-            out.update({p: _ratio(hits[GENERAL[p]], n) for p in general})
+        names = [p for p in GENERAL if p in policies]
+        if names:
+            if general is None:
+                raise ValueError(f"policies {names} need libCacheSim's runner (general=)")
+            hits = general.hits(self.ids, [cap], tuple(GENERAL[p] for p in names))[0]
+            out.update({p: _ratio(hits[GENERAL[p]], n) for p in names})
         return out
 
-    def sweep(self, sizes_mib: tuple[float, ...], hot_zones: list[int], general: bool = True
+    def sweep(self, sizes_mib: tuple[float, ...], hot_zones: list[int], general: GeneralPolicies | None = None
               ) -> list[dict[str, float]]:
         caps = [self.capacity(m) for m in sizes_mib]
         lru = lru_sweep(self.ids, caps)
-        lcs = libcachesim_hits(self.ids, caps, tuple(GENERAL.values())) if general else [{} for _ in caps]
+        lcs = [{} for _ in caps] if general is None else general.hits(self.ids, caps, tuple(GENERAL.values()))
         n = max(1, self.requests)
         rows = []
         for m, lr, g in zip(sizes_mib, lru, lcs, strict=True):
@@ -254,9 +168,9 @@ def time_split(events: pl.DataFrame, train_share: float) -> tuple[pl.DataFrame, 
 
 
 def simulate(events: pl.DataFrame, meta: dict[str, Any], cache_mib: float, page_kib: int, hot_zones: list[int],
-             with_sweep: bool = False, general: bool = True) -> dict[str, Any]:
-    """Hit ratios of every policy at cache_mib (and at every size of SWEEP_MIB with with_sweep); general: also
-    libCacheSim's general policies."""
+             with_sweep: bool = False, general: GeneralPolicies | None = None) -> dict[str, Any]:
+    """Hit ratios of every policy at cache_mib (and at every size of SWEEP_MIB with with_sweep); with `general`
+    (io/libcachesim.py), also libCacheSim's general policies."""
     if cache_mib <= 0:
         raise ZtbpError("--cache-mib must be positive")
     bad = [z for z in hot_zones if z >= meta["nr_zones"]]
@@ -265,16 +179,11 @@ def simulate(events: pl.DataFrame, meta: dict[str, Any], cache_mib: float, page_
     tr = Trace(events, meta, page_kib)
     out: dict[str, Any] = {"requests": tr.requests, "read_commands": tr.read_commands, "cache_mib": cache_mib,
                            "page_kib": page_kib, "cache_pages": tr.capacity(cache_mib), "hot_zones": hot_zones}
-    out.update(tr.hit_ratios(cache_mib, hot_zones, POLICIES + (tuple(GENERAL) if general else ())))
-    if general:
+    policies = POLICIES if general is None else POLICIES + tuple(GENERAL)
+    out.update(tr.hit_ratios(cache_mib, hot_zones, policies, general))
+    if general is not None:
         out.update(best_general(out))
-        out["libcachesim"] = _libcachesim_version()
+        out["libcachesim"] = general.version()
     if with_sweep:
         out["sweep"] = tr.sweep(SWEEP_MIB, hot_zones, general)
     return out
-
-
-def _libcachesim_version() -> str:
-    from importlib.metadata import version
-
-    return version("libcachesim")

@@ -22,7 +22,7 @@ need not be sorted.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -31,7 +31,7 @@ import polars as pl
 from ..errors import ZtbpError
 from ..units import check_limit
 from .cache_policies import REGISTRY, PageStream, run_policies
-from .cachesim import POLICIES, libcachesim_sampled, page_requests, page_touches
+from .cachesim import POLICIES, page_requests, page_touches
 from .hashing import mix64
 
 MODULUS = 1 << 24
@@ -152,14 +152,14 @@ def _one_sample(pages: np.ndarray, zones: np.ndarray, rate: float, seed: int, ca
 
 
 def compare(events: pl.DataFrame, meta: dict[str, Any], cache_mib: float, page_kib: int, hot_zones: list[int],
-            rates: tuple[float, ...] = (0.01, 0.001), seed: int = 0, seeds: int = 1, peer: bool = True
-            ) -> dict[str, Any]:
+            rates: tuple[float, ...] = (0.01, 0.001), seed: int = 0, seeds: int = 1,
+            peer: Callable[..., dict[str, float]] | None = None) -> dict[str, Any]:
     """Exact hit ratios (every policy on the whole page trace) against the SHARDS estimate at each rate: error
     and speed-up, of the plain estimate and of SHARDS_adj. Each rate's entry is the sample of `seed`; with
     `seeds` > 1 the samples of seed, seed + 1, … also give each policy's mean absolute error (a small run's
     single-sample error is mostly luck). A sample that holds no request gives no estimate (None), and is left out
-    of the means and counted (`empty_samples`). With `peer`, libCacheSim's own spatial sampler at the same rate and
-    scaled cache gives its LRU estimate beside ours (cachesim.libcachesim_sampled), salted by the same seeds.
+    of the means and counted (`empty_samples`). With `peer` (io/libcachesim.sampled), libCacheSim's own spatial
+    sampler at the same rate and scaled cache gives its LRU estimate beside ours, salted by the same seeds.
 
     The page trace is prepared once (prepare_seconds); `speedup` compares simulating every policy on the whole
     trace with sampling it and simulating the sample; `speedup_with_prepare` adds the preparation to both sides
@@ -199,10 +199,10 @@ def compare(events: pl.DataFrame, meta: dict[str, Any], cache_mib: float, page_k
         entry["empty_samples"] = seeds - len(kept)
         for key, out_key in (("error", "mean_abs_error"), ("error_adj", "mean_abs_error_adj")):
             entry[out_key] = {p: float(np.mean([abs(x[key][p]) for x in kept])) if kept else None for p in exact}
-        if peer:
+        if peer is not None:
             ids = np.unique(pages, return_inverse=True)[1]
             t = time.perf_counter()
-            lrus = [libcachesim_sampled(ids, scap, rate, salt=k)["LRU"]
+            lrus = [peer(ids, scap, rate, salt=k)["LRU"]
                     for k in range(seed, seed + seeds)]
             entry["libcachesim"] = {"policy": "lru", "hit_ratio": lrus[0], "error": lrus[0] - exact["lru"],
                                     "mean_abs_error": float(np.mean([abs(x - exact["lru"]) for x in lrus])),

@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _on_sigint(signum: int, frame: Any) -> None:
+def on_sigint(signum: int, frame: Any) -> None:
     """Ctrl-C: a KeyboardInterrupt, unless one is already on its way. polars passes the signal on to Python after
     raising its own KeyboardInterrupt for it; raising a second one would break the first's clean-up (a temporary
     file left) and print a traceback."""
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    previous = signal.signal(signal.SIGINT, _on_sigint)
+    previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         return _run(args)
     finally:

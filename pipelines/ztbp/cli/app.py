@@ -11,14 +11,14 @@ from .common import add_geometry_args, bounded, device_geometry
 
 def _capture_app(args: argparse.Namespace) -> int:
     from ..acquire.app import AppCapture, run_app_capture
-    from .acquire import _finish
+    from .acquire import finish_capture
 
     geometry = device_geometry(args)
     req = AppCapture(app=args.app, fs=args.fs, keys=args.keys, value_bytes=args.value_size, reads=args.reads,
                      cache_bytes=parse_size(args.cache_size), duration_s=args.duration, buffered=args.buffered,
                      functions=tuple(args.function or ()), library=args.library,
                      geometry=geometry, out=args.out, timeout=args.timeout, verbose=args.verbose)
-    return _finish(run_app_capture(req), args.json)
+    return finish_capture(run_app_capture(req), args.json)
 
 
 def _appops(args: argparse.Namespace) -> int:

@@ -120,9 +120,10 @@ def _shards(args: argparse.Namespace) -> int:
     hot = (list(parse_zone_list(args.hot_zones, "--hot-zones")) if args.hot_zones is not None
            else list(run.meta.get("workload", {}).get("hot_zones") or []))
     from ..analysis.shards import compare
+    from ..io.libcachesim import sampled
 
     res = compare(run.events, run.meta, args.cache_mib, args.page_kib, check_zones(run, hot), rates,
-                  seed=args.seed, seeds=args.seeds)
+                  seed=args.seed, seeds=args.seeds, peer=sampled)
     res["run"] = run.run_id
     emit(res, args.json, shards_text(res))
     return 0

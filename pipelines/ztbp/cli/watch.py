@@ -19,13 +19,13 @@ if TYPE_CHECKING:
 
 def _watch(args: argparse.Namespace) -> int:
     from ..control.probe_process import start_stream
-    from . import _on_sigint
+    from . import on_sigint
 
     module = device_module(args)  # a bad --module / --module-params: one line, before anything is touched
     # SIGTERM while the analysis loads and warms up (a minute under emulation): an interruption like Ctrl-C, so the
     # finally below detaches bpftrace (its own session: it outlives a process killed by the default action);
     # watch_device has handlers of its own from then on
-    previous = signal.signal(signal.SIGTERM, _on_sigint)
+    previous = signal.signal(signal.SIGTERM, on_sigint)
     try:
         # the device checked and bpftrace started before the analysis loads (numpy, polars, numba): it compiles
         # meanwhile

@@ -8,7 +8,8 @@ from typing import Any
 import plotly.graph_objects as go
 import polars as pl
 
-from .figures import Note, _layout
+from .figures import Note
+from .figures import layout as _layout
 
 
 def appops_text(r: dict[str, Any]) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from .figures import _layout
+from .figures import layout as _layout
 
 _HEADERS = ("metric", "A", "B", "change", "CI", "verdict")
 #: marker colour by outcome: better, worse, no difference within noise

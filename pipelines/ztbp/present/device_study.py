@@ -9,7 +9,8 @@ from typing import Any
 import plotly.graph_objects as go
 import polars as pl
 
-from .figures import Note, _layout
+from .figures import Note
+from .figures import layout as _layout
 
 SHADES = " .:-=+*#%@"
 MAX_TEXT_MATRIX = 40

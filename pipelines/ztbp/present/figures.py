@@ -80,7 +80,8 @@ def setup() -> str:
     return str(pio.renderers.default)
 
 
-def _layout(fig: go.Figure, title: str, height: int = 420, **kw: Any) -> go.Figure:
+def layout(fig: go.Figure, title: str, height: int = 420, **kw: Any) -> go.Figure:
+    """Every figure's title, height, template and margins (plotly's `update_layout` keywords in `kw`)."""
     fig.update_layout(title=title, height=height, template="plotly_white", margin={"l": 60, "r": 20, "t": 60,
                                                                                     "b": 50}, **kw)
     return fig
@@ -124,7 +125,7 @@ def ops_over_time(events: pl.DataFrame, bins: int = 60) -> go.Figure | Note:
     fig.update_layout(barmode="stack", bargap=0)
     fig.update_xaxes(title="time since the first command (s)")
     fig.update_yaxes(title="commands / s")
-    return _layout(fig, "Commands over time, by op", 360)
+    return layout(fig, "Commands over time, by op", 360)
 
 
 #: Most commands the static timeline draws; a wider window is for the Perfetto trace (`ztbp perfetto`).
@@ -170,8 +171,8 @@ def command_timeline(events: pl.DataFrame, nr_zones: int, start_s: float, length
                      range=[0, len(shown)], title="")
     fig.update_xaxes(title="time since the first command (ms)")
     fig.update_layout(barmode="overlay", bargap=0)
-    return _layout(fig, f"Commands from {start_s:g} s for {length_s * 1000:g} ms ({cmds.height} commands, "
-                   f"{len(shown)} zones)", max(300, 60 + 40 * len(shown)))
+    return layout(fig, f"Commands from {start_s:g} s for {length_s * 1000:g} ms ({cmds.height} commands, "
+                  f"{len(shown)} zones)", max(300, 60 + 40 * len(shown)))
 
 # --- zones ------------------------------------------------------------------------------------------------------
 
@@ -188,7 +189,7 @@ def zone_heat(zt: pl.DataFrame) -> go.Figure | Note:
                              hovertemplate="zone %{x}: %{y} " + col + "<extra></extra>"), row=i, col=1)
     fig.update_xaxes(title="zone", row=4, col=1)
     fig.update_layout(showlegend=False, bargap=0.1)
-    return _layout(fig, "Per-zone heat: commands per zone", 640)
+    return layout(fig, "Per-zone heat: commands per zone", 640)
 
 
 def lba_time_heatmap(events: pl.DataFrame, meta: dict[str, Any], time_bins: int = 100, lba_bins: int = 128,
@@ -218,7 +219,7 @@ def lba_time_heatmap(events: pl.DataFrame, meta: dict[str, Any], time_bins: int 
     fig.update_xaxes(title="time since the first command (s)")
     fig.update_yaxes(title="LBA (in zones)", range=[0, nr_zones])
     what = "all data-moving commands" if op is None else f"{op} commands"
-    return _layout(fig, f"LBA over time ({what})", 480)
+    return layout(fig, f"LBA over time ({what})", 480)
 
 
 def zone_latency(zt: pl.DataFrame) -> go.Figure | Note:
@@ -233,7 +234,7 @@ def zone_latency(zt: pl.DataFrame) -> go.Figure | Note:
                              name="p99", marker={"color": "#d62728", "symbol": "triangle-up"}))
     fig.update_xaxes(title="zone")
     fig.update_yaxes(title="read latency (µs)", rangemode="tozero")
-    return _layout(fig, "Read latency per zone", 380)
+    return layout(fig, "Read latency per zone", 380)
 
 
 # --- layers -----------------------------------------------------------------------------------------------------
@@ -276,7 +277,7 @@ def _stacked_layers(bars: list[tuple[str, list[dict[str, Any]]]], title: str, xt
     fig.update_layout(barmode="stack")
     fig.update_xaxes(title=xtitle, type="category")
     fig.update_yaxes(title="mean time (µs)")
-    return _layout(fig, title, 420)
+    return layout(fig, title, 420)
 
 
 # --- sequentiality ----------------------------------------------------------------------------------------------
@@ -293,7 +294,7 @@ def size_cdf(report: dict[str, Any]) -> go.Figure | Note:
                                hovertemplate="≤ %{customdata}: %{y:.1%} of requests<extra></extra>"))
     fig.update_xaxes(title="request size (bytes)", type="log")
     fig.update_yaxes(title="cumulative fraction of requests", range=[0, 1.02], tickformat=".0%")
-    return _layout(fig, f"I/O size CDF ({report.get('op', '')})", 360)
+    return layout(fig, f"I/O size CDF ({report.get('op', '')})", 360)
 
 
 def chain_cdf(report: dict[str, Any]) -> go.Figure | Note:
@@ -315,7 +316,7 @@ def chain_cdf(report: dict[str, Any]) -> go.Figure | Note:
                          f"{report['frac_bytes_ge_nts']:.1%} of bytes ≥ NTS", "dash")
     fig.update_xaxes(title="chain length (bytes, power-of-two buckets)", type="log")
     fig.update_yaxes(title="cumulative fraction", range=[0, 1.05], tickformat=".0%")
-    return _layout(fig, f"Chain-length CDF ({report.get('op', '')}) and the Natural Transfer Size", 400)
+    return layout(fig, f"Chain-length CDF ({report.get('op', '')}) and the Natural Transfer Size", 400)
 
 
 def nts_shares(report: dict[str, Any]) -> go.Figure | Note:
@@ -326,7 +327,7 @@ def nts_shares(report: dict[str, Any]) -> go.Figure | Note:
     fig = go.Figure(go.Bar(x=["chains ≥ NTS", "bytes in chains ≥ NTS"], y=vals, text=[f"{v:.1%}" for v in vals],
                            textposition="outside", marker_color=["#1f77b4", "#ff7f0e"]))
     fig.update_yaxes(range=[0, 1.1], tickformat=".0%", title="share")
-    return _layout(fig, f"Share at or above NTS ({_bytes_label(report['nts_bytes'])})", 320)
+    return layout(fig, f"Share at or above NTS ({_bytes_label(report['nts_bytes'])})", 320)
 
 
 def frag_per_zone(ft: pl.DataFrame, lba_bytes: int = 4096) -> go.Figure | Note:
@@ -345,7 +346,7 @@ def frag_per_zone(ft: pl.DataFrame, lba_bytes: int = 4096) -> go.Figure | Note:
     fig.add_trace(go.Bar(x=zone, y=gap, name="mean read gap", marker_color="#9467bd"), row=2, col=1)
     fig.update_xaxes(title="zone", row=2, col=1)
     fig.update_yaxes(type="log", row=1, col=1)
-    return _layout(fig, "Fragmentation per zone", 560, barmode="group")
+    return layout(fig, "Fragmentation per zone", 560, barmode="group")
 
 
 # --- clustering -------------------------------------------------------------------------------------------------
@@ -381,7 +382,7 @@ def cluster_grid(cl: dict[str, Any]) -> go.Figure | Note:
         fig.update_xaxes(title="eps", type="category", row=1, col=col)
         fig.update_yaxes(title="min_samples", type="category", row=1, col=col)
     widened = " (grid widened)" if cl.get("widened") else ""
-    return _layout(fig, f"Held-out silhouette per (eps, min_samples){widened} — ★ chosen", 380)
+    return layout(fig, f"Held-out silhouette per (eps, min_samples){widened} — ★ chosen", 380)
 
 
 def cluster_map(cells: pl.DataFrame, hot_zones: list[int], cells_per_zone: int, cell_bytes: int) -> go.Figure | Note:
@@ -402,7 +403,7 @@ def cluster_map(cells: pl.DataFrame, hot_zones: list[int], cells_per_zone: int, 
         fig.add_vrect(x0=z, x1=z + 1, fillcolor=HOT_COLOUR, opacity=0.12, line_width=0)
     fig.update_xaxes(title=f"LBA (in zones; one point per {cell_bytes // 1024} KiB cell)")
     fig.update_yaxes(title="reads per cell", type="log")
-    return _layout(fig, "Clusters in LBA space (hot zones shaded)", 440)
+    return layout(fig, "Clusters in LBA space (hot zones shaded)", 440)
 
 
 def hot_zone_bars(zt: pl.DataFrame, hot_zones: list[int]) -> go.Figure | Note:
@@ -417,7 +418,7 @@ def hot_zone_bars(zt: pl.DataFrame, hot_zones: list[int]) -> go.Figure | Note:
     fig.update_xaxes(title="zone")
     fig.update_yaxes(title="reads")
     shown = ", ".join(map(str, hot_zones)) if hot_zones else "none"
-    return _layout(fig, f"Reads per zone — hot zones (red): {shown}", 360)
+    return layout(fig, f"Reads per zone — hot zones (red): {shown}", 360)
 
 
 # --- cache ------------------------------------------------------------------------------------------------------
@@ -444,7 +445,7 @@ def cache_sweep(sim: dict[str, Any]) -> go.Figure | Note:
         _log_vline(fig, sim["cache_mib"], f"{sim['cache_mib']:g} MiB", "dot")
     fig.update_xaxes(title="cache size (MiB)", type="log", tickvals=x, ticktext=[f"{v:g}" for v in x])
     fig.update_yaxes(title="hit ratio", tickformat=".0%", rangemode="tozero")
-    return _layout(fig, f"Hit ratio over cache size (hot zones {sim.get('hot_zones', [])})", 420)
+    return layout(fig, f"Hit ratio over cache size (hot zones {sim.get('hot_zones', [])})", 420)
 
 
 def hit_ratio_bars(sim: dict[str, Any]) -> go.Figure:
@@ -454,5 +455,5 @@ def hit_ratio_bars(sim: dict[str, Any]) -> go.Figure:
     fig = go.Figure(go.Bar(x=[n for _, n, _, _ in pols], y=vals, text=[f"{v:.2%}" for v in vals],
                            textposition="outside", marker_color=[c for _, _, c, _ in pols]))
     fig.update_yaxes(title="hit ratio", tickformat=".0%", range=[0, max([*vals, 0.01]) * 1.2])
-    return _layout(fig, f"Hit ratio at {sim['cache_mib']:g} MiB ({sim['cache_pages']} pages of "
-                        f"{sim['page_kib']} KiB)", 340)
+    return layout(fig, f"Hit ratio at {sim['cache_mib']:g} MiB ({sim['cache_pages']} pages of "
+                       f"{sim['page_kib']} KiB)", 340)

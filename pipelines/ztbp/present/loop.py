@@ -13,7 +13,7 @@ import polars as pl
 from plotly.subplots import make_subplots
 
 from ..analysis.params import PAPER_TABLES, RUN_NOISE_CV
-from .figures import _layout
+from .figures import layout as _layout
 
 
 def _get(d: dict[str, Any] | None, *keys: str) -> Any:

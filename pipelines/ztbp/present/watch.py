@@ -110,7 +110,7 @@ def watch_headline(summary: dict[str, Any], rates: pl.DataFrame | None = None,
 def _figure(title: str, xtitle: str, ytitle: str, height: int = 420) -> Any:
     import plotly.graph_objects as go
 
-    from .figures import _layout
+    from .figures import layout as _layout
 
     fig = go.Figure()
     _layout(fig, title, height, xaxis_title=xtitle, yaxis_title=ytitle, showlegend=True,

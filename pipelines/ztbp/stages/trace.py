@@ -84,12 +84,13 @@ def simulate(run: Run, cache_mib: float, page_kib: int, hot_zones: list[int], wi
     general policies. `policies` names a subset instead (their hit ratios only, no sweep)."""
     from ..analysis.cachesim import Trace
     from ..analysis.cachesim import simulate as sim
+    from ..io import libcachesim
 
     check_cache_params(cache_mib, page_kib)
     hot = check_zones(run, hot_zones)
     if policies is not None:
-        return Trace(run.events, run.meta, page_kib).hit_ratios(cache_mib, hot, policies)
-    return sim(run.events, run.meta, cache_mib, page_kib, hot, with_sweep, general)
+        return Trace(run.events, run.meta, page_kib).hit_ratios(cache_mib, hot, policies, libcachesim)
+    return sim(run.events, run.meta, cache_mib, page_kib, hot, with_sweep, libcachesim if general else None)
 
 
 def config(run: Run, cache_mib: float, page_kib: int, params: ClusterParams = ClusterParams(),
