@@ -10,7 +10,8 @@ import polars as pl
 import pytest
 from loop_fixture import ab_blocks
 
-from ztbp.acquire.workload import WorkloadOptions, user_job
+from ztbp.acquire.userjob import user_job
+from ztbp.acquire.workload import WorkloadOptions
 from ztbp.analysis.loop import dmesg_figures, latency_split, measured_gain, status_delta, warm_hit_ratio
 from ztbp.control.loop import (
     STOP_INVALID,

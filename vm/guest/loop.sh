@@ -226,10 +226,7 @@ main() {
 	trap finish EXIT
 	say "stage booted $(cut -d' ' -f1 /proc/uptime) s"
 	record_versions
-	module_prepare || return 1
-	start_probe || return 1
-	module_load "$DEV" || return 1
-	record_device "$DEV" || return 1
+	device_bring_up "$DEV" start_probe || return 1
 	reset_zones || return 1
 	prefill || return 1
 	prime_counter || return 1

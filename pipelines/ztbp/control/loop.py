@@ -29,22 +29,17 @@ from typing import Any
 
 import polars as pl
 
-from .. import paths, stages
-from ..acquire.capture import (
-    CaptureError,
-    Progress,
-    capture_meta,
-    device_geometry,
-    finish_meta,
-    host_tools,
-    map_rows_csv,
-    start_run,
-    write_jobs,
-)
+from .. import devices, paths, stages
+from ..acquire.capture import CaptureError, start_run, write_jobs
 from ..acquire.channel import run_here
+from ..acquire.host import device_geometry, host_tools
+from ..acquire.mapcsv import map_rows_csv
+from ..acquire.meta import capture_meta, finish_meta
 from ..acquire.module import DeviceModule
+from ..acquire.progress import Progress
+from ..acquire.userjob import read_user_job, user_job, user_job_meta
 from ..acquire.vm import Geometry, nvmevirt_module, qemu_version, run_in_guest, vm_device
-from ..acquire.workload import PRESETS, Workload, WorkloadOptions, read_user_job, user_job, user_job_meta
+from ..acquire.workload import PRESETS, Workload, WorkloadOptions
 from ..analysis.device_model import CACHE_ENTRIES
 from ..analysis.loop import device_figures, latency_split, measured_gain, warm_hit_ratio
 from ..analysis.params import AB_READS, CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
@@ -76,7 +71,7 @@ class LoopRequest:
     workload: WorkloadOptions
     rounds: int = 3
     min_gain: float = RECOMMEND_GAIN
-    backend: str = "qemu"  # qemu | nvmevirt | host
+    backend: str = devices.QEMU.name  # the device's name: a --backend value, or "host" (--host DEV)
     nvmevirt_ko: Path | None = None
     nvmevirt_reserve_bytes: int = 0  # guest memory kept for NVMeVirt (0: its storage)
     geometry: Geometry = Geometry()
@@ -91,7 +86,12 @@ class LoopRequest:
     ab_reads: int = AB_READS
     module: DeviceModule | None = None  # --host: the module that creates the device (NVMeVirt), checked
 
+    @property
+    def device(self) -> devices.Device:
+        return devices.get(self.backend)
+
     def validate(self) -> None:
+        dev = self.device  # an unknown name is refused first
         check_limit("rounds", self.rounds)
         check_limit("min-gain", self.min_gain)
         check_limit("loop-cache-mib", self.cache_mib, "--cache-mib")
@@ -103,14 +103,14 @@ class LoopRequest:
         check_limit("ab-reads", self.ab_reads)
         if self.workload.name not in PRESETS:
             raise LoopError(f"unknown workload '{self.workload.name}'; choose one of: {', '.join(PRESETS)}")
-        if self.backend == "qemu":  # its namespace is known now: the workload must fit it before a boot
+        if dev.checks_geometry_early:  # its namespace is known now: the workload must fit it before a boot
             self.geometry.validate()
             self.workload.build(device="/dev/nvme0n1", zone_bytes=self.geometry.zone_bytes,
                                 zone_cap_bytes=self.geometry.zone_cap_bytes,
                                 nr_zones=self.geometry.zones)
-        if self.backend == "nvmevirt":
+        if dev.in_vm and dev.probe_before_appears:  # NVMeVirt in the guest: its module is given
             nvmevirt_module(self.nvmevirt_ko, LoopError)
-        if self.module is not None and self.backend != "host":
+        if self.module is not None and dev.in_vm:
             raise LoopError("--module is for --host DEV (a device module on this machine); in the VM NVMeVirt is "
                             "--backend nvmevirt --nvmevirt-ko KO")
         if self.fio_file is not None:  # its options are checked before a VM boots or a device is touched
@@ -207,7 +207,8 @@ def _measure(st: LoopState, r: int, guest: loopfiles.RoundFiles, zones_model: li
                     f"on this machine" + (f"; {error}" if error else "") + "; analysing the round")
     meta = copy.deepcopy(st.meta_base)
     meta["loop"] = {"round": r, "loop_dir": "..", "zones_in_force": st.in_force, **loop_meta}
-    summ = finish_meta(run, meta, 0, False, st.started, {"qemu": qemu_version()} if st.req.backend != "host" else {})
+    versions = {"qemu": qemu_version()} if st.req.device.needs_qemu_version else {}
+    summ = finish_meta(run, meta, 0, False, st.started, versions)
     loaded = load(run.root)
     sim = stages.simulate(loaded, st.req.cache_mib, st.req.page_kib, zones_model, general=False)
     fio = loaded.meta.get("fio", {})
@@ -386,7 +387,7 @@ def after_apply(st: LoopState, res: dict[str, Any] | None) -> None:
 def _new_state(req: LoopRequest, root: Path, wl: Workload, place: Place, progress: Progress) -> LoopState:
     workload = wl.meta() if req.fio_file is None else user_job_meta(wl, req.fio_file)
     meta = capture_meta(device=Path(wl.device).name, lba=place.lba_bytes, zone_bytes=place.zone_bytes,
-                        nr_zones=place.nr_zones, workload=workload, backend=req.backend, probes={"nvme": LOOP_PROBE},
+                        nr_zones=place.nr_zones, workload=workload, kind=req.device, probes={"nvme": LOOP_PROBE},
                         zone_cap_bytes=place.zone_cap_bytes, module=req.nvmevirt_ko)
     if req.module is not None:
         meta["device_module"] = {"ko": str(req.module.ko), "params": req.module.params}
@@ -464,10 +465,10 @@ def run_loop(req: LoopRequest) -> dict[str, Any]:
 
     ensure_ctl()
     progress = Progress(0, req.verbose)
-    if req.backend == "host":
+    if not req.device.in_vm:
         place = host_place(req.host_device, req.module)
     else:
-        dev = vm_device(req.backend, req.geometry, req.nvmevirt_ko, error=LoopError,
+        dev = vm_device(req.device, req.geometry, req.nvmevirt_ko, error=LoopError,
                         reserve_bytes=req.nvmevirt_reserve_bytes)
         place = Place("/dev/nvme0n1", dev.lba_bytes, dev.zone_bytes, dev.nr_zones, vm=dev,
                       zone_cap_bytes=dev.zone_cap_bytes)
