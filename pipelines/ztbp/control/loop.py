@@ -22,7 +22,6 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -214,9 +213,7 @@ def on_round(st: LoopState, r: int, guest: loopfiles.RoundFiles) -> None:
     else:  # nothing is sent after this round: the last apply's answer is already folded in (no second "refused")
         st.stopped = arg
         st.pending = None
-    loopfiles.write_round(st.root, r, entry, loop_doc(st, complete=False), f"{action} {arg}",
-                          job_text(st, r + 1) if action == "apply" else None)
-    st.progress.say(round_line(entry))
+    _record(st, r, entry, f"{action} {arg}", action == "apply", "")
     st.progress.say(f"round {r}: sending zones {entry['config']['hot_zones']} to the device" if action == "apply"
                     else f"loop stops: {arg}")
 
@@ -247,11 +244,17 @@ def on_block(st: LoopState, r: int, guest: loopfiles.RoundFiles) -> None:
     if action == "stop":
         st.stopped = arg
         ab.service = ab_service(ab, st.root, st.meta_base)
-    loopfiles.write_round(st.root, r, entry, loop_doc(st, complete=False), f"{action} {arg}".rstrip(),
-                          job_text(st, r + 1) if action != "stop" else None)
-    st.progress.say(f"A/B block {block} ({arm}, pair {pair}): " + round_line(entry))
+    _record(st, r, entry, f"{action} {arg}".rstrip(), action != "stop", f"A/B block {block} ({arm}, pair {pair}): ")
     nxt = {"apply": "configuration on (SET)", "clear": "configuration off (STOP)"}.get(action, arg)
     st.progress.say(f"loop stops: {arg}" if action == "stop" else f"block {block + 1}: {nxt}")
+
+
+def _record(st: LoopState, r: int, entry: dict[str, Any], decision: str, go_on: bool, label: str) -> None:
+    """Round r's record and the hand-over, written once (io/loop.write_round: the next job when the loop goes on),
+    and its progress line."""
+    loopfiles.write_round(st.root, r, entry, loop_doc(st, complete=False), decision,
+                          job_text(st, r + 1) if go_on else None)
+    st.progress.say(label + round_line(entry))
 
 
 def after_apply(st: LoopState, res: dict[str, Any] | None) -> None:
@@ -296,12 +299,6 @@ def _handler(st: LoopState) -> Any:
         after_apply(st, guest.applied_before)
         on_round(st, r, guest)
     return on_line
-
-
-def new_loop_dir(req: LoopRequest, name: str, vm: bool, echo: Callable[[str], None]) -> Path:
-    """The capture preamble for a loop: the guest image (`vm`), and a new empty loop directory (--out or
-    runs/<stamp>-loop-<name>); its rounds get their meta.json as they are captured."""
-    return start_run(f"loop-{name}", req.out, None, vm=vm, echo=echo, error=LoopError).root
 
 
 def guest_env(wl: Workload, pre: str | None, rounds: int) -> dict[str, str]:
@@ -362,7 +359,10 @@ def run_loop(req: LoopRequest) -> dict[str, Any]:
     wl = req.workload.build(device=place.device, zone_bytes=place.zone_bytes, nr_zones=place.nr_zones,
                             zone_cap_bytes=place.zone_cap_bytes)
     progress.expected = wl.total_reads if req.fio_file is None else 0  # each round's countdown (A/B: on_round)
-    root = new_loop_dir(req, wl.name if req.fio_file is None else "fio-file", place.vm is not None, progress.say)
+    # the capture preamble: the guest image (in the VM), a new empty loop directory (--out or
+    # runs/<stamp>-loop-<name>); its rounds get their meta.json as they are captured
+    root = start_run(f"loop-{wl.name if req.fio_file is None else 'fio-file'}", req.out, None, vm=place.vm is not None,
+                     echo=progress.say, error=LoopError).root
     root = root if place.vm is not None else root.resolve()
     st = _new_state(req, root, wl, place, progress)
     plan = (f"round 1 of {wl.describe_line()}, then {req.ab_pairs} pairs of A/B blocks of {req.ab_reads:,} reads "
