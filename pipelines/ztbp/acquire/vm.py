@@ -199,10 +199,6 @@ class VmDevice:
     zone_cap_bytes: int | None = None
     module: Path | None = None  # NVMeVirt's nvmev.ko
 
-    @property
-    def backend(self) -> str:
-        return self.device.name
-
 
 def vm_device(device: Device, geometry: Geometry, ko: Path | None = None, storage_bytes: int = 1 << 30,
               error: type[ZtbpError] = VmError, reserve_bytes: int = 0) -> VmDevice:
