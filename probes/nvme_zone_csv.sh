@@ -2,7 +2,7 @@
 # nvme_zone_csv.sh - the rows of probes/nvme_zone.bt's map as rows of the "# ztbp nvme v1" CSV, in completion
 # order, without the two header lines (take them from the probe's BEGIN output): the one conversion of the map
 # rows, used by the guest (vm/guest/probe-lib.sh, probe_extract) and by the host (the loop's rounds,
-# ztbp/acquire/capture.py map_rows_csv).
+# ztbp/acquire/mapcsv.py map_rows_csv).
 #
 # USAGE:
 #	bash probes/nvme_zone_csv.sh FILE...         bpftrace's output and mapdump.py's dump (lines other than

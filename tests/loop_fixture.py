@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ztbp.acquire.synth import SynthGeometry, write_run
-from ztbp.control.loop import abba
+from ztbp.control.ab import abba
 
 HOT = [1, 7, 11, 15, 19]
 

@@ -55,6 +55,8 @@ def nothing_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     import ztbp.acquire.app
     import ztbp.acquire.capture
     import ztbp.acquire.channel
+    import ztbp.acquire.host
+    import ztbp.acquire.layers
     import ztbp.acquire.vm
     import ztbp.cli
     import ztbp.control.loop

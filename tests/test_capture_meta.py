@@ -14,17 +14,10 @@ from pathlib import Path
 import pytest
 
 from ztbp import paths
-from ztbp.acquire.capture import (
-    LAYER_SCRIPTS,
-    CaptureError,
-    LayersCapture,
-    Progress,
-    attach_types,
-    finish_meta,
-    nvme_probe,
-    probe_meta,
-    summary_line,
-)
+from ztbp.acquire.capture import CaptureError, nvme_probe
+from ztbp.acquire.layers import LAYER_SCRIPTS, LayersCapture
+from ztbp.acquire.meta import attach_types, finish_meta, probe_meta, summary_line
+from ztbp.acquire.progress import Progress
 from ztbp.acquire.vm import Geometry
 from ztbp.acquire.workload import Workload
 from ztbp.contract import (
@@ -282,7 +275,7 @@ def test_a_guest_kernel_crash_is_captured_again(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setattr(capture, "run_in_guest", fake)
     monkeypatch.setattr(capture, "qemu_version", lambda: "QEMU test")
     meta = {"workload": {"name": "t"}, "probes": {}}
-    out = capture.run_vm_capture(run, meta, capture.GuestCommand("capture.sh", {}), capture.Progress(0, False))
+    out = capture.run_vm_capture(run, meta, capture.GuestCommand("capture.sh", {}), Progress(0, False))
     assert len(boots) == calls and out.exit_code == code
     assert json.loads(run.meta.read_text())["guest_attempts"] == calls
     if calls == 2:

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from ztbp import paths
-from ztbp.acquire.capture import LAYER_SCRIPTS, finish_meta, guest_env_file, probe_meta
+from ztbp.acquire.layers import LAYER_SCRIPTS
+from ztbp.acquire.meta import finish_meta, guest_env_file, probe_meta
 from ztbp.acquire.vm import GuestResult, run_in_guest
 from ztbp.cli import main
 from ztbp.contract import NVME_COLUMNS, NVME_VERSION_LINE, new_meta, read_meta, write_meta

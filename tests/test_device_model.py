@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ztbp.acquire.capture import device_meta
-from ztbp.acquire.vm import NVMEVIRT_NOTES, Geometry, nvmevirt_build, nvmevirt_notes, vm_device
+from ztbp.acquire.meta import device_meta
+from ztbp.acquire.vm import Geometry, nvmevirt_build, nvmevirt_notes, vm_device
 from ztbp.analysis.cache_policies import SegmentedLRU, lru_hits
 from ztbp.analysis.device_model import (
     EMULATOR_MODELS,
@@ -36,6 +36,7 @@ from ztbp.analysis.device_replay import (
     predict_service,
     service_summary,
 )
+from ztbp.devices import NVMEVIRT, NVMEVIRT_NOTES, QEMU
 from ztbp.errors import ZtbpError
 from ztbp.paths import PROBES
 
@@ -233,10 +234,10 @@ def test_a_capture_on_nvmevirt_records_the_model_of_the_module_it_boots(tmp_path
     ko = tmp_path / "6.1.0-50-amd64-zn540-slow2" / "nvmev.ko"
     ko.parent.mkdir()
     ko.write_bytes(b"")
-    dev = vm_device("nvmevirt", Geometry(), ko)
+    dev = vm_device(NVMEVIRT, Geometry(), ko)
     meta = device_meta(dev, {"name": "test"}, {})
     assert meta["emulator"]["read_service_model"]["read_4k_us"]["miss_listed"] == 43.904  # 14 + 10 + 17.344 + 2.56
-    assert "emulator" not in device_meta(vm_device("qemu", Geometry()), {"name": "test"}, {})
+    assert "emulator" not in device_meta(vm_device(QEMU, Geometry()), {"name": "test"}, {})
 
 
 @settings(max_examples=60, deadline=None)

@@ -155,7 +155,8 @@ def test_insmod_failing_and_a_module_loaded_already_are_refused(ko: Path, tmp_pa
 
 
 def test_the_module_is_unloaded_when_the_reading_fails(ko: Path, fake: FakeMachine) -> None:
-    from ztbp.acquire.capture import CaptureError, check_zoned
+    from ztbp.acquire.capture import CaptureError
+    from ztbp.acquire.host import check_zoned
 
     with pytest.raises(CaptureError), DeviceModule(ko).validate().loaded(DEV):
         check_zoned("/dev/nvme1n1", fake.sysfs)  # not the module's device
@@ -183,14 +184,14 @@ def test_bad_module_options_are_one_line_before_anything_runs(ko: Path, tmp_path
 # ---- capture-host and loop --host ------------------------------------------------------------------------------
 def fake_blkzone(monkeypatch: pytest.MonkeyPatch, fake: FakeMachine) -> None:
     """blkzone's report of the zone capacity logged (it needs the device); the zones hold their size."""
-    from ztbp.acquire import capture
+    from ztbp.acquire import host as capture_host
 
     def zone_cap(dev: str) -> int | None:
         assert fake.machine.is_block(Path(dev)), "blkzone report of a device that is not there"
         fake.say(f"blkzone report {dev}")
         return None
 
-    monkeypatch.setattr(capture, "host_zone_cap", zone_cap)
+    monkeypatch.setattr(capture_host, "host_zone_cap", zone_cap)
 
 
 def host_tools(monkeypatch: pytest.MonkeyPatch, fake: FakeMachine, *modules: Any) -> None:
@@ -204,9 +205,9 @@ def host_tools(monkeypatch: pytest.MonkeyPatch, fake: FakeMachine, *modules: Any
 def test_capture_host_reads_the_geometry_with_the_module_then_the_script_loads_it(
         ko: Path, fake: FakeMachine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    from ztbp.acquire import capture
+    from ztbp.acquire import host as capture_host
 
-    host_tools(monkeypatch, fake, capture)
+    host_tools(monkeypatch, fake, capture_host)
     seen: dict[str, str] = {}
 
     def run_here(script: Path, env: dict[str, str], stop: Path, on_line: Any) -> tuple[int, bool]:
@@ -215,7 +216,7 @@ def test_capture_host_reads_the_geometry_with_the_module_then_the_script_loads_i
         seen.update(env)
         return 0, False
 
-    monkeypatch.setattr(capture, "run_here", run_here)
+    monkeypatch.setattr(capture_host, "run_here", run_here)
     out = tmp_path / "run"
     rc = main(["capture-host", DEV, "uniform", "--no-prefill", "--reads", "1000", "--region", "64M", "--out",
                str(out), "--module", str(ko), "--module-params", PARAMS, "--json"])
@@ -238,12 +239,12 @@ def test_capture_host_without_a_module_still_needs_the_device(tmp_path: Path, mo
 
 def test_loop_host_reads_the_geometry_with_the_module_and_hands_it_to_loop_sh(
         ko: Path, fake: FakeMachine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ztbp.acquire import capture
+    from ztbp.acquire import host as capture_host
     from ztbp.acquire.workload import WorkloadOptions
     from ztbp.control import loop
     from ztbp.writeback import ctl
 
-    host_tools(monkeypatch, fake, capture)
+    host_tools(monkeypatch, fake, capture_host)
     m = DeviceModule(ko, PARAMS).validate()
     place = loop.host_place(DEV, m)
     assert (place.device, place.lba_bytes, place.zone_bytes, place.nr_zones) == (DEV, 4096, 4 << 20, 128)
@@ -275,12 +276,16 @@ def test_the_guest_scripts_load_the_module_after_the_probe_and_unload_it_before_
     module_load, and only then the device's checks; module_unload before the probe stops, on every way out."""
     from ztbp import paths
 
+    lib = (paths.VM / "guest" / "probe-lib.sh").read_text()
+    bring_up = lib[lib.index("\ndevice_bring_up() {"):]
+    bring_up = bring_up[:bring_up.index("\n}\n")]
+    order = [bring_up.index(s) for s in ("module_prepare", '"$start"', 'module_load "$dev"', 'record_device "$dev"')]
+    assert order == sorted(order)
     for name, stop in (("capture.sh", "stop_probe"), ("loop.sh", "probe_stop nvme")):
         text = (paths.VM / "guest" / name).read_text()
         body = text[text.index("\nmain() {"):]
-        order = [body.index(s) for s in ("module_prepare", "start_probe", 'module_load "$DEV"',
-                                         'record_device "$DEV"')]
-        assert order == sorted(order), name
+        assert 'device_bring_up "$DEV" start_probe' in body, name
+        assert "module_prepare" not in body and "module_load" not in body, name  # one bring-up, in probe-lib.sh
         if name == "capture.sh":
             assert body.index("module_unload") < body.index("stop_probe\n")
         exit_fn = "on_exit" if name == "capture.sh" else "finish"

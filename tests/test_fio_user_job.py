@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ztbp.acquire.workload import FIO_ENGINES, FIO_OPTIONS, check_fio_options, user_job
+from ztbp.acquire.userjob import FIO_ENGINES, FIO_OPTIONS, check_fio_options, user_job
 from ztbp.cli import main
 from ztbp.errors import ZtbpError
 

@@ -10,19 +10,11 @@ import polars as pl
 import pytest
 from loop_fixture import ab_blocks
 
-from ztbp.acquire.workload import WorkloadOptions, user_job
+from ztbp.acquire.userjob import user_job
+from ztbp.acquire.workload import WorkloadOptions
 from ztbp.analysis.loop import dmesg_figures, latency_split, measured_gain, status_delta, warm_hit_ratio
-from ztbp.control.loop import (
-    STOP_INVALID,
-    STOP_NOTHING,
-    AbPlan,
-    LoopRequest,
-    LoopState,
-    ab_next,
-    ab_service,
-    abba,
-    decide,
-)
+from ztbp.control.ab import AbPlan, ab_next, ab_service, abba
+from ztbp.control.loop import STOP_INVALID, STOP_NOTHING, LoopRequest, LoopState, decide
 from ztbp.errors import ZtbpError
 from ztbp.io.loop import read_applied
 
@@ -195,6 +187,10 @@ def test_warm_hit_ratio_carries_the_cache_over() -> None:
     assert other == 0.0
 
 
+def _ab_args(st: LoopState) -> tuple[AbPlan | None, Path, dict]:
+    return st.ab, st.root, st.meta_base
+
+
 def _ab_state(tmp: Path, holds: bool) -> LoopState:
     """An A/B session of synthetic runs: round 1 and two blocks (on, off) of paper80 reads, on an NVMeVirt zn540
     module built with --slow 10 (as its folder's name says)."""
@@ -220,7 +216,7 @@ def _ab_state(tmp: Path, holds: bool) -> LoopState:
 def test_ab_service_splits_the_predicted_change(tmp_path: Path, holds: bool) -> None:
     """The emulator's model over the blocks: with the configuration held, the listed zones' misses take the
     shortcut; when the device never held it (SET refused), the shortcut is zero and so is most of the change."""
-    res = ab_service(_ab_state(tmp_path, holds))
+    res = ab_service(*_ab_args(_ab_state(tmp_path, holds)))
     assert res is not None and (res["profile"], res["slow"], res["cache_entries"]) == ("zn540", 10, 16_384)
     d = res["decomposition"]
     assert d["change_us"] == pytest.approx(d["cache_hits_us"] + d["listed_shortcut_us"] + d["rest_us"], abs=1e-6)
@@ -234,7 +230,7 @@ def test_ab_service_splits_the_predicted_change(tmp_path: Path, holds: bool) -> 
 def test_ab_service_needs_a_known_module(tmp_path: Path) -> None:
     st = _ab_state(tmp_path, True)
     st.meta_base["emulator"] = None  # QEMU
-    assert ab_service(st) is None
+    assert ab_service(*_ab_args(st)) is None
 
 
 def test_speed_text_gives_the_verdict_with_its_interval_and_the_paper_beside() -> None:

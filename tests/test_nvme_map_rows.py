@@ -117,7 +117,7 @@ def staged_round(tmp: Path, data: bytes, env: str) -> RunPaths:
 
 
 def test_raw_rows_become_the_same_csv_on_the_host(tmp_path: Path) -> None:
-    from ztbp.acquire.capture import map_rows_csv
+    from ztbp.acquire.mapcsv import map_rows_csv
     from ztbp.files import read_env
 
     run = staged_round(tmp_path, raw_rows(DUMP), "probe_nvme_mode=map\nprobe_nvme_taken=7\nblock_reads=2\n"
@@ -134,7 +134,7 @@ def test_raw_rows_become_the_same_csv_on_the_host(tmp_path: Path) -> None:
 def test_a_round_short_of_rows_counts_them_lost(tmp_path: Path) -> None:
     """Reads the block layer completed without a row, and rows the guest took but the host could not convert
     (here a file cut short), are lost; the round is marked failed when its rows could not all be converted."""
-    from ztbp.acquire.capture import map_rows_csv
+    from ztbp.acquire.mapcsv import map_rows_csv
     from ztbp.files import read_env
 
     run = staged_round(tmp_path, raw_rows(DUMP, batches=1), "probe_nvme_taken=7\nblock_reads=5\nstatus=complete\n")

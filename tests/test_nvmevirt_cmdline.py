@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ztbp.acquire.capture import CaptureError, check_writes, check_zoned, host_geometry
+from ztbp.acquire.capture import CaptureError
+from ztbp.acquire.host import check_writes, check_zoned, host_geometry
 from ztbp.acquire.vm import Geometry, NvmevirtPlan, VmError
 from ztbp.acquire.workload import Workload
 from ztbp.cli import main

@@ -148,10 +148,7 @@ main() {
 	say "stage booted $(cut -d' ' -f1 /proc/uptime) s"
 	record_versions
 	# a module (NVMeVirt) is loaded after the probe attached and unloaded before it stops (probe-lib.sh)
-	module_prepare || return 1
-	start_probe || return 1
-	module_load "$DEV" || return 1
-	record_device "$DEV" || return 1
+	device_bring_up "$DEV" start_probe || return 1
 	reset_zones || return 1
 	prefill || return 1
 	blkzone report "$DEV" > "$TMP/zones.txt"

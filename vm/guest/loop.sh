@@ -10,7 +10,7 @@
 # rows are in the probe's map as soon as fio has ended (the probe stores a row when the command completes, and fio
 # ends after its last completion): vm/guest/mapdump.py takes them out of the running bpftrace
 # (BPF_MAP_LOOKUP_AND_DELETE_BATCH: the map is empty again for the next round) as raw batches, which the host turns
-# into the round's raw/nvme.csv (probes/nvme_zone_csv.sh --raw, at native speed; ztbp/acquire/capture.py
+# into the round's raw/nvme.csv (probes/nvme_zone_csv.sh --raw, at native speed; ztbp/acquire/mapcsv.py
 # map_rows_csv). The streaming probe this replaced left bpftrace's user space formatting a backlog of rows for
 # minutes after each round's fio (vm/README.md, "The wait after a loop round").
 #
@@ -94,7 +94,7 @@ take_rows() { # OUTPUT: the rows completed since the last hand-over, out of the 
 }
 
 hand_over_rows() { # ROUND DIR: the round's rows to DIR/.capture/nvme.rows and its counters to its guest.env; the host
-	# converts the rows and applies the LOSS RULE per round (acquire/capture.py map_rows_csv): block-layer reads
+	# converts the rows and applies the LOSS RULE per round (acquire/mapcsv.py map_rows_csv): block-layer reads
 	# without a read row, plus rows taken but not converted
 	local r="$1" dir="$2" reads
 	reads=$(($(blk_reads) - READS_MARK))
@@ -226,10 +226,7 @@ main() {
 	trap finish EXIT
 	say "stage booted $(cut -d' ' -f1 /proc/uptime) s"
 	record_versions
-	module_prepare || return 1
-	start_probe || return 1
-	module_load "$DEV" || return 1
-	record_device "$DEV" || return 1
+	device_bring_up "$DEV" start_probe || return 1
 	reset_zones || return 1
 	prefill || return 1
 	prime_counter || return 1

@@ -243,6 +243,16 @@ module_load() { # DEV: insmod ZTBP_KO with ZTBP_KO_PARAMS, wait until DEV appear
 	return 1
 }
 
+device_bring_up() { # DEV START: the probe started (the function START) and attached, then DEV made to appear (a
+	# module, ZTBP_KO, loads only now), then DEV checked zoned and its geometry recorded. The one bring-up order of
+	# every script that traces a device a module may make (capture.sh, loop.sh).
+	local dev="$1" start="$2"
+	module_prepare || return 1
+	"$start" || return 1
+	module_load "$dev" || return 1
+	record_device "$dev"
+}
+
 module_unload() { # rmmod the module loaded by module_load (before any probe is stopped)
 	[ -n "${MODULE_LOADED:-}" ] || return 0
 	local name

@@ -17,9 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from ..contract import read_meta, write_meta
+from ..devices import QEMU
 from ..paths import RunPaths
 from ..units import MIB
-from .capture import CaptureError, CaptureOutcome, GuestCommand, Progress, device_meta, run_vm_capture, start_run
+from .capture import CaptureError, CaptureOutcome, GuestCommand, run_vm_capture, start_run
+from .meta import device_meta
+from .progress import Progress
 from .vm import Geometry, VmError, vm_device
 
 APP_FS = ("btrfs", "f2fs", "ext4")
@@ -173,7 +176,7 @@ def run_app_capture(req: AppCapture) -> CaptureOutcome:
     progress = Progress(0, req.verbose)
     progress.say(f"capture {req.name}: {req.keys:,} keys x {req.value_bytes} B, {req.reads:,} reads, "
                  f"block cache {req.cache_bytes:,} B, {'buffered' if req.buffered else 'direct'} reads")
-    meta = device_meta(vm_device("qemu", g), req.workload_meta(), APP_SCRIPTS)
+    meta = device_meta(vm_device(QEMU, g), req.workload_meta(), APP_SCRIPTS)
     run = start_run(req.name, req.out, meta, vm=True, echo=progress.say)
     outcome = run_vm_capture(run, meta, GuestCommand("app-capture.sh", req.guest_env(), geometry=g,
                                                      timeout=req.timeout), progress)

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from .. import paths
+from .. import devices, paths
 from ..analysis.device_params import ProfileParams
+from ..devices import DRIVE, QEMU
 from ..errors import ProfileError
 from ..io.mailbox import Mailbox
 from ..units import KIB, MIB
@@ -43,7 +44,7 @@ class Device:
     lba_bytes: int
     zone_bytes: int
     nr_zones: int
-    backend: str  # qemu, nvmevirt, host
+    backend: str  # the name of its kind of device (devices/)
     model: str = ""
     kernel: str = ""
     fio: str = ""
@@ -122,7 +123,7 @@ class GuestRunner:
     requests through its mailbox, OUT/req -> OUT/res."""
 
     out: Path
-    backend: str = "qemu"
+    backend: str = QEMU.name  # --backend: the device's name (devices.get)
     geometry: Any = None
     nvmevirt_ko: Path | None = None
     nvmevirt_plan: NvmevirtPlan | None = None
@@ -146,7 +147,7 @@ class GuestRunner:
 
     def start(self) -> None:
         self.session.geometry = self.geometry
-        if self.backend == "nvmevirt":
+        if devices.get(self.backend).probe_before_appears:  # a module makes it (NVMeVirt): no QEMU namespace
             plan = self.nvmevirt_plan or NvmevirtPlan()
             self.session.extra_args = plan.vmtest_args(nvmevirt_module(self.nvmevirt_ko, ProfileError))
             self.session.geometry = None
@@ -216,7 +217,7 @@ class HostRunner:
                "zoned": _read(q / "zoned", "none"), "lba_bytes": _read(q / "logical_block_size", "512"),
                "zone_sectors": _read(q / "chunk_sectors", "0"), "nr_zones": _read(q / "nr_zones", "0"),
                "kernel": os.uname().release, "model": _read(q.parent / "device" / "model", "")}
-        self.device = device_from_env(env, "host", self.path)
+        self.device = device_from_env(env, DRIVE.name, self.path)
 
     def fio(self, job: str, timeout_s: float) -> dict[str, Any]:
         proc = subprocess.run(["fio", "--eta=never", "--output-format=json", "-"], input=job, text=True,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .. import paths
 from ..analysis.device_model import PROFILES, read_service_record
+from ..devices import NVMEVIRT_NOTES, Device
 from ..errors import ZtbpError
 from ..units import MIB
 
@@ -75,24 +76,6 @@ class Geometry:
             args += ["--conv-ns", str(self.conv_ns_bytes)]
         return args
 
-
-#: What NVMeVirt (the ZTBP fork) does not model or models in its own way; kept in meta.json and loop.json.
-NVMEVIRT_NOTES = {
-    "listed_zone_latency": "its latency model favours the listed (SET) zones even on a cache miss: on zn540 a miss "
-                           "there costs 7 us of firmware time against 1,000 us (130,000 us above 4 KiB) in other "
-                           "zones, and a hit 130 us anywhere, so a listed zone is served faster when it misses than "
-                           "when it hits and latency and IOPS gains are not all cache hits (read_service_model has "
-                           "the numbers of the module built)",
-    "zone_reset": "a zone reset is a memory clear with no modelled erase time (NAND_ERASE_LATENCY 0)",
-    "hit_counters": "the module prints its hit/read counters to the kernel log only when its read counter reaches "
-                    "1,000,000 (then starts again); the counter starts at -1 and its first read only resets it, so "
-                    "the loop reads block 0 once after loading it (traced in .loop/setup-nvme.csv): rounds of "
-                    "1,000,000 reads then get exactly their own counters; STATUS returns the counter",
-    "identify": "its Identify handlers write 4,096 bytes from the first data pointer whatever its offset in the "
-                "page: a buffer not page-aligned spills into the physically next page (guest memory corruption); "
-                "ztbp-ctl passes page-aligned buffers",
-    "info": "INFO completes without data: the zones it holds are read from its kernel log (ZONE CLUSTER [i]=z)",
-}
 
 #: build.sh's default module folder: <kernel release>-<profile>[-slow<N>]
 _BUILD_DIR = re.compile(r"-(?P<profile>" + "|".join(PROFILES) + r")(?:-slow(?P<slow>[1-9][0-9]*))?$")
@@ -204,10 +187,10 @@ def nvmevirt_module(ko: Path | None, error: type[ZtbpError] = VmError) -> Path:
 
 @dataclass(frozen=True)
 class VmDevice:
-    """The zoned device a guest boots with: QEMU's namespace (`geometry`) or NVMeVirt (`geometry` None, the
+    """The zoned device a guest boots with: QEMU's namespace (`geometry`) or a module's (`geometry` None, the
     module and its memory in `extra_args`), and the geometry a run records before the guest reports its own."""
 
-    backend: str
+    device: Device
     geometry: Geometry | None
     extra_args: list[str]
     nr_zones: int
@@ -217,22 +200,22 @@ class VmDevice:
     module: Path | None = None  # NVMeVirt's nvmev.ko
 
 
-def vm_device(backend: str, geometry: Geometry, ko: Path | None = None, storage_bytes: int = 1 << 30,
+def vm_device(device: Device, geometry: Geometry, ko: Path | None = None, storage_bytes: int = 1 << 30,
               error: type[ZtbpError] = VmError, reserve_bytes: int = 0) -> VmDevice:
-    """The device of `--backend`: QEMU's namespace of `geometry` (checked), or NVMeVirt (`ko`, checked) with
-    `storage_bytes` of storage in zones of geometry.zone_bytes and 512-byte LBAs, in a guest that reserves
-    `reserve_bytes` for it (0: the storage)."""
+    """The VM's `device`: QEMU's namespace of `geometry` (checked), or one a module makes after the probe attached
+    (NVMeVirt: `ko`, checked) with `storage_bytes` of storage in zones of geometry.zone_bytes and 512-byte LBAs, in a
+    guest that reserves `reserve_bytes` for it (0: the storage)."""
     try:
-        if backend == "nvmevirt":
+        if device.probe_before_appears:
             module = nvmevirt_module(ko, error)
             plan = NvmevirtPlan(storage_mib=storage_bytes // MIB, zone_mib=geometry.zone_bytes // MIB,
                                 reserve_mib=reserve_bytes // MIB)
-            return VmDevice(backend, None, plan.vmtest_args(module), plan.zones, 512, geometry.zone_bytes,
+            return VmDevice(device, None, plan.vmtest_args(module), plan.zones, 512, geometry.zone_bytes,
                             module=module)
         geometry.validate()
     except VmError as e:
         raise error(str(e)) from None
-    return VmDevice(backend, geometry, [], geometry.zones, geometry.lba_bytes, geometry.zone_bytes,
+    return VmDevice(device, geometry, [], geometry.zones, geometry.lba_bytes, geometry.zone_bytes,
                     geometry.zone_cap_bytes)
 
 

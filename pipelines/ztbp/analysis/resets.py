@@ -35,21 +35,16 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from .. import devices
 from .device_params import FarParams
 
-#: What a reset's latency means on each backend (meta.json "backend").
-RESET_COST: dict[str, str] = {
-    "nvmevirt": "NVMeVirt clears the zone's memory; its model has no erase time (NAND_ERASE_LATENCY 0), so the "
-                "latency is the emulator's memset under the host's CPU, not a flash erase",
-    "qemu": "QEMU's emulated zoned namespace punches a hole in its backing file; the latency is a host "
-            "file-system call, not a flash erase",
-    "host": "a real drive's zone reset: firmware bookkeeping, the NAND erase may happen then or later",
-}
 SERIES_POINTS = 2000
 
 
 def reset_cost_note(backend: str | None) -> str:
-    return RESET_COST.get(str(backend), f"backend {backend!r}: unknown cost model of a reset")
+    """What a reset's latency means on the run's device (meta.json "backend"; each device's text is in devices/)."""
+    dev = devices.find(backend)
+    return dev.reset_note if dev else f"backend {backend!r}: unknown cost model of a reset"
 
 
 # ---- the zone report (blkzone report) ---------------------------------------------------------------------------

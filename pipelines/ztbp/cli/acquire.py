@@ -74,7 +74,8 @@ def _workload(args: argparse.Namespace) -> int:
 
 
 def finish_capture(outcome: object, as_json: bool) -> int:
-    from ..acquire.capture import CaptureError, CaptureOutcome, summary_line
+    from ..acquire.capture import CaptureError, CaptureOutcome
+    from ..acquire.meta import summary_line
 
     assert isinstance(outcome, CaptureOutcome)
     if as_json:
@@ -99,7 +100,7 @@ def _capture(args: argparse.Namespace) -> int:
 
 
 def _capture_host(args: argparse.Namespace) -> int:
-    from ..acquire.capture import HostCapture, run_capture_host
+    from ..acquire.host import HostCapture, run_capture_host
 
     req = HostCapture(device=args.device, workload=workload_options(args), destructive=args.destructive,
                       no_prefill=args.no_prefill, out=args.out, verbose=args.verbose, probe=args.probe,
@@ -108,7 +109,7 @@ def _capture_host(args: argparse.Namespace) -> int:
 
 
 def _capture_layers(args: argparse.Namespace) -> int:
-    from ..acquire.capture import LayersCapture, run_layers_capture
+    from ..acquire.layers import LayersCapture, run_layers_capture
 
     probes = tuple(p.strip() for p in args.probes.split(",") if p.strip())
     geometry = device_geometry(args)

@@ -103,13 +103,13 @@ def add_run(p: argparse.ArgumentParser, json_help: str = "machine-readable outpu
     p.add_argument("--json", action="store_true", help=json_help)
 
 
-BACKENDS = ("qemu", "nvmevirt")
-
-
 def add_backend_args(p: argparse.ArgumentParser | argparse._ArgumentGroup, backend_help: str,
                      storage: bool = True) -> None:
-    """The VM's device: QEMU's zoned namespace or NVMeVirt (a module built for the guest kernel)."""
-    p.add_argument("--backend", choices=BACKENDS, default="qemu", help=backend_help)
+    """The VM's device (devices/: each one the VM boots): QEMU's zoned namespace or NVMeVirt (a module built for the
+    guest kernel)."""
+    from .. import devices
+
+    p.add_argument("--backend", choices=devices.vm_names(), default=devices.QEMU.name, help=backend_help)
     p.add_argument("--nvmevirt-ko", type=Path, metavar="KO",
                    help="NVMeVirt ZNS module built for the guest kernel (backend nvmevirt; see vm/README.md)")
     if storage:

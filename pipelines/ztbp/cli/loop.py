@@ -13,9 +13,10 @@ from .common import add_backend_args, add_geometry_args, add_module_args, bounde
 
 def _loop(args: argparse.Namespace) -> int:
     from ..control.loop import LoopRequest, run_loop
+    from ..devices import DRIVE
     from ..present.loop import summary_text
 
-    backend = "host" if args.host else args.backend
+    backend = DRIVE.name if args.host else args.backend
     req = LoopRequest(workload=workload_options(args), rounds=args.rounds, min_gain=args.min_gain, backend=backend,
                       nvmevirt_ko=args.nvmevirt_ko, nvmevirt_reserve_bytes=args.nvmevirt_reserve or 0,
                       geometry=device_geometry(args),

@@ -22,41 +22,29 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
-from .. import paths, stages
-from ..acquire.capture import (
-    CaptureError,
-    Progress,
-    capture_meta,
-    device_geometry,
-    finish_meta,
-    host_tools,
-    map_rows_csv,
-    start_run,
-    write_jobs,
-)
+from .. import devices, paths
+from ..acquire.capture import CaptureError, start_run, write_jobs
 from ..acquire.channel import run_here
+from ..acquire.host import device_geometry, host_tools
+from ..acquire.meta import capture_meta
 from ..acquire.module import DeviceModule
+from ..acquire.progress import Progress
+from ..acquire.userjob import read_user_job, user_job, user_job_meta
 from ..acquire.vm import Geometry, nvmevirt_module, qemu_version, run_in_guest, vm_device
-from ..acquire.workload import PRESETS, Workload, WorkloadOptions, read_user_job, user_job, user_job_meta
-from ..analysis.device_model import CACHE_ENTRIES
-from ..analysis.loop import device_figures, latency_split, measured_gain, warm_hit_ratio
+from ..acquire.workload import PRESETS, Workload, WorkloadOptions
 from ..analysis.params import AB_READS, CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
 from ..contract import LOOP_FORMAT, utc_now
 from ..errors import ZtbpError
-from ..files import env_int, hand_over_tree, write_json
+from ..files import hand_over_tree, write_json
 from ..io import loop as loopfiles
-from ..io.run import load
-from ..paths import RunPaths
 from ..present.loop import round_line
 from ..units import check_limit
-from ..writeback.config import write_config
+from . import round as rounds
+from .ab import AbPlan, ab_doc, ab_next, ab_service, abba
 
 GUEST_SCRIPT = paths.VM / "guest" / "loop.sh"
 LOOP_PROBE = "probes/nvme_zone.bt"
@@ -76,7 +64,7 @@ class LoopRequest:
     workload: WorkloadOptions
     rounds: int = 3
     min_gain: float = RECOMMEND_GAIN
-    backend: str = "qemu"  # qemu | nvmevirt | host
+    backend: str = devices.QEMU.name  # the device's name: a --backend value, or "host" (--host DEV)
     nvmevirt_ko: Path | None = None
     nvmevirt_reserve_bytes: int = 0  # guest memory kept for NVMeVirt (0: its storage)
     geometry: Geometry = Geometry()
@@ -91,7 +79,12 @@ class LoopRequest:
     ab_reads: int = AB_READS
     module: DeviceModule | None = None  # --host: the module that creates the device (NVMeVirt), checked
 
+    @property
+    def device(self) -> devices.Device:
+        return devices.get(self.backend)
+
     def validate(self) -> None:
+        dev = self.device  # an unknown name is refused first
         check_limit("rounds", self.rounds)
         check_limit("min-gain", self.min_gain)
         check_limit("loop-cache-mib", self.cache_mib, "--cache-mib")
@@ -103,63 +96,18 @@ class LoopRequest:
         check_limit("ab-reads", self.ab_reads)
         if self.workload.name not in PRESETS:
             raise LoopError(f"unknown workload '{self.workload.name}'; choose one of: {', '.join(PRESETS)}")
-        if self.backend == "qemu":  # its namespace is known now: the workload must fit it before a boot
+        if dev.checks_geometry_early:  # its namespace is known now: the workload must fit it before a boot
             self.geometry.validate()
             self.workload.build(device="/dev/nvme0n1", zone_bytes=self.geometry.zone_bytes,
                                 zone_cap_bytes=self.geometry.zone_cap_bytes,
                                 nr_zones=self.geometry.zones)
-        if self.backend == "nvmevirt":
+        if dev.in_vm and dev.probe_before_appears:  # NVMeVirt in the guest: its module is given
             nvmevirt_module(self.nvmevirt_ko, LoopError)
-        if self.module is not None and self.backend != "host":
+        if self.module is not None and dev.in_vm:
             raise LoopError("--module is for --host DEV (a device module on this machine); in the VM NVMeVirt is "
                             "--backend nvmevirt --nvmevirt-ko KO")
         if self.fio_file is not None:  # its options are checked before a VM boots or a device is touched
             read_user_job(self.fio_file)
-
-
-# ---- the A/B mode ------------------------------------------------------------------------------------------
-@dataclass
-class AbPlan:
-    """The A/B mode: round 1's configuration switched on (SET) and off (STOP) in blocks of `reads` reads, pairs
-    of blocks in ABBA order (on/off, off/on, ...) so that a drift over the session cancels out of the pairs."""
-
-    config: str  # the configuration file as the guest sees it
-    listed: list[int]  # its zones: the "listed" zone class of every block, on and off
-    arms: list[tuple[str, int]]  # (arm, pair) of blocks 1, 2, ...
-    reads: int
-    blocks: list[dict[str, Any]] = field(default_factory=list)
-    history: Any = None  # the reads before the next block, to warm the model's cache (analysis.loop.warm_hit_ratio)
-    service: dict[str, Any] | None = None  # the emulator's read service model over the blocks (ab_service)
-
-
-def abba(pairs: int) -> list[tuple[str, int]]:
-    """(arm, pair) of each block: pair 1 on then off, pair 2 off then on, and so on."""
-    return [(arm, p) for p in range(1, pairs + 1) for arm in (("on", "off") if p % 2 else ("off", "on"))]
-
-
-def ab_doc(ab: AbPlan, pairs: int) -> dict[str, Any]:
-    """loop.json's "ab" section: the plan, each block's figures and the effects with their intervals."""
-    from ..analysis.compare import ab_effects
-
-    done = [b for b in ab.blocks if sum(o["pair"] == b["pair"] for o in ab.blocks) == 2]
-    try:
-        effects = ab_effects(done) if len({b["pair"] for b in done}) >= 2 else None
-    except ZtbpError as e:
-        effects = {"error": str(e)}
-    return {"pairs": pairs, "reads_per_block": ab.reads, "listed": ab.listed, "config": ab.config,
-            "order": [a for a, _ in ab.arms], "device_acted": any(b["device_holds"] for b in ab.blocks),
-            "blocks": ab.blocks, "effects": effects, "service_model": ab.service}
-
-
-def ab_next(ab: AbPlan, block: int) -> tuple[str, str]:
-    """The decision after block `block`: switch the configuration on ("apply") or off ("clear"), keep it ("skip")
-    or stop after the last block."""
-    if block >= len(ab.arms):
-        return "stop", f"A/B done: {len(ab.arms) // 2} pairs of blocks"
-    arm, nxt = ab.arms[block - 1][0], ab.arms[block][0]
-    if nxt == arm:
-        return "skip", f"A/B block {block + 1} keeps the configuration {arm}"
-    return ("apply", ab.config) if nxt == "on" else ("clear", "")
 
 
 # ---- the loop ---------------------------------------------------------------------------------------------
@@ -179,6 +127,15 @@ class LoopState:
 
     ab: AbPlan | None = None  # the A/B blocks, once round 1 recommended a configuration
 
+    @property
+    def model(self) -> rounds.CacheModel:
+        return rounds.CacheModel(self.req.cache_mib, self.req.page_kib, self.req.min_gain)
+
+    @property
+    def versions(self) -> dict[str, str]:
+        """The versions every round records beside the guest's: QEMU's, on a device the VM harness boots."""
+        return {"qemu": qemu_version()} if self.req.device.needs_qemu_version else {}
+
     def rnd_dir(self, r: int) -> Path:
         return self.root / f"round-{r:02d}"
 
@@ -197,59 +154,20 @@ def job_text(st: LoopState, r: int) -> str:
 
 
 def _measure(st: LoopState, r: int, guest: loopfiles.RoundFiles, zones_model: list[int], listed: list[int],
-             loop_meta: dict[str, Any]) -> tuple[dict[str, Any], Any, dict[str, Any], RunPaths]:
-    """Finish round r's run directory and measure it: the trace check, fio, the device latency of the `listed`
-    zones against the others, the device's counters, the cache model with `zones_model` (plain LRU when empty),
-    from a cold cache. Returns (its loop.json entry so far, the loaded run, the simulation, its paths)."""
-    run = RunPaths(st.rnd_dir(r))
-    conv, error = map_rows_csv(run)
-    st.progress.say(f"round {r}: {conv['probe_nvme_rows']:,} rows into nvme.csv in {conv['probe_nvme_convert_s']} s "
-                    f"on this machine" + (f"; {error}" if error else "") + "; analysing the round")
+             loop_meta: dict[str, Any]) -> rounds.Measured:
+    """Round r's run directory finished and measured (control/round.py), with the zones in force during it."""
     meta = copy.deepcopy(st.meta_base)
     meta["loop"] = {"round": r, "loop_dir": "..", "zones_in_force": st.in_force, **loop_meta}
-    summ = finish_meta(run, meta, 0, False, st.started, {"qemu": qemu_version()} if st.req.backend != "host" else {})
-    loaded = load(run.root)
-    sim = stages.simulate(loaded, st.req.cache_mib, st.req.page_kib, zones_model, general=False)
-    fio = loaded.meta.get("fio", {})
-    entry: dict[str, Any] = {
-        "round": r, "run": run.root.name, "complete": summ["complete"],
-        "zones_in_force": st.in_force,
-        "rows": summ["commands"], "read_rows": summ["reads"], "fio_reads": summ["fio_reads"],
-        "lost": summ["lost"],
-        "fio": {"read_iops": fio.get("read_iops"), "p50_us": fio.get("read_clat_p50_us"),
-                "p99_us": fio.get("read_clat_p99_us"), "runtime_ms": fio.get("runtime_ms")},
-        "latency": latency_split(loaded.events, listed),
-        "device": device_figures(env_int(guest.device.get("status_before")), env_int(guest.device.get("status_after")),
-                                 guest.kernel_log),
-        "model": {"lru": sim["lru"], "zone_lru": sim["zone_lru"] if zones_model else None,
-                  "sent_zones": zones_model,
-                  "sent_hit_ratio": sim["zone_lru"] if zones_model else sim["lru"]},
-    }
-    return entry, loaded, sim, run
+    return rounds.measure(st.rnd_dir(r), meta, st.started, st.versions, guest, zones_model, listed, st.model,
+                          st.progress.say)
 
 
 def analyse_round(st: LoopState, r: int, guest: loopfiles.RoundFiles) -> dict[str, Any]:
     """Finish round r's run directory, analyse it with what the guest reported and return its loop.json entry."""
     # the model runs with the zones sent after the previous round, whether the device took them or not (QEMU)
     zones_model = st.pending["hot_zones"] if st.pending else []
-    entry, loaded, sim, run = _measure(st, r, guest, zones_model, st.in_force, {})
-    # the config reuses that simulation when it sends the same zones again
-    cfg = stages.config(loaded, st.req.cache_mib, st.req.page_kib, min_gain=st.req.min_gain, predicted=sim)
-    write_config(cfg, run.cache_config)
-    entry["config"] = {"file": str(run.cache_config.relative_to(st.root)), "hot_zones": cfg["hot_zones"],
-                       "hot_zones_found": cfg["hot_zones_found"], "recommend": cfg["recommend"],
-                       "recommend_reason": cfg["recommend_reason"], "held_out": cfg["held_out"]}
-    prev = st.pending
-    if prev is not None:
-        replay = sim  # the previous round's prediction, replayed: its zones are the zones of the model above
-        entry["out_of_sample"] = {"from_round": prev["round"], "hot_zones": prev["hot_zones"],
-                                  "predicted_zone_lru": prev["held_out"]["zone_lru"],
-                                  "predicted_lru": prev["held_out"]["lru"],
-                                  "replayed_zone_lru": replay["zone_lru"], "replayed_lru": replay["lru"],
-                                  "error": round(replay["zone_lru"] - prev["held_out"]["zone_lru"], 4)}
-        entry["applied_before"] = prev.get("applied")
-    entry["measured_gain"] = measured_gain(entry, st.rounds[-1] if st.rounds else None)
-    return entry
+    m = _measure(st, r, guest, zones_model, st.in_force, {})
+    return rounds.analyse(m, st.root, st.model, st.pending, st.rounds[-1] if st.rounds else None)
 
 
 def decide(st: LoopState, entry: dict[str, Any]) -> tuple[str, str]:
@@ -295,9 +213,7 @@ def on_round(st: LoopState, r: int, guest: loopfiles.RoundFiles) -> None:
     else:  # nothing is sent after this round: the last apply's answer is already folded in (no second "refused")
         st.stopped = arg
         st.pending = None
-    loopfiles.write_round(st.root, r, entry, loop_doc(st, complete=False), f"{action} {arg}",
-                          job_text(st, r + 1) if action == "apply" else None)
-    st.progress.say(round_line(entry))
+    _record(st, r, entry, f"{action} {arg}", action == "apply", "")
     st.progress.say(f"round {r}: sending zones {entry['config']['hot_zones']} to the device" if action == "apply"
                     else f"loop stops: {arg}")
 
@@ -312,11 +228,9 @@ def on_block(st: LoopState, r: int, guest: loopfiles.RoundFiles) -> None:
     if res is not None:
         st.in_force = ab.listed if res.get("set_ok") else [] if res.get("action") == "clear" else st.in_force
     zones = ab.listed if arm == "on" else []
-    entry, loaded, _, _ = _measure(st, r, guest, zones, ab.listed, {"ab": {"arm": arm, "pair": pair}})
-    if ab.history is None:  # the first block is warmed by round 1's reads
-        ab.history = load(st.rnd_dir(1)).events.filter(pl.col("op") == "read")
-    warm, ab.history = warm_hit_ratio(ab.history, loaded.events, loaded.meta, st.req.cache_mib, st.req.page_kib,
-                                      zones)
+    m = _measure(st, r, guest, zones, ab.listed, {"ab": {"arm": arm, "pair": pair}})
+    entry = m.entry
+    warm, ab.history = rounds.warm_score(m, ab.history, st.rnd_dir(1), st.model, zones)
     entry["model"]["warm_hit_ratio"] = warm  # the device's cache carries over from block to block: so does this one
     entry["ab"] = {"block": block, "arm": arm, "pair": pair, "device_holds": bool(st.in_force)}
     entry["applied_before"] = res
@@ -329,41 +243,18 @@ def on_block(st: LoopState, r: int, guest: loopfiles.RoundFiles) -> None:
                       "model": {"hit_ratio": warm}})
     if action == "stop":
         st.stopped = arg
-        ab.service = ab_service(st)
-    loopfiles.write_round(st.root, r, entry, loop_doc(st, complete=False), f"{action} {arg}".rstrip(),
-                          job_text(st, r + 1) if action != "stop" else None)
-    st.progress.say(f"A/B block {block} ({arm}, pair {pair}): " + round_line(entry))
+        ab.service = ab_service(ab, st.root, st.meta_base)
+    _record(st, r, entry, f"{action} {arg}".rstrip(), action != "stop", f"A/B block {block} ({arm}, pair {pair}): ")
     nxt = {"apply": "configuration on (SET)", "clear": "configuration off (STOP)"}.get(action, arg)
     st.progress.say(f"loop stops: {arg}" if action == "stop" else f"block {block + 1}: {nxt}")
 
 
-def ab_service(st: LoopState) -> dict[str, Any] | None:
-    """NVMeVirt's read service model (analysis/device_replay.py) over the A/B session: round 1 and then every block
-    replayed in order on one cache (the module stays loaded, and SET and STOP leave its cache as it is), each block
-    with the zone check of its arm as the device held it; the predicted time per arm beside the measured one, and
-    the predicted change split into cache hits, the emulator's listed-zone shortcut and the rest. None off NVMeVirt
-    or when the module's build (profile, --slow) is unknown."""
-    model = (st.meta_base.get("emulator") or {}).get("read_service_model") or {}
-    if st.ab is None or not model.get("profile"):
-        return None
-    from ..analysis.device_replay import DeviceCache, decompose, predict_service, service_summary
-
-    cache = DeviceCache(model.get("cache_entries") or CACHE_ENTRIES)
-    zone_lbas = st.meta_base["zone_size_lba"]
-
-    def replay(run: Path, listed: list[int], on: bool) -> pl.DataFrame:
-        return predict_service(load(run).events, listed, on, model["profile"], model["slow"] or 1, cache=cache,
-                               zone_lbas=zone_lbas)
-
-    replay(st.rnd_dir(1), [], False)  # round 1 fills the cache, the check off
-    arms: dict[str, list[pl.DataFrame]] = {"off": [], "on": []}
-    for b in st.ab.blocks:
-        arms[b["arm"]].append(replay(st.root / b["run"], st.ab.listed, b["arm"] == "on" and b["device_holds"]))
-    if not (arms["off"] and arms["on"]):
-        return None
-    off, on = pl.concat(arms["off"]), pl.concat(arms["on"])
-    return {"profile": model["profile"], "slow": model["slow"], "cache_entries": cache.lru.capacity,
-            "off": service_summary(off), "on": service_summary(on), "decomposition": decompose(off, on)}
+def _record(st: LoopState, r: int, entry: dict[str, Any], decision: str, go_on: bool, label: str) -> None:
+    """Round r's record and the hand-over, written once (io/loop.write_round: the next job when the loop goes on),
+    and its progress line."""
+    loopfiles.write_round(st.root, r, entry, loop_doc(st, complete=False), decision,
+                          job_text(st, r + 1) if go_on else None)
+    st.progress.say(label + round_line(entry))
 
 
 def after_apply(st: LoopState, res: dict[str, Any] | None) -> None:
@@ -386,7 +277,7 @@ def after_apply(st: LoopState, res: dict[str, Any] | None) -> None:
 def _new_state(req: LoopRequest, root: Path, wl: Workload, place: Place, progress: Progress) -> LoopState:
     workload = wl.meta() if req.fio_file is None else user_job_meta(wl, req.fio_file)
     meta = capture_meta(device=Path(wl.device).name, lba=place.lba_bytes, zone_bytes=place.zone_bytes,
-                        nr_zones=place.nr_zones, workload=workload, backend=req.backend, probes={"nvme": LOOP_PROBE},
+                        nr_zones=place.nr_zones, workload=workload, kind=req.device, probes={"nvme": LOOP_PROBE},
                         zone_cap_bytes=place.zone_cap_bytes, module=req.nvmevirt_ko)
     if req.module is not None:
         meta["device_module"] = {"ko": str(req.module.ko), "params": req.module.params}
@@ -408,12 +299,6 @@ def _handler(st: LoopState) -> Any:
         after_apply(st, guest.applied_before)
         on_round(st, r, guest)
     return on_line
-
-
-def new_loop_dir(req: LoopRequest, name: str, vm: bool, echo: Callable[[str], None]) -> Path:
-    """The capture preamble for a loop: the guest image (`vm`), and a new empty loop directory (--out or
-    runs/<stamp>-loop-<name>); its rounds get their meta.json as they are captured."""
-    return start_run(f"loop-{name}", req.out, None, vm=vm, echo=echo, error=LoopError).root
 
 
 def guest_env(wl: Workload, pre: str | None, rounds: int) -> dict[str, str]:
@@ -464,17 +349,20 @@ def run_loop(req: LoopRequest) -> dict[str, Any]:
 
     ensure_ctl()
     progress = Progress(0, req.verbose)
-    if req.backend == "host":
+    if not req.device.in_vm:
         place = host_place(req.host_device, req.module)
     else:
-        dev = vm_device(req.backend, req.geometry, req.nvmevirt_ko, error=LoopError,
+        dev = vm_device(req.device, req.geometry, req.nvmevirt_ko, error=LoopError,
                         reserve_bytes=req.nvmevirt_reserve_bytes)
         place = Place("/dev/nvme0n1", dev.lba_bytes, dev.zone_bytes, dev.nr_zones, vm=dev,
                       zone_cap_bytes=dev.zone_cap_bytes)
     wl = req.workload.build(device=place.device, zone_bytes=place.zone_bytes, nr_zones=place.nr_zones,
                             zone_cap_bytes=place.zone_cap_bytes)
     progress.expected = wl.total_reads if req.fio_file is None else 0  # each round's countdown (A/B: on_round)
-    root = new_loop_dir(req, wl.name if req.fio_file is None else "fio-file", place.vm is not None, progress.say)
+    # the capture preamble: the guest image (in the VM), a new empty loop directory (--out or
+    # runs/<stamp>-loop-<name>); its rounds get their meta.json as they are captured
+    root = start_run(f"loop-{wl.name if req.fio_file is None else 'fio-file'}", req.out, None, vm=place.vm is not None,
+                     echo=progress.say, error=LoopError).root
     root = root if place.vm is not None else root.resolve()
     st = _new_state(req, root, wl, place, progress)
     plan = (f"round 1 of {wl.describe_line()}, then {req.ab_pairs} pairs of A/B blocks of {req.ab_reads:,} reads "

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import paths
-from ..acquire.capture import device_geometry
+from ..acquire.host import device_geometry
 from ..acquire.module import DeviceModule
 from ..errors import ZtbpError
 from ..writeback.ctl import check_device

@@ -9,6 +9,7 @@ from typing import Any
 import plotly.graph_objects as go
 import polars as pl
 
+from .. import devices
 from .figures import Note
 from .figures import layout as _layout
 
@@ -34,8 +35,7 @@ def profile_for_run(profile_dir: str, meta: dict[str, Any]) -> tuple[dict[str, A
     from ..io.profile import read_profile
 
     backend = meta.get("backend") or "unknown"
-    make = ("make one with `ztbp profile --backend " + backend + "`" if backend in ("qemu", "nvmevirt")
-            else "make one with `ztbp profile --device DEV` on the drive")
+    make = (devices.find(backend) or devices.DRIVE).profile_hint()
     here = f"{meta.get('device') or 'the device'} ({backend}, {meta.get('nr_zones')} zones)"
     if not profile_dir:
         return None, (f"no interference profile exists for this device, {here}: {make} and give its folder as "

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
+from .. import devices
 from ..analysis.params import PAPER_TABLES, RUN_NOISE_CV
 from .figures import layout as _layout
 
@@ -63,11 +64,9 @@ def _f(v: Any, spec: str) -> str:
 
 def loop_text(doc: dict[str, Any]) -> str:
     """The loop in a few stable lines: the device, each round's trace check, config and decision, why it stopped."""
-    dev = {"qemu": "QEMU's ZNS namespace (it refuses the ZTBP SET command: the loop scores each config on the "
-                   "model only)",
-           "nvmevirt": "NVMeVirt (ZTBP fork): it acts on SET", "host": "a zoned drive on this machine"}
+    dev = devices.find(doc.get("backend"))
     wl = doc.get("workload") or {}
-    lines = [f"device: {dev.get(doc.get('backend', ''), doc.get('backend'))}",
+    lines = [f"device: {dev.loop_title if dev else doc.get('backend')}",
              f"workload: {wl.get('name')}; cache {doc.get('cache_mib')} MiB of {doc.get('page_kib')} KiB pages; "
              f"{len(doc['rounds'])} of {doc.get('rounds_asked')} rounds"]
     for e in doc["rounds"]:
@@ -300,19 +299,6 @@ def speed_figure(doc: dict[str, Any]) -> go.Figure:
 
 
 # ---- the front page: the answer first ------------------------------------------------------------------------
-#: What each device does not model, in one line (the report's front page).
-NOT_MODELLED = {
-    "qemu": "QEMU's zoned namespace has no read cache and refuses the ZTBP SET command: its latency says nothing "
-            "about the configuration, and it counts no cache hits",
-    "nvmevirt": "NVMeVirt models the read cache and serves the listed zones with a shorter latency even on a miss; "
-                "a zone reset is a memory clear with no erase time, and there is no queueing model of the NAND",
-    "host": "a real drive: nothing is modelled, but its firmware may not implement the ZTBP commands",
-}
-
-
-DEVICE_NAMES = {"qemu": "QEMU's ZNS namespace", "nvmevirt": "NVMeVirt (ZTBP fork)", "host": "a zoned drive here"}
-
-
 def _pct_text(v: Any) -> str:
     return "not measured" if not isinstance(v, int | float) else f"{100 * v:.1f} %"
 
@@ -385,9 +371,10 @@ def headline(doc: dict[str, Any]) -> list[dict[str, str]]:
                   "value": f"{rows} read rows for {reads} fio reads, {lost} lost events",
                   "detail": (f"incomplete trace in round {', '.join(bad)}" if bad
                              else f"every read of all {len(rs)} rounds traced")})
+    dev = devices.find(backend)  # what the device does not model, in one line
     items.append({"key": "not_modelled", "label": "device, and what it does not model",
-                  "value": DEVICE_NAMES.get(backend, backend or "unknown device"),
-                  "detail": NOT_MODELLED.get(backend, "unknown device: nothing is known of what it models")})
+                  "value": dev.title if dev else backend or "unknown device",
+                  "detail": dev.not_modelled if dev else "unknown device: nothing is known of what it models"})
     return items
 
 
