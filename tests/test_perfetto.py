@@ -30,7 +30,8 @@ from ztbp.errors import ZtbpError
 from ztbp.io.run import load
 from ztbp.paths import ROOT
 from ztbp.present import figures
-from ztbp.present.perfetto import export, read_trace, verify
+from ztbp.present.perfetto import export, verify
+from ztbp.present.perfetto_proto import read_trace
 
 SAMPLE = ROOT / "tests" / "data" / "runs" / "sample-paper80"
 
