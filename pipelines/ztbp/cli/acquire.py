@@ -73,7 +73,8 @@ def _workload(args: argparse.Namespace) -> int:
     return 0
 
 
-def _finish(outcome: object, as_json: bool) -> int:
+def finish_capture(outcome: object, as_json: bool) -> int:
+    """Print a capture's summary (JSON with --json, else one line); its error as a CaptureError, else its exit code."""
     from ..acquire.capture import CaptureError, CaptureOutcome, summary_line
 
     assert isinstance(outcome, CaptureOutcome)
@@ -95,7 +96,7 @@ def _capture(args: argparse.Namespace) -> int:
                     nvmevirt_storage_bytes=parse_size(args.nvmevirt_storage),
                     nvmevirt_reserve_bytes=args.nvmevirt_reserve or 0, out=args.out, timeout=args.timeout,
                     verbose=args.verbose, probe=args.probe, suite=args.suite, fio_file=args.fio_file)
-    return _finish(run_capture(req), args.json)
+    return finish_capture(run_capture(req), args.json)
 
 
 def _capture_host(args: argparse.Namespace) -> int:
@@ -104,7 +105,7 @@ def _capture_host(args: argparse.Namespace) -> int:
     req = HostCapture(device=args.device, workload=workload_options(args), destructive=args.destructive,
                       no_prefill=args.no_prefill, out=args.out, verbose=args.verbose, probe=args.probe,
                       module=device_module(args))
-    return _finish(run_capture_host(req), args.json)
+    return finish_capture(run_capture_host(req), args.json)
 
 
 def _capture_layers(args: argparse.Namespace) -> int:
@@ -117,7 +118,7 @@ def _capture_layers(args: argparse.Namespace) -> int:
                         trace_prep=args.trace_prep,
                         bench=args.bench, bench_rounds=args.bench_rounds, geometry=geometry, out=args.out,
                         timeout=args.timeout, verbose=args.verbose, suite=args.suite)
-    return _finish(run_layers_capture(req), args.json)
+    return finish_capture(run_layers_capture(req), args.json)
 
 
 def _region(text: str) -> tuple[int, int] | None:

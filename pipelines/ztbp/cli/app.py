@@ -6,41 +6,37 @@ from __future__ import annotations
 import argparse
 
 from ..units import parse_size
-from .common import add_geometry_args, bounded, device_geometry
+from .common import add_geometry_args, bounded, device_geometry, shown
 
 
 def _capture_app(args: argparse.Namespace) -> int:
     from ..acquire.app import AppCapture, run_app_capture
-    from .acquire import _finish
+    from .acquire import finish_capture
 
     geometry = device_geometry(args)
     req = AppCapture(app=args.app, fs=args.fs, keys=args.keys, value_bytes=args.value_size, reads=args.reads,
                      cache_bytes=parse_size(args.cache_size), duration_s=args.duration, buffered=args.buffered,
                      functions=tuple(args.function or ()), library=args.library,
                      geometry=geometry, out=args.out, timeout=args.timeout, verbose=args.verbose)
-    return _finish(run_app_capture(req), args.json)
+    return finish_capture(run_app_capture(req), args.json)
 
 
 def _appops(args: argparse.Namespace) -> int:
     from .. import stages
     from ..io.run import load
     from ..present.app import appops_text
-    from . import emit
 
     r = stages.appops(load(args.run, events=False), args.phase)
-    emit(r, args.json, appops_text(r))
-    return 0
+    return shown(r, args, appops_text(r))
 
 
 def _files(args: argparse.Namespace) -> int:
     from .. import stages
     from ..io.run import load
     from ..present.app import files_text
-    from . import emit
 
     r = stages.files(load(args.run, events=False), args.phase)
-    emit(r, args.json, files_text(r))
-    return 0
+    return shown(r, args, files_text(r))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
