@@ -69,23 +69,18 @@ _POOL: Path | None = None
 #: bookworm's default device (captures, QEMU's profile, QEMU's loops), the host path's real-drive-shaped device,
 #: then NVMeVirt. Within a chain the files run in this order, so the tests of one guest follow each other and
 #: (ZTBP_POOL_MAX) each guest boots once; trixie's boots last, for its two files.
-#: Balanced by the shared guests' seconds (end of a run): with the host path in vm-b, vm-b took 1,208 s to its quiet
-#: files and vm-a 842 s; with it in vm-a, vm-a 1,054 s and vm-b 617 s; the loops (about 210 s) then went to vm-b,
-#: which left vm-a 985 s to NVMeVirt and vm-b 783 s to its quiet files: the fio-file capture and ztbp-ctl (38 s)
-#: followed them. QEMU's profile followed too, once: then vm-b took 1,100 s and NVMeVirt waited 147 s for it, so
-#: it went back and the Ctrl-C capture (86-90 s) went instead. vm-b's QEMU tests asked for two devices (with and
-#: without the conventional namespace), booted as two guests; they now ask for one. With the host path's numba
-#: functions compiled on the host (tests/numba_seed.py: its guest's warm-up 268 s before), QEMU's loops (230 s)
-#: went back to vm-a's default device. With the guests starting warm, the Zipf loop (42-57 s) went to vm-b once: vm-a
-#: then reached NVMeVirt while vm-b still compiled its one-liners and the unit tests ran, and NVMeVirt's positive
-#: control (zones on one die form one group) failed; it came back. NVMeVirt's loop runs before its profile, which
-#: judges bandwidth against its noise: the other workers' leftovers (vm-b's one-liner checks, the last unit tests) go
-#: beside the loop, whose tests count commands, and the profile comes last (with HUSH, below). The other way round,
-#: holding the other workers during the profile put vm-b's one-liners and a unit test beside the loop: 239 s against
-#: 94-107 s.
-#: With HUSH, the Zipf loop went to vm-b again (after the Ctrl-C capture; vm-b had reached its quiet files 2.7 minutes
-#: before vm-a reached NVMeVirt): NVMeVirt then waited 43 s for vm-b, its loop ran beside vm-b's one-liner checks in
-#: 270 s, and the run took 1,324 s; it came back.
+#: Balanced by the shared guests' seconds at the end of a run: the host path (in vm-b, vm-b took 1,208 s to its quiet
+#: files and vm-a 842 s) and QEMU's loops (about 230 s; their numba functions compiled on the host,
+#: tests/numba_seed.py) run on vm-a's devices; the
+#: fio-file capture, ztbp-ctl (38 s together) and the Ctrl-C capture (86-90 s) fill vm-b, whose QEMU tests share one
+#: device (with the conventional namespace), so one guest boots for them. QEMU's profile stays in vm-a: in vm-b it
+#: made vm-b take 1,100 s and NVMeVirt wait 147 s for it. The Zipf loop (42-57 s) stays in vm-a: in vm-b, vm-a
+#: reached NVMeVirt while vm-b still compiled its one-liners and the unit tests ran, and NVMeVirt's positive control
+#: (zones on one die form one group) failed; with HUSH, NVMeVirt waited 43 s for vm-b and the run took 1,324 s.
+#: NVMeVirt's loop runs before its profile, which judges bandwidth against its noise: the other workers' leftovers
+#: (vm-b's one-liner checks, the last unit tests) go beside the loop, whose tests count commands, and the profile
+#: comes last (with HUSH, below); the other way round put vm-b's one-liners and a unit test beside the loop: 239 s
+#: against 94-107 s.
 VM_CHAINS = {"vm-b": ("test_app_vm.py", "test_resets_vm.py", "test_capture_fio_file_vm.py", "test_ztbp_ctl_vm.py",
                       "test_capture_ctrl_c_vm.py", "test_layers_vm.py", "test_one_liners_vm.py"),
              "vm-a": ("test_capture_vm.py", "test_device_qemu_vm.py", "test_loop_qemu_vm.py", "test_loop_zipf_vm.py",
@@ -219,7 +214,7 @@ def shared_guests(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     """Boot once, test many: every VM test's guest command whose output folder lies under this session's temporary
     folder runs in a guest kept booted per configuration (vm/vmtest.sh's guest pool, vm/guest/pool.sh), so the
     suites boot bookworm, trixie and NVMeVirt once each instead of once a test module. ZTBP_NO_GUEST_POOL=1 boots
-    a guest per command as before."""
+    a guest per command."""
     global _POOL
     if not getattr(request.config, "ztbp_vm_selected", False) or os.environ.get("ZTBP_NO_GUEST_POOL") == "1":
         yield

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from ztbp.acquire.app import parse_db_bench
-from ztbp.analysis import appops, files
+from ztbp.analysis import appops, file_layout
 
 
 def _ops() -> pl.DataFrame:
@@ -50,18 +50,18 @@ def test_fragments_zones_and_reads_per_file() -> None:
         "extent": [0, 1, 0, 1, 0], "logical_bytes": [0, 4096, 0, 4096, 0], "fs_bytes": [0, 4096, 0, 0, 0],
         "length_bytes": [4096] * 5, "nsid": [1, 1, 1, 1, 1],
         "dev_bytes": [0, 4096, zone - 4096, 3 * zone, -1], "flags": ["", "last", "", "last", "last"]})
-    frags = files.fragments(f, zone)
-    table = files.per_file(f, frags)
+    frags = file_layout.fragments(f, zone)
+    table = file_layout.per_file(f, frags)
     row = {r["path"]: r for r in table.to_dicts()}
     assert row["a.sst"]["fragments"] == 1 and row["a.sst"]["nr_zones"] == 1
     assert row["b.sst"]["fragments"] == 2 and row["b.sst"]["zones"] == [0, 3]
     assert row["b.sst"]["gap_max_bytes"] == 2 * zone
     assert row["c.log"]["unmapped_extents"] == 1
     reads = pl.DataFrame({"nsid": [1, 1, 1, 1], "slba": [0, 1, (3 * zone) // 4096, 100_000], "nlb": [1, 1, 1, 1]})
-    per, outside = files.reads_per_file(frags, reads, 4096)
+    per, outside = file_layout.reads_per_file(frags, reads, 4096)
     assert dict(per.select("path", "reads").iter_rows()) == {"a.sst": 2, "b.sst": 1}
     assert outside == 1
-    s = files.layout_summary(table, per, outside)
+    s = file_layout.layout_summary(table, per, outside)
     assert s["sst_files"] == 2 and s["hot_files"][0]["path"] == "a.sst"
 
 

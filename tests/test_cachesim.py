@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 
 from ztbp import stages
 from ztbp.acquire.synth import write_run
-from ztbp.analysis.cache_policies import belady_hits, lru_hits, lru_sweep, static_best_hits, zone_lru_hits
+from ztbp.analysis.cache_policies import (
+    SegmentedLRU,
+    belady_hits,
+    dense_ids,
+    lru_hits,
+    lru_sweep,
+    static_best_from_counts,
+)
 from ztbp.analysis.cachesim import GENERAL, Trace, time_split
 from ztbp.cli import main
 from ztbp.errors import ZtbpError
@@ -21,6 +28,16 @@ from ztbp.io import libcachesim
 from ztbp.io.run import load
 
 traces = st.lists(st.integers(0, 30), min_size=1, max_size=300)
+
+
+def zone_lru_hits(pages: np.ndarray | list[int], hot: np.ndarray | list[bool], capacity: int) -> int:
+    """Hits of the zone-recognition LRU (Algorithm 4); hot[i] tells whether request i is to a hot zone."""
+    return SegmentedLRU(capacity).feed(dense_ids(pages)[0], np.asarray(hot, dtype=np.bool_))
+
+
+def static_best_hits(ids: np.ndarray, capacity: int) -> int:
+    """Hits of a cache reserved for the `capacity` most-requested pages of `ids`."""
+    return static_best_from_counts(np.bincount(ids), capacity) if ids.size else 0
 
 
 def test_lru_known_answer() -> None:

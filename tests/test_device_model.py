@@ -20,7 +20,7 @@ from ztbp.analysis.device_model import (
     EMULATOR_MODELS,
     Service,
     credits_per_slot,
-    firmware_us,
+    firmware_ns,
     profile,
     read_chunks,
     read_service_record,
@@ -39,6 +39,11 @@ from ztbp.analysis.device_replay import (
 from ztbp.devices import NVMEVIRT, NVMEVIRT_NOTES, QEMU
 from ztbp.errors import ZtbpError
 from ztbp.paths import PROBES
+
+
+def firmware_us(profile_name: str, slow: int, listed: bool, hit: bool, cluster_on: bool, small: bool) -> float:
+    """firmware_ns in µs for a named profile built with --slow `slow`."""
+    return firmware_ns(profile(profile_name, slow), listed, hit, cluster_on, small) / 1000
 
 
 def device_hits(keys: list[int], priority: list[int], capacity: int) -> list[bool]:

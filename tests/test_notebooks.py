@@ -8,7 +8,9 @@ the outputs of their summary cells; this file checks what nbval cannot.
 from __future__ import annotations
 
 import ast
+import importlib
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,32 @@ def test_one_notebook_per_question() -> None:
                                                  "5-clustering", "6-cache", "7-device", "8-loop", "9-app"]
     assert {p.stem: report.notebook_input(p) for p in NOTEBOOK_PATHS if p not in RUN_NOTEBOOKS} == {
         "8-loop": report.INPUT_LOOP, "9-app": report.INPUT_APP_RUN}
+
+
+def _names_something(dotted: str) -> bool:
+    """A dotted name `ztbp.x.y` is a module of the package, or an attribute of the longest module it starts with."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def test_the_readme_lists_every_notebook_and_names_only_what_exists() -> None:
+    text = (NOTEBOOKS / "README.md").read_text()
+    assert set(re.findall(r"`([\w-]+\.ipynb)`", text)) == {p.name for p in NOTEBOOKS.glob("*.ipynb")}
+    names = set(re.findall(r"\bztbp(?:\.\w+)+", text))
+    assert names, "the README names the package modules the notebooks call"
+    files = set(re.findall(r"\b(?:pipelines|tests)/[\w/.-]+\.py\b", text))
+    assert [n for n in sorted(names) if not _names_something(n)] == []
+    assert [f for f in sorted(files) if not (ROOT / f).is_file()] == []
 
 
 @pytest.mark.parametrize("path", NOTEBOOK_PATHS, ids=lambda p: p.stem)

@@ -20,7 +20,6 @@ import pytest
 from conftest import make_run, row
 from ztbp.analysis.timeline import (
     assign_lanes,
-    final_write_pointers,
     layer_slices,
     queue_depth,
     write_pointers,
@@ -30,7 +29,8 @@ from ztbp.errors import ZtbpError
 from ztbp.io.run import load
 from ztbp.paths import ROOT
 from ztbp.present import figures
-from ztbp.present.perfetto import export, read_trace, verify
+from ztbp.present.perfetto import export, verify
+from ztbp.present.perfetto_proto import read_trace
 
 SAMPLE = ROOT / "tests" / "data" / "runs" / "sample-paper80"
 
@@ -52,6 +52,14 @@ def test_overlapping_intervals_take_the_lowest_free_lane_per_key() -> None:
     assert back_to_back.tolist() == [0, 0, 0, 0]  # negative control: nothing overlaps
     unsorted = assign_lanes(np.array([0, 0]), np.array([5, 0]), np.array([15, 10]))
     assert unsorted.tolist() == [1, 0]
+
+
+def final_write_pointers(events: pl.DataFrame, nr_zones: int, zone_size_lba: int, zone_cap_lba: int
+                         ) -> dict[int, int]:
+    """Zone -> its write pointer after the last command of the trace that moved it (zones never moved are absent)."""
+    wp = write_pointers(events, nr_zones, zone_size_lba, zone_cap_lba)
+    last = wp.group_by("zone").agg(pl.col("wp_lba").last())
+    return {int(z): int(w) for z, w in last.iter_rows()}
 
 
 def _events(run: Path) -> Any:

@@ -190,10 +190,22 @@ def test_a_sweep_runs_each_cell_once_and_resumes(tmp_path: Path) -> None:
     again = run_regime(req, run=_no_loop, say=said.append)  # every cell is finished now: nothing runs
     assert [c["how"] for c in again["cells"]] == ["reused", "reused (run in 0 s)", "reused (run in 0 s)",
                                                  "reused (run in 0 s)"] and again["rows"] == doc["rows"]
+    assert [c["seconds"] for c in again["cells"]] == [None, 0, 0, 0]
     more = replace(req, kos=(*req.kos, _ko(tmp_path, f"{RELEASE}-zn540-slow4")), run_cells=False)
     summary = run_regime(more, run=_no_loop, say=said.append)  # --summary: a new build's cells are not run
     assert [c["how"] for c in summary["cells"]][4:] == ["not run", "not run"] and not summary["complete"]
     assert "not run yet: slow4-4x1, slow4-36x4" in regime_text(summary)
+
+
+def test_a_regime_json_without_seconds_reuses_its_cells_untimed(tmp_path: Path) -> None:
+    req = _request(tmp_path)
+    run_regime(req, run=FakeLoop({10: 0.5, 1: 0.0}), say=lambda s: None)
+    saved = json.loads((req.out / REGIME_FILE).read_text())
+    for c in saved["cells"]:
+        del c["seconds"]  # as a sweep written before the cells kept their time as a number
+    (req.out / REGIME_FILE).write_text(json.dumps(saved))
+    again = run_regime(req, run=_no_loop, say=lambda s: None)
+    assert [c["how"] for c in again["cells"]] == ["reused"] * 4 and [c["seconds"] for c in again["cells"]] == [None] * 4
 
 
 def test_a_finished_cell_of_other_settings_stops_the_sweep_before_any_boot(tmp_path: Path) -> None:

@@ -13,13 +13,11 @@ CACHE_DIR="${ZTBP_CACHE:-$HOME/.cache/ztbp}"
 QEMU="${QEMU:-qemu-system-x86_64}"
 DEFAULT_TIMEOUT=900
 DEFAULT_MEMORY="4G"
-# Two vCPUs. With one, the host path's test guest was faster beside other work (143 s against 194 s beside two busy
-# processes on this project's 2-core test machine; 101 s with two alone), but under load it lost NVMe completions now
-# and then: in two fresh-clone test runs, reads took 59 s each from some point of QEMU's profile on, and the Ctrl-C
-# capture's fio took 57 s to stop. Neither happened in 1-vCPU guests alone, nor ever with two vCPUs on two host
-# threads. Two vCPUs on one host thread (-accel tcg,thread=single) stalled once in two runs of the host path's test:
-# after its first SET (refused by QEMU's device) its watch session journaled nothing more for 10 minutes. Whether
-# completions were lost there was not checked; QEMU used 257 s of CPU in the run's 643 s.
+# Two vCPUs on two host threads. One vCPU is faster beside other work (the host path's test: 143 s against 194 s
+# beside two busy processes on a 2-core machine; 101 s with two vCPUs alone), but under load a 1-vCPU guest loses
+# NVMe completions now and then (reads of 59 s each in QEMU's profile, a Ctrl-C capture's fio 57 s to stop), and two
+# vCPUs on one host thread (-accel tcg,thread=single) stalled the host path's watch session for 10 minutes in one
+# of two runs. Two vCPUs on two host threads showed neither.
 DEFAULT_SMP=2
 DEFAULT_ZONE_SIZE="32M"
 DEFAULT_ZONES=64

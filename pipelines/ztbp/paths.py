@@ -76,7 +76,6 @@ class RunPaths:
     derived = _inside("derived")
     events = _inside("derived", "events.parquet")
     ingest_report = _inside("derived", "ingest.json")
-    cluster_json = _inside("derived", "cluster.json")
     cache_config = _inside("derived", "cache-config.json")
     #: the streaming ingest's partitioned Parquet dataset (io/parts.py): tw=<window>/zr=<zone range>/*.parquet
     events_parts = _inside("derived", "events-parts")

@@ -179,11 +179,6 @@ def lru_hits(pages: np.ndarray | list[int], capacity: int) -> int:
     return SegmentedLRU(capacity, zone_aware=False).feed(dense_ids(pages)[0])
 
 
-def zone_lru_hits(pages: np.ndarray | list[int], hot: np.ndarray | list[bool], capacity: int) -> int:
-    """Hits of the zone-recognition LRU (Algorithm 4); hot[i] tells whether request i is to a hot zone."""
-    return SegmentedLRU(capacity).feed(dense_ids(pages)[0], np.asarray(hot, dtype=np.bool_))
-
-
 # --- static_best: the most-read pages, in hindsight --------------------------------------------------------------
 
 def static_best_from_counts(counts: np.ndarray, capacity: int) -> int:
@@ -192,10 +187,6 @@ def static_best_from_counts(counts: np.ndarray, capacity: int) -> int:
     cut = max(0, counts.size - capacity)
     top = np.partition(counts, cut)[cut:] if cut else counts
     return int((top[top > 0] - 1).sum())
-
-
-def static_best_hits(ids: np.ndarray, capacity: int) -> int:
-    return static_best_from_counts(np.bincount(ids), capacity) if ids.size else 0
 
 
 class PageCounts:

@@ -124,11 +124,6 @@ def firmware_ns(p: Profile, listed: bool, hit: bool, cluster_on: bool, small: bo
     return wrap_int32((p.fw_4kb_read if small else p.fw_read) * MISS_FACTOR)
 
 
-def firmware_us(profile_name: str, slow: int, listed: bool, hit: bool, cluster_on: bool, small: bool) -> float:
-    """firmware_ns in µs for a named profile built with --slow `slow`."""
-    return firmware_ns(profile(profile_name, slow), listed, hit, cluster_on, small) / 1000
-
-
 def unit_ns(mbs: int, extra_per_4k_ns: int = 0) -> int:
     """ns per 128-byte unit of a channel_model of `mbs` MB/s: BANDWIDTH_TO_TX_TIME (+ the firmware's per-unit share
     of extra_per_4k_ns, as ssd_init_ch adds it)."""

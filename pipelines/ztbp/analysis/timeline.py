@@ -149,14 +149,6 @@ def write_pointers(events: pl.DataFrame, nr_zones: int, zone_size_lba: int, zone
     return df.select("event", "zone", "t_ns", "wp_lba")
 
 
-def final_write_pointers(events: pl.DataFrame, nr_zones: int, zone_size_lba: int, zone_cap_lba: int
-                         ) -> dict[int, int]:
-    """Zone -> its write pointer after the last command of the trace that moved it (zones never moved are absent)."""
-    wp = write_pointers(events, nr_zones, zone_size_lba, zone_cap_lba)
-    last = wp.group_by("zone").agg(pl.col("wp_lba").last())
-    return {int(z): int(w) for z, w in last.iter_rows()}
-
-
 def queue_depth(events: pl.DataFrame) -> pl.DataFrame:
     """Commands in flight per hardware queue: columns ctrl, qid, t_ns, depth after each submission (+1) and
     completion (−1), sorted by queue and time; at equal times completions count first."""

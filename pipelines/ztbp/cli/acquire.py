@@ -74,6 +74,7 @@ def _workload(args: argparse.Namespace) -> int:
 
 
 def finish_capture(outcome: object, as_json: bool) -> int:
+    """Print a capture's summary (JSON with --json, else one line); its error as a CaptureError, else its exit code."""
     from ..acquire.capture import CaptureError, CaptureOutcome
     from ..acquire.meta import summary_line
 

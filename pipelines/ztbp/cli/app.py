@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..units import parse_size
-from .common import add_geometry_args, bounded, device_geometry
+from .common import add_geometry_args, bounded, device_geometry, shown
 
 
 def _capture_app(args: argparse.Namespace) -> int:
@@ -25,22 +25,18 @@ def _appops(args: argparse.Namespace) -> int:
     from .. import stages
     from ..io.run import load
     from ..present.app import appops_text
-    from . import emit
 
     r = stages.appops(load(args.run, events=False), args.phase)
-    emit(r, args.json, appops_text(r))
-    return 0
+    return shown(r, args, appops_text(r))
 
 
 def _files(args: argparse.Namespace) -> int:
     from .. import stages
     from ..io.run import load
     from ..present.app import files_text
-    from . import emit
 
     r = stages.files(load(args.run, events=False), args.phase)
-    emit(r, args.json, files_text(r))
-    return 0
+    return shown(r, args, files_text(r))
 
 
 def register(sub: argparse._SubParsersAction) -> None:

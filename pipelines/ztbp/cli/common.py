@@ -236,3 +236,11 @@ def progress_bar(enabled: bool, desc: str, unit: str) -> Callable[[int, int], No
             bar[0].close()
 
     return update
+
+
+def shown(result: Any, args: argparse.Namespace, text: str | None = None) -> int:
+    """Print a command's result (JSON with --json, else `text`) and return the command's exit code, 0."""
+    from . import emit
+
+    emit(result, args.json, text)
+    return 0

@@ -19,8 +19,7 @@ from ..analysis.device_params import (
 from ..errors import ZtbpError
 from ..files import write_atomic
 from ..units import MIB, parse_size, parse_zone_list
-from . import emit
-from .common import add_backend_args, add_geometry_args, add_run, bounded, device_geometry
+from .common import add_backend_args, add_geometry_args, add_run, bounded, device_geometry, shown
 
 
 def zone_spec(text: str) -> tuple[int, ...]:
@@ -97,8 +96,7 @@ def _profile(args: argparse.Namespace) -> int:
     fig = profile_heatmap(doc)
     if hasattr(fig, "write_html"):
         write_atomic(out / "heatmap.html", fig.to_html(include_plotlyjs=True))
-    emit(doc, args.json, profile_text(doc, str(out)))
-    return 0
+    return shown(doc, args, profile_text(doc, str(out)))
 
 
 def _conflicts(args: argparse.Namespace) -> int:
@@ -113,8 +111,7 @@ def _conflicts(args: argparse.Namespace) -> int:
                               DispatchModel(queue_depth=args.queue_depth, window=args.window,
                                             max_commands=args.max_commands))
     out = {**res, "per_bin": res["per_bin"].to_dicts()}
-    emit(out, args.json, conflicts_text(res))
-    return 0
+    return shown(out, args, conflicts_text(res))
 
 
 def _resets(args: argparse.Namespace) -> int:
@@ -125,8 +122,7 @@ def _resets(args: argparse.Namespace) -> int:
 
     far = FarParams(t=args.far_t, slope=args.far_slope, intercept=args.far_intercept)
     res = stages.resets(load(args.run), far)
-    emit(resets_json(res), args.json, resets_text(res, args.rows))
-    return 0
+    return shown(resets_json(res), args, resets_text(res, args.rows))
 
 
 def register(sub: argparse._SubParsersAction) -> None:

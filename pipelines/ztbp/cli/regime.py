@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..analysis.params import AB_READS
 from .acquire import add_workload_arg
-from .common import bounded
+from .common import bounded, shown
 
 #: The sweep's defaults: a short round 1 (its configuration is what the blocks switch) and three pairs per cell.
 #: paper80's round 1 of 20,000 reads recommended nothing on NVMeVirt (zone-LRU +0.0009 hit ratio on the held-out
@@ -22,7 +22,6 @@ def _regime(args: argparse.Namespace) -> int:
     from ..control.regime import RegimeRequest, default_out, run_regime
     from ..present.regime import regime_text
     from ..units import parse_outstanding
-    from . import emit
 
     req = RegimeRequest(kos=tuple(args.nvmevirt_ko or ()), outstanding=parse_outstanding(args.outstanding),
                         out=Path(args.out) if args.out else default_out(args.workload),
@@ -30,8 +29,7 @@ def _regime(args: argparse.Namespace) -> int:
                         ab_reads=args.ab_reads, timeout=args.timeout, verbose=args.verbose,
                         run_cells=not args.summary)
     doc = run_regime(req)
-    emit(doc, args.json, regime_text(doc))
-    return 0
+    return shown(doc, args, regime_text(doc))
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -11,7 +11,6 @@ whole after every cell.
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -145,23 +144,25 @@ def _set_aside(root: Path) -> Path | None:
     return aside
 
 
-def _doc(req: RegimeRequest, cells: list[Cell], done: list[dict[str, Any]], runs: dict[str, str]) -> dict[str, Any]:
+def _doc(req: RegimeRequest, cells: list[Cell], done: list[dict[str, Any]], runs: dict[str, str],
+         seconds: dict[str, int]) -> dict[str, Any]:
     summary = regime_summary(done)
     return {"format": REGIME_FORMAT, "updated": utc_now(), "workload": req.workload.name,
             "reads": req.workload.reads, "ab_pairs": req.ab_pairs, "ab_reads": req.ab_reads,
             "cells": [{"cell": c.name, "slow": c.slow, "profile": c.profile, "jobs": c.loop.workload.jobs,
-                       "iodepth": c.loop.workload.iodepth, "dir": c.loop.out, "how": runs.get(c.name, "not run")}
+                       "iodepth": c.loop.workload.iodepth, "dir": c.loop.out, "how": runs.get(c.name, "not run"),
+                       "seconds": seconds.get(c.name)}
                       for c in cells],
             "complete": len(done) == len(cells), **summary}
 
 
-def _earlier_runs(path: Path) -> dict[str, str]:
-    """How long each cell's loop took when an earlier sweep in the same folder ran it ("run in N s"), from its
-    regime.json ({} when there is none or it cannot be read)."""
+def _earlier_runs(path: Path) -> dict[str, int]:
+    """How many seconds each cell's loop took when an earlier sweep in the same folder ran it, from its
+    regime.json's `seconds` ({} when there is none or it cannot be read; a cell of a regime.json without
+    `seconds` counts as not timed)."""
     try:
         cells = json.loads(path.read_text()).get("cells") or []
-        return {c["cell"]: re.sub(r"^reused \((.*)\)$", r"\1", c["how"]) for c in cells
-                if re.match(r"^(reused \()?run in ", c.get("how") or "")}
+        return {c["cell"]: c["seconds"] for c in cells if isinstance(c.get("seconds"), int)}
     except (OSError, ValueError, AttributeError, KeyError, TypeError):
         return {}
 
@@ -176,13 +177,16 @@ def run_regime(req: RegimeRequest, run: Callable[[LoopRequest], dict[str, Any]] 
     before = _earlier_runs(req.out / REGIME_FILE)
     done: list[dict[str, Any]] = []
     how: dict[str, str] = {}
+    seconds: dict[str, int] = {}
     for i, c in enumerate(cells, start=1):
         root = req.out / c.name
         base = {"cell": c.name, "slow": c.slow, "jobs": c.loop.workload.jobs, "iodepth": c.loop.workload.iodepth}
         doc = found[c.name]
         if doc is not None:
             say(f"cell {i}/{len(cells)} {c.name}: reused (its loop finished with the same settings)")
-            how[c.name] = f"reused ({before[c.name]})" if c.name in before else "reused"
+            if c.name in before:
+                seconds[c.name] = before[c.name]
+            how[c.name] = f"reused (run in {before[c.name]} s)" if c.name in before else "reused"
             done.append({**base, "loop": doc})
         elif not req.run_cells:
             say(f"cell {i}/{len(cells)} {c.name}: not finished, not run (summary only)")
@@ -199,12 +203,13 @@ def run_regime(req: RegimeRequest, run: Callable[[LoopRequest], dict[str, Any]] 
                 doc, error = None, str(e)
             else:
                 error = None if cell_finished(doc) else f"no A/B effects (the loop stopped: {doc.get('stopped')})"
-            how[c.name] = f"run in {time.monotonic() - t0:.0f} s"
+            seconds[c.name] = round(time.monotonic() - t0)
+            how[c.name] = f"run in {seconds[c.name]} s"
             done.append({**base, "loop": doc if error is None else None, "error": error})
             if doc is not None and doc.get("interrupted"):
-                write_json(req.out / REGIME_FILE, _doc(req, cells, done, how))
+                write_json(req.out / REGIME_FILE, _doc(req, cells, done, how, seconds))
                 raise RegimeError(f"interrupted in cell {c.name}; run the same command again to resume", code=130)
-        write_json(req.out / REGIME_FILE, _doc(req, cells, done, how))
-    out = _doc(req, cells, done, how)
+        write_json(req.out / REGIME_FILE, _doc(req, cells, done, how, seconds))
+    out = _doc(req, cells, done, how, seconds)
     out["dir"] = str(req.out)
     return out

@@ -140,11 +140,6 @@ def cap_eff(status_text: str | None) -> int:
     return int(m.group(1), 16) if m else 0
 
 
-def controller_of(name: str) -> str:
-    """nvme0n1 -> nvme0 (the namespace's controller)."""
-    return re.sub(r"n\d+$", "", name)
-
-
 def namespace(block: Path) -> Namespace:
     """One NVMe block device's geometry from its sysfs folder."""
     q = block / "queue"

@@ -209,7 +209,8 @@ def _write_events(df: pl.DataFrame, path: Path) -> stamps.Stamp:
     return stamps.Stamp.of(path.stat(), stamps.digest_bytes(data))
 
 
-def _record(run: RunPaths) -> dict[str, Any] | None:
+def ingest_record(run: RunPaths) -> dict[str, Any] | None:
+    """derived/ingest.json as written, None when it is missing, unreadable or not an object."""
     try:
         rec = json.loads(run.ingest_report.read_bytes())
     except (OSError, ValueError, RecursionError):
@@ -222,7 +223,7 @@ def stale_reason(run: RunPaths) -> str:
     geometry and is the file the ingest wrote. A stamp that moved while the bytes did not is written back."""
     if not run.events.exists():
         return "first ingest"
-    rec = _record(run)
+    rec = ingest_record(run)
     if rec is None:
         return "derived/ingest.json is missing or unreadable"
     if "events_stamp" not in rec:

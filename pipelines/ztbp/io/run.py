@@ -17,7 +17,7 @@ from ..contract import read_meta
 from ..paths import RunPaths, resolve_run
 from . import fio as fio_io
 from .layers import LayersReadReport, load_layers, read_bench
-from .nvme import load_events
+from .nvme import ingest_record, load_events
 
 
 @dataclass
@@ -85,6 +85,15 @@ class Run:
 
     def bench(self) -> dict[str, Any] | None:
         return read_bench(self.paths)
+
+    def ingest_record(self) -> dict[str, Any]:
+        """derived/ingest.json: what the ingest read, skipped and counted ({} when there is none to read)."""
+        return ingest_record(self.paths) or {}
+
+    def zone_report_text(self) -> str | None:
+        """raw/zones.txt, the zone report taken as the workload started (None when the run has none)."""
+        f = self.paths.zones_txt
+        return f.read_text(errors="replace") if f.is_file() else None
 
 
 def load(run_dir: str | os.PathLike[str] | RunPaths, events: bool = True) -> Run:

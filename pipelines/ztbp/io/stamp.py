@@ -16,8 +16,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-READ_BYTES = 1 << 20
-
 
 def hasher() -> Any:
     """The digest every stamp uses (BLAKE2b, 128 bits): feed it with update(bytes)."""

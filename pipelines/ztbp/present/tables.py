@@ -5,7 +5,6 @@ an analysis of its own (each view calls the analysis room)."""
 from __future__ import annotations
 
 import html
-import json
 from typing import Any
 
 import polars as pl
@@ -195,14 +194,6 @@ def overhead_view(run: Run) -> pl.DataFrame | Note:
     return pl.DataFrame(rows)
 
 
-def ingest_report(run: Run) -> dict[str, Any]:
-    try:
-        rep = json.loads(run.paths.ingest_report.read_bytes())
-    except (OSError, ValueError, RecursionError):
-        return {}
-    return rep if isinstance(rep, dict) else {}
-
-
 def quality_warnings(run: Run) -> list[str]:
     """What a reader should know before trusting the figures of this run."""
     out: list[str] = []
@@ -211,7 +202,7 @@ def quality_warnings(run: Run) -> list[str]:
         out.append("the capture was interrupted (meta.json complete=false): the data is valid but partial")
     if m.get("synthetic"):
         out.append("synthetic run (ztbp synth): the commands were generated, not traced on a device")
-    rep = ingest_report(run)
+    rep = run.ingest_record()
     if rep.get("skipped"):
         reasons = ", ".join(f"{k}: {v}" for k, v in sorted(rep.get("skip_reasons", {}).items()))
         first = "; ".join(f"line {x['line']}: {x['reason']}" for x in rep.get("skipped_examples", [])[:3])

@@ -9,7 +9,7 @@ from typing import Any
 import polars as pl
 
 from ..analysis import appops as appops_analysis
-from ..analysis import files as files_analysis
+from ..analysis import file_layout
 from ..errors import ZtbpError
 from ..io.app import load_appops, load_cachestat, load_files, load_nvme_tid
 from ..io.rows import RowsReport
@@ -61,12 +61,12 @@ def files(run: Run, phase: str = "readrandom") -> dict[str, Any]:
     start, end = _phase_window(meta, phase)
     read: dict[str, Any] = {}
     f = _read(read, load_files(run.paths))
-    frags = files_analysis.fragments(f, meta["zone_size_lba"] * meta["lba_bytes"])
-    table = files_analysis.per_file(f, frags)
+    frags = file_layout.fragments(f, meta["zone_size_lba"] * meta["lba_bytes"])
+    table = file_layout.per_file(f, frags)
     reads = appops_analysis.in_window(_read(read, load_nvme_tid(run.paths)), "ts_ns", start, end).filter(
         pl.col("op") == "read")
-    per, outside = files_analysis.reads_per_file(frags, reads, meta["lba_bytes"])
+    per, outside = file_layout.reads_per_file(frags, reads, meta["lba_bytes"])
     table = table.join(per, on="path", how="left").with_columns(
         pl.col("reads").fill_null(0), pl.col("bytes_read").fill_null(0))
-    return {"run": run.run_id, "phase": phase, **files_analysis.layout_summary(table, per, outside),
+    return {"run": run.run_id, "phase": phase, **file_layout.layout_summary(table, per, outside),
             "table": table.to_dicts(), "read": read}

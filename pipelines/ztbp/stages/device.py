@@ -14,10 +14,8 @@ def zone_report(run: Run) -> dict[int, int] | None:
     """Each zone's write pointer (LBAs) from raw/zones.txt, the zone report taken as the workload started."""
     from ..analysis.resets import parse_zone_report
 
-    f = run.paths.zones_txt
-    if not f.is_file():
-        return None
-    return parse_zone_report(f.read_text(errors="replace"), run.zone_size_lba, run.lba_bytes)
+    text = run.zone_report_text()
+    return None if text is None else parse_zone_report(text, run.zone_size_lba, run.lba_bytes)
 
 
 def resets(run: Run, far: Any = None) -> dict[str, Any]:

@@ -1,0 +1,245 @@
+"""Perfetto's TrackEvent protos in and out: `Writer` puts TracePackets on one sequence (tracks, slices, counters,
+strings interned), `read_trace` reads a trace file back with the same protos into a `TraceReadback`.
+
+present/perfetto.py decides what the trace holds (`export`) and checks a trace against its run (`verify`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackDescriptor, TrackEvent
+from perfetto.trace_builder.proto_builder import TraceProtoBuilder
+
+from ..errors import ZtbpError
+
+#: Small on purpose: the id is in every packet (a one-byte varint).
+SEQUENCE_ID = 7
+#: Packets per serialized chunk of the trace (memory stays bounded; concatenated Trace messages are one trace).
+CHUNK_PACKETS = 50_000
+BEGIN, END, COUNTER = TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END, TrackEvent.TYPE_COUNTER
+CLEARED = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+NEEDS_STATE = TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+
+
+class Writer:
+    """TracePackets on one sequence, serialized in chunks through TraceProtoBuilder; strings interned on demand."""
+
+    def __init__(self, f: IO[bytes], intern: bool = True) -> None:
+        self.f, self.intern = f, intern
+        self.builder = TraceProtoBuilder()
+        self.packets = 0
+        self.names: dict[str, int] = {}
+        self.arg_names: dict[str, int] = {}
+        self.strings: dict[str, int] = {}
+        self.next_uuid = 1
+        self.last = TracePacket()
+        first = self.packet()
+        first.sequence_flags = CLEARED | NEEDS_STATE  # starts the sequence's interning state
+
+    def packet(self) -> TracePacket:
+        if len(self.builder.trace.packet) >= CHUNK_PACKETS:
+            self.flush()
+        p = self.builder.add_packet()
+        p.trusted_packet_sequence_id = SEQUENCE_ID
+        self.packets += 1
+        return p
+
+    def flush(self) -> None:
+        self.f.write(self.builder.serialize())
+        self.builder = TraceProtoBuilder()
+
+    def uuid(self) -> int:
+        self.next_uuid += 1
+        return self.next_uuid
+
+    def track(self, name: str, parent: int = 0, rank: int | None = None, merge_key: str | None = None,
+              counter_unit: str | None = None, ordered: bool = False, description: str = "") -> int:
+        uid = self.uuid()
+        d = self.packet().track_descriptor
+        d.uuid, d.name = uid, name
+        if parent:
+            d.parent_uuid = parent
+        if rank is not None:
+            d.sibling_order_rank = rank
+        if ordered:
+            d.child_ordering = TrackDescriptor.EXPLICIT
+        if merge_key is not None:
+            d.sibling_merge_behavior = TrackDescriptor.SIBLING_MERGE_BEHAVIOR_BY_SIBLING_MERGE_KEY
+            d.sibling_merge_key = merge_key
+        if counter_unit is not None:
+            d.counter.unit_name = counter_unit
+        if description:
+            d.description = description
+        return uid
+
+    def _iid(self, p: TracePacket, table: dict[str, int], value: str, kind: str) -> int:
+        iid = table.get(value)
+        if iid is None:
+            iid = table[value] = len(table) + 1
+            entry = getattr(p.interned_data, kind).add()
+            entry.iid = iid
+            if kind == "debug_annotation_string_values":
+                entry.str = value.encode()
+            else:
+                entry.name = value
+        return iid
+
+    def event(self, ts: int, kind: int, track: int, name: str | None = None) -> TrackEvent:
+        p = self.last = self.packet()
+        p.timestamp = ts
+        te = p.track_event
+        te.type, te.track_uuid = kind, track
+        if name is not None:
+            if self.intern:
+                p.sequence_flags = NEEDS_STATE
+                te.name_iid = self._iid(p, self.names, name, "event_names")
+            else:
+                te.name = name
+        return te
+
+    def args(self, te: TrackEvent, values: dict[str, Any]) -> None:
+        p = self.last
+        for key, v in values.items():
+            a = te.debug_annotations.add()
+            if self.intern:
+                a.name_iid = self._iid(p, self.arg_names, key, "debug_annotation_names")
+            else:
+                a.name = key
+            if isinstance(v, str):
+                if self.intern:
+                    a.string_value_iid = self._iid(p, self.strings, v, "debug_annotation_string_values")
+                else:
+                    a.string_value = v
+            elif v < 0:
+                a.int_value = v
+            else:
+                a.uint_value = v
+
+    def counter(self, ts: int, track: int, value: int) -> None:
+        self.event(ts, COUNTER, track).counter_value = value
+
+
+def packets(path: str | os.PathLike[str]) -> Iterator[TracePacket]:
+    """The TracePackets of a trace file one at a time (a Trace is a stream of field-1 packets)."""
+    data = memoryview(Path(path).read_bytes())
+    i, n = 0, len(data)
+    while i < n:
+        tag = data[i]
+        i += 1
+        if tag != 0x0A:
+            raise ZtbpError(f"{path}: not a Perfetto protobuf trace (unexpected byte {tag:#x} at {i - 1})")
+        size = shift = 0
+        while True:
+            b = data[i]
+            i += 1
+            size |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
+        yield TracePacket.FromString(data[i:i + size])
+        i += size
+
+
+@dataclass
+class TraceReadback:
+    """A trace as read back: tracks, slices and their nesting, counter values, flows."""
+
+    tracks: dict[int, dict[str, Any]] = field(default_factory=dict)
+    slices: dict[int, int] = field(default_factory=dict)
+    nesting: dict[tuple[str, int, str], int] = field(default_factory=dict)
+    max_depth: dict[int, int] = field(default_factory=dict)
+    counters: dict[int, list[tuple[int, int, float]]] = field(default_factory=dict)
+    flows_out: list[int] = field(default_factory=list)
+    flows_in: list[int] = field(default_factory=list)
+    args: list[dict[str, Any]] = field(default_factory=list)
+    packets: int = 0
+
+    def children(self, uuid: int) -> list[int]:
+        return [u for u, t in self.tracks.items() if t["parent"] == uuid]
+
+    def root(self, prefix: str) -> int:
+        hits = [u for u, t in self.tracks.items() if not t["parent"] and t["name"].startswith(prefix)]
+        if len(hits) != 1:
+            raise ZtbpError(f"the trace has {len(hits)} root tracks named {prefix!r}…")
+        return hits[0]
+
+    def slices_per_zone(self) -> dict[int, int]:
+        """Command slices per zone (the lanes of "zone Z" under the device's root track)."""
+        out: dict[int, int] = {}
+        for u, t in self.tracks.items():
+            parent = self.tracks.get(t["parent"], {})
+            if t["name"].startswith("zone ") and not t["counter"] and not parent.get("parent"):
+                z = int(t["name"].split()[1])
+                out[z] = out.get(z, 0) + self.slices.get(u, 0)
+        return {z: n for z, n in sorted(out.items()) if n}
+
+    def counter_finals(self, suffix: str) -> dict[str, float]:
+        return {t["name"]: max(self.counters[u])[2] for u, t in self.tracks.items()
+                if t["name"].endswith(suffix) and self.counters.get(u)}
+
+
+def read_trace(path: str | os.PathLike[str], keep_args: int = 0) -> TraceReadback:
+    """Parse a trace with the package's protos: every track, the slices per track and how they nest (name, depth,
+    parent name), counter values, flow ends; with keep_args > 0 also the first slices' names and arguments."""
+    rb = TraceReadback()
+    names: dict[int, str] = {}
+    arg_names: dict[int, str] = {}
+    strings: dict[int, str] = {}
+    marks: dict[int, list[tuple[int, int, int, str]]] = {}
+    for i, p in enumerate(packets(path)):
+        rb.packets += 1
+        if p.sequence_flags & CLEARED:
+            names.clear()
+            arg_names.clear()
+            strings.clear()
+        if p.HasField("interned_data"):
+            d = p.interned_data
+            names.update({e.iid: e.name for e in d.event_names})
+            arg_names.update({e.iid: e.name for e in d.debug_annotation_names})
+            strings.update({e.iid: e.str.decode() for e in d.debug_annotation_string_values})
+        if p.HasField("track_descriptor"):
+            t = p.track_descriptor
+            rb.tracks[t.uuid] = {"name": t.name, "parent": t.parent_uuid, "counter": t.HasField("counter"),
+                                 "merge_key": t.sibling_merge_key}
+        if not p.HasField("track_event"):
+            continue
+        te = p.track_event
+        if te.type == COUNTER:
+            rb.counters.setdefault(te.track_uuid, []).append((p.timestamp, i, te.counter_value))
+            continue
+        name = te.name or names.get(te.name_iid, "")
+        marks.setdefault(te.track_uuid, []).append((p.timestamp, i, te.type, name))
+        if te.type == BEGIN:
+            rb.slices[te.track_uuid] = rb.slices.get(te.track_uuid, 0) + 1
+            rb.flows_out.extend(te.flow_ids)
+            rb.flows_in.extend(te.terminating_flow_ids)
+            if len(rb.args) < keep_args:
+                args: dict[str, Any] = {}
+                for a in te.debug_annotations:
+                    key = a.name or arg_names.get(a.name_iid, "")
+                    which = a.WhichOneof("value")
+                    args[key] = strings.get(a.string_value_iid) if which == "string_value_iid" else getattr(a, which)
+                rb.args.append({"track": te.track_uuid, "ts": p.timestamp, "name": name, "args": args,
+                                "flow_ids": list(te.flow_ids), "terminating_flow_ids": list(te.terminating_flow_ids)})
+    for track, ms in marks.items():
+        stack: list[str] = []
+        deepest = 0
+        for _, _, kind, name in sorted(ms):
+            if kind == BEGIN:
+                key = (name, len(stack), stack[-1] if stack else "")
+                rb.nesting[key] = rb.nesting.get(key, 0) + 1
+                stack.append(name)
+                deepest = max(deepest, len(stack) - 1)
+            elif kind == END:
+                if not stack:
+                    raise ZtbpError(f"{path}: a slice ends on track {track} where none is open")
+                stack.pop()
+        if stack:
+            raise ZtbpError(f"{path}: {len(stack)} slice(s) never end on track {track}")
+        rb.max_depth[track] = deepest
+    return rb
