@@ -1,10 +1,11 @@
 """What every HTML page of a report shares: the Jinja2 environment of `templates/` (autoescape on), the folder's one
 copy of plotly.js, and the headline block of a front page.
 
-render.py (a run's or a loop's index) and watch.py (a watch session's page) both build their pages here, so neither
-imports the other. Every value a template prints is escaped unless it is already markup (a rendered macro, a plotly
-figure): the environment's `finalize` escapes with `html.escape` (quotes as `&quot;` and `&#x27;`), so a value
-stands safely in an attribute too, and autoescape catches anything `finalize` does not see.
+index.py (a run's or a loop's front page, written by render.py) and watch.py (a watch session's page) build their
+pages here, so render.py and watch.py never import each other. Every value a template prints is escaped unless it
+is already markup (a rendered macro, a plotly figure): the environment's `finalize` escapes with `html.escape`
+(quotes as `&quot;` and `&#x27;`), so a value stands safely in an attribute too, and autoescape catches anything
+`finalize` does not see.
 """
 
 from __future__ import annotations
