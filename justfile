@@ -189,6 +189,11 @@ perfetto RUN="tests/data/runs/sample-paper80" OUT="" *ARGS: setup
 report-all *ARGS: setup
     {{ZTBP}} report --all "$@"
 
+# maintainers: rerun notebooks/ on their defaults (the committed samples) and store the outputs nbval checks in them; NOTEBOOKS: comma-separated numbers or names (default every one), e.g. `just update-notebooks 1,6`; review the diff after
+[group('report')]
+update-notebooks NOTEBOOKS="": setup
+    {{PY}} tools/update-notebook-outputs.py {{quote(NOTEBOOKS)}}
+
 # open JupyterLab on notebooks/ (package importable; every parameters cell preselects the sample run)
 [group('report')]
 notebook: setup

@@ -237,9 +237,7 @@ def private_uses(path: Path, source: str | None = None) -> list[str]:
 
 
 #: Private names still imported across files in modules another branch rewrites; each goes when that branch merges.
-PRIVATE_ALLOWED = {
-    "report/watch.py:26 report.render._esc",  # removed on the report branch (render's escaping made public)
-}
+PRIVATE_ALLOWED: set[str] = set()
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: p.relative_to(PKG).as_posix())

@@ -20,7 +20,7 @@ from ztbp.analysis.params import ClusterParams
 from ztbp.errors import ZtbpError
 from ztbp.io.run import Run, load
 from ztbp.present import figures, tables, text
-from ztbp.report import render as report
+from ztbp.report import notebooks as report
 from ztbp.writeback import ctl
 
 
@@ -375,7 +375,7 @@ def test_report_cli_bad_input_is_a_message(tmp_path: Path, capsys: pytest.Captur
 def test_probe_stats_of_the_sample_run(paper80: Run) -> None:
     from ztbp.paths import ROOT
 
-    sample = load(ROOT / report.SAMPLE_RUN)
+    sample = load(ROOT / "tests" / "data" / "runs" / "sample-paper80")
     stats = tables.probe_stats_view(sample)
     assert isinstance(stats, pl.DataFrame)
     d = dict(stats.iter_rows())
@@ -388,8 +388,9 @@ def test_report_several_runs_one_broken(tmp_path: Path, capsys: pytest.CaptureFi
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Like `just report-all`: a broken run is reported and skipped, the others still get their report."""
     from ztbp.cli import main
+    from ztbp.report import render
 
-    monkeypatch.setattr(report, "REPORTS", tmp_path / "reports")
+    monkeypatch.setattr(render, "REPORTS", tmp_path / "reports")
     good = make_run(tmp_path / "good", [("read", 8192 * i, 1) for i in range(20)])
     assert main(["report", str(tmp_path / "missing"), str(good), "--only", "3", "--json"]) == 1
     out, err = capsys.readouterr()

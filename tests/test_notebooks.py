@@ -21,14 +21,17 @@ import pytest
 
 from ztbp.acquire.synth import HOT_ZONES, write_run
 from ztbp.paths import NOTEBOOKS, ROOT
-from ztbp.report import render as report
+from ztbp.report import notebooks as nbs
+from ztbp.report import render
+from ztbp.report.pages import PLOTLY_JS
 
 NOTEBOOK_PATHS = sorted(NOTEBOOKS.glob("[0-9]*.ipynb"))
-RUN_NOTEBOOKS = [p for p in NOTEBOOK_PATHS if report.notebook_input(p) == report.INPUT_RUN]
-SAMPLE = ROOT / report.SAMPLE_RUN
-#: The committed default input of each kind of notebook (the first parameter's value).
-SAMPLES = {report.INPUT_RUN: report.SAMPLE_RUN, report.INPUT_APP_RUN: report.SAMPLE_APP_RUN,
-           report.INPUT_LOOP: report.SAMPLE_LOOP}
+RUN_NOTEBOOKS = [p for p in NOTEBOOK_PATHS if nbs.notebook_input(p) == nbs.INPUT_RUN]
+#: The committed default input of each kind of notebook (the first parameter's value): the small real capture, a
+#: small db_bench capture on btrfs zoned (`ztbp capture-app`), a closed loop on NVMeVirt (`ztbp loop`).
+SAMPLE_RUN, SAMPLE_APP_RUN = "tests/data/runs/sample-paper80", "tests/data/runs/sample-rocksdb-btrfs"
+SAMPLES = {nbs.INPUT_RUN: SAMPLE_RUN, nbs.INPUT_APP_RUN: SAMPLE_APP_RUN,
+           nbs.INPUT_LOOP: "tests/data/loops/sample-nvmevirt"}
 
 
 def _code_cells(path: Path) -> list[Any]:
@@ -38,8 +41,8 @@ def _code_cells(path: Path) -> list[Any]:
 def test_one_notebook_per_question() -> None:
     assert [p.stem for p in NOTEBOOK_PATHS] == ["1-overview", "2-zones", "3-layers", "4-sequentiality",
                                                  "5-clustering", "6-cache", "7-device", "8-loop", "9-app"]
-    assert {p.stem: report.notebook_input(p) for p in NOTEBOOK_PATHS if p not in RUN_NOTEBOOKS} == {
-        "8-loop": report.INPUT_LOOP, "9-app": report.INPUT_APP_RUN}
+    assert {p.stem: nbs.notebook_input(p) for p in NOTEBOOK_PATHS if p not in RUN_NOTEBOOKS} == {
+        "8-loop": nbs.INPUT_LOOP, "9-app": nbs.INPUT_APP_RUN}
 
 
 def _names_something(dotted: str) -> bool:
@@ -81,9 +84,9 @@ def test_notebook_is_thin_and_parameterised(path: Path) -> None:
         assert isinstance(stmt, ast.AnnAssign), f"not `name: type = value`: {line}"
         ast.literal_eval(stmt.value)  # a literal, not an expression
         assert "  # " in line and line.split("  # ", 1)[1].strip(), f"parameter without a comment: {line}"
-    kind = report.notebook_input(path)
+    kind = nbs.notebook_input(path)
     assert ast.literal_eval(ast.parse(lines[0]).body[0].value) == SAMPLES[kind]  # type: ignore[attr-defined]
-    assert lines[0].startswith(f"{report.FIRST_PARAMETER[kind]}: str = ")
+    assert lines[0].startswith(f"{nbs.FIRST_PARAMETER[kind]}: str = ")
     assert (ROOT / SAMPLES[kind]).is_dir(), f"{path.name}: its default input {SAMPLES[kind]} is not committed"
     for cell in cells:
         tree = ast.parse(cell.source)
@@ -95,17 +98,17 @@ def test_notebook_is_thin_and_parameterised(path: Path) -> None:
             if isinstance(node, ast.ImportFrom):
                 assert node.module and (node.module == "ztbp" or node.module.startswith("ztbp.")), \
                     f"{path.name}: imports from {node.module}, not the ztbp package"
-    checked = [c for c in cells if report.CHECK_MARK in c.source]
+    checked = [c for c in cells if nbs.CHECK_MARK in c.source]
     assert checked, "no summary cell for nbval to check"
     for c in checked:
-        assert report.SUMMARY_TAG in c.metadata.get("tags", [])
+        assert nbs.SUMMARY_TAG in c.metadata.get("tags", [])
         assert c.outputs and c.outputs[0].get("text"), "checked cell without a stored output " \
-                                                        "(run `ztbp report --update-notebooks`)"
-    unchecked_with_output = [c.source for c in cells if c.outputs and report.CHECK_MARK not in c.source]
+                                                        "(run `just update-notebooks`)"
+    unchecked_with_output = [c.source for c in cells if c.outputs and nbs.CHECK_MARK not in c.source]
     assert not unchecked_with_output, "only checked cells keep outputs in git"
 
 
-@pytest.mark.parametrize("sample", [report.SAMPLE_RUN, report.SAMPLE_APP_RUN])
+@pytest.mark.parametrize("sample", [SAMPLE_RUN, SAMPLE_APP_RUN])
 def test_sample_run_is_small_and_clean(sample: str) -> None:
     run = ROOT / sample
     assert (run / "meta.json").is_file() and (run / "raw" / "nvme.csv").is_file()
@@ -126,7 +129,7 @@ def _errors(executed: Path) -> list[str]:
 
 
 def _summary(out: Path, stem: str) -> str:
-    return "\n".join(report._summary_text(nbformat.read(str(out / f"{stem}.ipynb"), as_version=4)))
+    return "\n".join(nbs.summary_text(nbformat.read(str(out / f"{stem}.ipynb"), as_version=4)))
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +140,7 @@ def synthetic_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str
     write_run(run, "paper80", 5000, seed=2)
     params = base / "params.yaml"
     params.write_text("top: 3\nnts_mib: 0.5\ncache_mib: 16\ntime_bins: 30\n")
-    res = report.render(run, base / "report", report.load_parameters(str(params), None), log=lambda s: None)
+    res = render.render(run, base / "report", nbs.load_parameters(str(params), None), log=lambda s: None)
     return res, base / "report"
 
 
@@ -153,7 +156,7 @@ def bare_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any
     meta["synthetic"] = False
     (run / "meta.json").write_text(json.dumps(meta))
     assert not (run / "raw" / "layers.csv").exists()
-    res = report.render(run, base / "report", log=lambda s: None)
+    res = render.render(run, base / "report", log=lambda s: None)
     return res, base / "report"
 
 
@@ -165,7 +168,7 @@ def test_every_notebook_runs_without_raising(fixture: str, request: pytest.Fixtu
         assert page["ok"], f"{page['notebook']}: {page['error']}"
         assert not _errors(out / f"{page['notebook']}.ipynb")
         assert (out / page["html"]).stat().st_size > 10_000
-    assert res["ok"] and (out / "index.html").is_file() and (out / report.PLOTLY_JS).is_file()
+    assert res["ok"] and (out / "index.html").is_file() and (out / PLOTLY_JS).is_file()
 
 
 def test_synthetic_report_shows_the_run(synthetic_report: tuple[dict[str, Any], Path]) -> None:

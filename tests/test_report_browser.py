@@ -21,12 +21,14 @@ import nbformat
 import pytest
 
 from ztbp.paths import REPORTS, ROOT
-from ztbp.report import render as report
+from ztbp.report import notebooks as report
 
 CHROMIUM_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-dev-shm-usage", "--window-size=1280,1000")
 ARTEFACTS = REPORTS / "test-artefacts"
+#: The committed sample run the browser opens the report of.
+SAMPLE_RUN = "tests/data/runs/sample-paper80"
 #: Any request with one of these schemes means the page is not self-contained.
 NETWORK_SCHEMES = {"http", "https", "ws", "wss", "ftp"}
 
@@ -59,7 +61,7 @@ def _binary(*names: str) -> str:
 def sample_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
     """`ztbp report` on the committed sample run, as `just report` runs it (into a temporary folder)."""
     out = tmp_path_factory.mktemp("browser") / "report"
-    proc = subprocess.run([sys.executable, "-m", "ztbp.cli", "report", report.SAMPLE_RUN, "-o", str(out), "--json"],
+    proc = subprocess.run([sys.executable, "-m", "ztbp.cli", "report", SAMPLE_RUN, "-o", str(out), "--json"],
                           cwd=ROOT, capture_output=True, text=True, timeout=1200, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout), out
@@ -145,9 +147,9 @@ def test_code_hidden_until_asked_and_index_links(sample_report: tuple[dict[str, 
     _open(browser, out / "index.html")
     links = [a.get_attribute("href") for a in browser.find_elements("css selector", "li.card h2 a")]
     assert [Path(h).name for h in links if h.endswith(".html")] == [p["html"] for p in res["pages"]]
-    assert [Path(h).name for h in links if not h.endswith(".html")] == [f"{Path(report.SAMPLE_RUN).name}.pftrace"]
+    assert [Path(h).name for h in links if not h.endswith(".html")] == [f"{Path(SAMPLE_RUN).name}.pftrace"]
     body = browser.find_element("tag name", "body").text
-    assert f"ZTBP report — {Path(report.SAMPLE_RUN).name}" in body
+    assert f"ZTBP report — {Path(SAMPLE_RUN).name}" in body
     assert body.count(" ok") >= 6 and "failed" not in body
     assert "hot zones:" in body  # the clustering summary made it to the index
 
@@ -158,7 +160,7 @@ def test_index_screenshot_artefact(sample_report: tuple[dict[str, Any], Path], b
     height = int(browser.execute_script("return document.documentElement.scrollHeight"))
     browser.set_window_size(1280, min(max(height, 800), 6000))
     ARTEFACTS.mkdir(parents=True, exist_ok=True)
-    shot = ARTEFACTS / f"{Path(report.SAMPLE_RUN).name}-index.png"
+    shot = ARTEFACTS / f"{Path(SAMPLE_RUN).name}-index.png"
     assert browser.save_screenshot(str(shot))
     assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
     png = shot.read_bytes()

@@ -17,15 +17,10 @@ from ztbp.present import loop as present_loop
 from ztbp.present.device_study import profile_for_run
 from ztbp.present.figures import Note
 from ztbp.present.tables import MISSING, column_unit, html_table, show
-from ztbp.report.render import (
-    INPUT_APP_RUN,
-    INPUT_LOOP,
-    INPUT_RUN,
-    headline_html,
-    input_stamp,
-    loop_index_html,
-    only_for,
-)
+from ztbp.report.index import loop_index_html
+from ztbp.report.notebooks import INPUT_APP_RUN, INPUT_LOOP, INPUT_RUN, only_for
+from ztbp.report.pages import headline_html
+from ztbp.report.render import input_stamp
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_LOOP = ROOT / "tests" / "data" / "loops" / "sample-nvmevirt"

@@ -70,6 +70,8 @@ def test_the_wheel_carries_the_share(wheel: tuple[Path, float]) -> None:
         names = set(z.namelist())
     assert [f for f in SHARED if f"ztbp/_share/{f}" not in names] == []
     assert "ztbp/report/templates/page.html.j2" in names and "ztbp/doctor/verdicts.py" in names
+    templates = sorted((CHECKOUT / "pipelines" / "ztbp" / "report" / "templates").glob("*.html.j2"))
+    assert len(templates) > 1 and [t.name for t in templates if f"ztbp/report/templates/{t.name}" not in names] == []
     assert not [n for n in names if "/tests/" in n or "__pycache__" in n or "/build/" in n]
     meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
     with zipfile.ZipFile(wheel[0]) as z:

@@ -11,14 +11,9 @@ from .common import bounded
 
 
 def _report(args: argparse.Namespace) -> int:
-    from ..report.render import load_parameters, render, report_runs, update_notebook_outputs
+    from ..report.notebooks import load_parameters
+    from ..report.render import render, report_runs
 
-    if args.update_notebooks:
-        if args.run or args.all:
-            raise ZtbpError("--update-notebooks runs the notebooks on their default run; give no run")
-        done = update_notebook_outputs(args.only.split(",") if args.only else None)
-        print(f"report: stored the checked outputs of {len(done)} notebooks")
-        return 0
     runs = report_runs(args.all, args.run)
     if args.output and len(runs) > 1:
         raise ZtbpError("-o names one report folder; it cannot be used with several runs")
@@ -94,6 +89,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rounds", action="store_true",
                    help="a loop directory: also report each round's run (its pages linked from the loop's index)")
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
-    p.add_argument("--update-notebooks", action="store_true",
-                   help="maintainers: rerun notebooks/ on the sample run and store the outputs nbval checks")
     p.set_defaults(func=_report)

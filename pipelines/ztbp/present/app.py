@@ -8,8 +8,7 @@ from typing import Any
 import plotly.graph_objects as go
 import polars as pl
 
-from .figures import Note
-from .figures import layout as _layout
+from .figures import Note, layout
 
 
 def appops_text(r: dict[str, Any]) -> str:
@@ -76,7 +75,7 @@ def ios_histogram(r: dict[str, Any]) -> go.Figure | Note:
                              name=f"{name} (mean {s['ios_mean']:.2f})"))
     fig.update_xaxes(title_text="device reads per operation", dtick=1)
     fig.update_yaxes(title_text="operations")
-    return _layout(fig, f"I/Os per operation ({r['phase']})", barmode="group")
+    return layout(fig, f"I/Os per operation ({r['phase']})", barmode="group")
 
 
 def files_frame(r: dict[str, Any]) -> pl.DataFrame:
@@ -114,4 +113,4 @@ def reads_per_file_figure(r: dict[str, Any]) -> go.Figure | Note:
     fig = go.Figure(go.Bar(x=f["path"].to_list(), y=f["reads"].to_list(), text=f["zones"].to_list(),
                            hovertemplate="%{x}<br>%{y} reads<br>zones %{text}<extra></extra>"))
     fig.update_yaxes(title_text=f"device reads ({r['phase']})")
-    return _layout(fig, f"Reads per file ({r['reads_outside_files']:,} outside any file)")
+    return layout(fig, f"Reads per file ({r['reads_outside_files']:,} outside any file)")

@@ -9,7 +9,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from .figures import layout as _layout
+from .figures import layout
 
 _HEADERS = ("metric", "A", "B", "change", "CI", "verdict")
 #: marker colour by outcome: better, worse, no difference within noise
@@ -134,7 +134,7 @@ def effects_figure(effects: Mapping[str, Any]) -> go.Figure:
     level = f"{100 * eff[0]['ci_level']:g} %" if eff else "95 %"
     fig.update_xaxes(title_text="change B vs A, %" + (" (hit ratio: percentage points)" if pp else "") +
                                 f", with its {level} interval")
-    return _layout(fig, "Effects with their intervals", height=max(300, 70 * len(eff) + 140))
+    return layout(fig, "Effects with their intervals", height=max(300, 70 * len(eff) + 140))
 
 
 def _label(e: Mapping[str, Any]) -> str:

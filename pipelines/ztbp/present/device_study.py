@@ -10,8 +10,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from .. import devices
-from .figures import Note
-from .figures import layout as _layout
+from .figures import Note, layout
 
 SHADES = " .:-=+*#%@"
 MAX_TEXT_MATRIX = 40
@@ -155,7 +154,7 @@ def profile_heatmap(doc: dict[str, Any]) -> go.Figure | Note:
     thr = doc.get("threshold")
     title = f"Pair bandwidth ratio, zones by conflict group (threshold {thr:g})" if thr else "Pair bandwidth ratio"
     fig.update_yaxes(autorange="reversed")
-    return _layout(fig, title, height=max(420, 18 * len(zones) + 160))
+    return layout(fig, title, height=max(420, 18 * len(zones) + 160))
 
 
 # ---- collisions of a trace --------------------------------------------------------------------------------------
@@ -208,7 +207,7 @@ def collisions_over_time(per_bin: pl.DataFrame) -> go.Figure | Note:
                     line={"dash": "dash"})
     fig.update_yaxes(title="share of commands issued while busy", range=[0, 1.02])
     fig.update_xaxes(title="time (s)")
-    return _layout(fig, "Commands colliding within a conflict group")
+    return layout(fig, "Commands colliding within a conflict group")
 
 
 # ---- zone resets and FAR ----------------------------------------------------------------------------------------
@@ -272,7 +271,7 @@ def reset_timeline(table: pl.DataFrame) -> go.Figure | Note:
                       "%{customdata[2]:.0f} us<extra></extra>"))
     fig.update_xaxes(title="time (s)")
     fig.update_yaxes(title="zone")
-    return _layout(fig, "Zone resets (colour: how full the zone was)")
+    return layout(fig, "Zone resets (colour: how full the zone was)")
 
 
 def far_free_space(far: dict[str, Any]) -> go.Figure | Note:
@@ -285,4 +284,4 @@ def far_free_space(far: dict[str, Any]) -> go.Figure | Note:
     fig.add_hline(y=far["params"]["t"], line_dash="dot", annotation_text="T")
     fig.update_yaxes(title="free share of the device", range=[0, 1.02])
     fig.update_xaxes(title="time (s)")
-    return _layout(fig, "Free space under eager reset and FAR")
+    return layout(fig, "Free space under eager reset and FAR")

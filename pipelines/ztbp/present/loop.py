@@ -14,7 +14,7 @@ from plotly.subplots import make_subplots
 
 from .. import devices
 from ..analysis.params import PAPER_TABLES, RUN_NOISE_CV
-from .figures import layout as _layout
+from .figures import layout
 
 
 def _get(d: dict[str, Any] | None, *keys: str) -> Any:
@@ -135,7 +135,7 @@ def rounds_figure(frame: pl.DataFrame) -> go.Figure:
         fig.add_trace(go.Scatter(x=x, y=frame[col].to_list(), mode="lines+markers", name=col.replace("_us", ""),
                                  line={"dash": dash}), row=1, col=3)
     fig.update_xaxes(title_text="round", dtick=1)
-    return _layout(fig, "Round by round", height=380)
+    return layout(fig, "Round by round", height=380)
 
 
 def listed_figure(frame: pl.DataFrame) -> go.Figure:
@@ -146,7 +146,7 @@ def listed_figure(frame: pl.DataFrame) -> go.Figure:
     fig.add_trace(go.Bar(x=x, y=frame["unlisted_p50_us"].to_list(), name="other zones"))
     fig.update_xaxes(title_text="round", dtick=1)
     fig.update_yaxes(title_text="device read latency p50, us")
-    return _layout(fig, "Listed vs unlisted zones", height=360, barmode="group")
+    return layout(fig, "Listed vs unlisted zones", height=360, barmode="group")
 
 
 def _us(v: float | None) -> str:

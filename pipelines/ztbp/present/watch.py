@@ -43,7 +43,7 @@ def summary_text(summary: dict[str, Any]) -> str:
 
 def watch_headline(summary: dict[str, Any], rates: pl.DataFrame | None = None,
                    skipped_lines: int = 0) -> list[dict[str, str]]:
-    """The session's answer in a few figures for the report's front (report/render.headline_html): key, label,
+    """The session's answer in a few figures for the report's front (report/pages.headline_html): key, label,
     value, detail — text only, never None."""
     s = summary
 
@@ -110,10 +110,10 @@ def watch_headline(summary: dict[str, Any], rates: pl.DataFrame | None = None,
 def _figure(title: str, xtitle: str, ytitle: str, height: int = 420) -> Any:
     import plotly.graph_objects as go
 
-    from .figures import layout as _layout
+    from .figures import layout
 
     fig = go.Figure()
-    _layout(fig, title, height, xaxis_title=xtitle, yaxis_title=ytitle, showlegend=True,
+    layout(fig, title, height, xaxis_title=xtitle, yaxis_title=ytitle, showlegend=True,
             legend={"orientation": "h", "yanchor": "top", "y": -0.15, "x": 0})
     fig.update_layout(margin={"l": 60, "r": 20, "t": 60, "b": 90})
     return fig

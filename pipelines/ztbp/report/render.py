@@ -4,19 +4,16 @@
 button shows it), `index.html` linking them with each notebook's summary, and `plotly.min.js` — the only copy of
 plotly's JavaScript, loaded by every page from the same folder, so a report opens offline and never asks a CDN.
 Parameters for the notebooks' parameters cells come from a flat mapping (`-f params.yaml`, `-p NAME VALUE`); each
-notebook receives the keys its parameters cell declares. The page template is package data
-(`report/templates/page.html.j2`).
+notebook receives the keys its parameters cell declares (report/notebooks.py). The pages' templates are package
+data (`report/templates/`): nbconvert's page (`page.html.j2`) here, the front page in report/index.py.
 """
 
 from __future__ import annotations
 
-import html
 import os
-import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,136 +21,24 @@ from ..errors import ZtbpError
 from ..files import check_target, hand_over_tree, make_dir, write_atomic
 from ..io.run import load
 from ..io.stamp import digest_bytes
-from ..paths import NOTEBOOKS, REPORTS, RUNS, WORK, RunPaths
+from ..paths import REPORTS, RUNS, WORK
 from ..present.figures import REPORT_ENV
-from ..present.loop import headline as loop_headline
 from ..present.tables import run_headline
 from ..units import MIB
+from .index import Page, index_html, loop_index_html
 from .kernels import ENGINE, Kernels, register_engine
-
-#: Default run of every notebook's parameters cell: the small real capture committed as test data.
-SAMPLE_RUN = "tests/data/runs/sample-paper80"
-#: Default of the application notebook: a small db_bench capture on btrfs zoned (`ztbp capture-app`).
-SAMPLE_APP_RUN = "tests/data/runs/sample-rocksdb-btrfs"
-#: Default of the loop notebook: loop.json of a closed loop on NVMeVirt (`ztbp loop`).
-SAMPLE_LOOP = "tests/data/loops/sample-nvmevirt"
-#: A notebook's cells tagged with this hold its summary; the report index shows their text output.
-SUMMARY_TAG = "summary"
-PLOTLY_JS = "plotly.min.js"
-TEMPLATES = Path(__file__).resolve().parent / "templates"
-
-
-@dataclass
-class Page:
-    stem: str
-    title: str
-    description: str
-    ok: bool = False
-    error: str = ""
-    seconds: float = 0.0
-    summary: list[str] = field(default_factory=list)
-    reused: bool = False
-
-
-#: What a notebook reads, from its metadata `ztbp.input`: a run (the default), an application run (only for runs
-#: with raw/appops.csv) or a loop directory (`ztbp loop`).
-INPUT_RUN, INPUT_APP_RUN, INPUT_LOOP = "run", "app-run", "loop"
-#: The first parameter of a notebook of each input.
-FIRST_PARAMETER = {INPUT_RUN: "run_dir", INPUT_APP_RUN: "run_dir", INPUT_LOOP: "loop_dir"}
-
-
-def notebook_input(path: Path) -> str:
-    """What the notebook reads (INPUT_RUN, INPUT_APP_RUN or INPUT_LOOP), from its metadata."""
-    import nbformat
-
-    kind = nbformat.read(str(path), as_version=4).metadata.get("ztbp", {}).get("input", INPUT_RUN)
-    if kind not in FIRST_PARAMETER:
-        raise ZtbpError(f"{path.name}: metadata ztbp.input is {kind!r}; use one of {', '.join(FIRST_PARAMETER)}")
-    return str(kind)
-
-
-def notebooks(only: list[str] | None = None, inputs: tuple[str, ...] | None = None) -> list[Path]:
-    """The report's notebooks, in order; `only` selects by number or stem (e.g. "1", "6-cache"), `inputs` by what
-    they read (default: every notebook)."""
-    found = sorted(NOTEBOOKS.glob("[0-9]*.ipynb"))
-    if not found:
-        raise ZtbpError(f"no notebook found in {NOTEBOOKS}")
-    if inputs is not None:
-        found = [p for p in found if notebook_input(p) in inputs]
-    if not only:
-        return found
-    out = []
-    for sel in only:
-        hit = [p for p in found if p.stem == sel or p.stem.split("-", 1)[0] == sel]
-        if not hit:
-            raise ZtbpError(f"no notebook {sel!r} for this input; choose from {', '.join(p.stem for p in found)}")
-        out += [p for p in hit if p not in out]
-    return out
-
-
-def _title(nb: Any, stem: str) -> tuple[str, str]:
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            lines = [ln.strip() for ln in cell.source.splitlines()]
-            title = lines[0].lstrip("# ").strip() if lines and lines[0] else stem
-            para = []
-            for ln in lines[1:]:
-                if not ln or ln.startswith("#"):
-                    if para:
-                        break
-                    continue
-                para.append(ln)
-            return title, " ".join(para)
-    return stem, ""
-
-
-def _summary_text(nb: Any) -> list[str]:
-    out = []
-    for cell in nb.cells:
-        if cell.cell_type == "code" and SUMMARY_TAG in cell.get("metadata", {}).get("tags", []):
-            for o in cell.get("outputs", []):
-                if o.get("output_type") == "stream" and o.get("name") == "stdout":
-                    out.append(o.get("text", "").rstrip())
-    return out
-
-
-def _error_of(nb: Any) -> str:
-    for cell in nb.cells:
-        for o in cell.get("outputs", []):
-            if o.get("output_type") == "error":
-                return f"{o.get('ename')}: {o.get('evalue')}"
-    return ""
-
-
-def declared_parameters(path: Path) -> dict[str, Any]:
-    import papermill
-
-    return dict(papermill.inspect_notebook(str(path)))
-
-
-def load_parameters(path: str | None, pairs: list[list[str]] | None) -> dict[str, Any]:
-    """Parameters from a YAML mapping (-f) overridden by -p NAME VALUE pairs (values parsed as YAML)."""
-    import yaml
-
-    params: dict[str, Any] = {}
-    if path:
-        try:
-            data = yaml.safe_load(Path(path).read_text())
-        except FileNotFoundError:
-            raise ZtbpError(f"parameters file {path} does not exist") from None
-        except yaml.YAMLError as e:
-            raise ZtbpError(f"parameters file {path} is not valid YAML: {e}") from None
-        if data is None:
-            data = {}
-        if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
-            raise ZtbpError(f"parameters file {path} must hold a mapping of parameter names to values")
-        params.update(data)
-    for name, value in pairs or []:
-        try:
-            params[name] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            params[name] = value
-    return params
+from .notebooks import (
+    INPUT_APP_RUN,
+    INPUT_LOOP,
+    INPUT_RUN,
+    check_parameters,
+    error_of,
+    notebooks,
+    only_for,
+    summary_text,
+    title_of,
+)
+from .pages import TEMPLATES, write_plotlyjs
 
 
 @contextmanager
@@ -170,37 +55,14 @@ def _env_all(values: dict[str, str]) -> Iterator[None]:
                 os.environ[name] = value
 
 
-def _exporter() -> Any:
+def exporter() -> Any:
+    """nbconvert's HTML exporter with the report's page template (templates/page.html.j2: lab, code hidden)."""
     import jinja2
     from nbconvert import HTMLExporter
 
     exp = HTMLExporter(template_name="lab", extra_loaders=[jinja2.FileSystemLoader(str(TEMPLATES))])
     exp.template_file = "page.html.j2"
     return exp
-
-
-def write_plotlyjs(out: Path) -> Path:
-    """plotly.js once per report folder (rewritten only when the installed plotly changes)."""
-    from plotly.offline import get_plotlyjs
-
-    js = get_plotlyjs()
-    path = out / PLOTLY_JS
-    if path.is_symlink() or not path.is_file() or path.stat().st_size != len(js.encode()):
-        write_atomic(path, js)
-    return path
-
-
-def _check_parameters(nbs: list[Path], parameters: dict[str, Any], allow_send: bool) -> dict[Path, set[str]]:
-    if not allow_send and parameters.get("send"):
-        raise ZtbpError("the parameter send=true would send the cache configuration to a device while rendering "
-                        "a report; add --send to `ztbp report` if that is what you want")
-    declared = {p: set(declared_parameters(p)) for p in nbs}
-    known = set().union(*declared.values())
-    unknown = sorted(set(parameters) - known)
-    if unknown:
-        raise ZtbpError(f"unknown notebook parameter(s) {', '.join(unknown)}; the notebooks take "
-                        f"{', '.join(sorted(known))}")
-    return declared
 
 
 #: Arguments of every notebook's kernel: its own log at CRITICAL, so the terminal keeps one progress line per page
@@ -278,8 +140,8 @@ def _run_one(path: Path, nb_params: dict[str, Any], out: Path, label: str, sourc
     t0 = time.monotonic()
     if stamp == old_stamp and executed.is_file() and page_file.is_file():
         nb = nbformat.read(str(executed), as_version=4)
-        title, desc = _title(nb, path.stem)
-        page = Page(path.stem, title, desc, error=_error_of(nb), summary=_summary_text(nb), reused=True)
+        title, desc = title_of(nb, path.stem)
+        page = Page(path.stem, title, desc, error=error_of(nb), summary=summary_text(nb), reused=True)
         page.ok = not page.error
         log(f"report: {label}: {path.stem}.html unchanged (reused)")
         return page
@@ -295,9 +157,9 @@ def _run_one(path: Path, nb_params: dict[str, Any], out: Path, label: str, sourc
         kernels.discard()
     nb = nbformat.read(str(executed), as_version=4) if executed.is_file() else nbformat.read(
         str(path), as_version=4)
-    title, desc = _title(nb, path.stem)
-    page = Page(path.stem, title, desc, ok=not err, error=err or _error_of(nb),
-                seconds=time.monotonic() - t0, summary=_summary_text(nb))
+    title, desc = title_of(nb, path.stem)
+    page = Page(path.stem, title, desc, ok=not err, error=err or error_of(nb),
+                seconds=time.monotonic() - t0, summary=summary_text(nb))
     page.ok = not page.error
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": f"{title} — {label}"},
                                                          "ztbp_title": f"{title} — {label}",
@@ -333,7 +195,7 @@ def _run_pages(nbs: list[Path], declared: dict[Path, set[str]], parameters: dict
     register_engine()
     with _env_all(KERNEL_ENV), Kernels(WORK, KERNEL_ARGUMENTS) as kernels, \
             ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        pages = list(pool.map(lambda w: _run_one(w[0], w[1], out, label, source, timeout, _exporter(),
+        pages = list(pool.map(lambda w: _run_one(w[0], w[1], out, label, source, timeout, exporter(),
                                                  stamps[w[0].stem], old.get(w[0].stem), log, kernels), work))
     import json
 
@@ -345,22 +207,6 @@ def _run_pages(nbs: list[Path], declared: dict[Path, set[str]], parameters: dict
 def _pages_json(pages: list[Page]) -> list[dict[str, Any]]:
     return [{"notebook": p.stem, "html": f"{p.stem}.html", "title": p.title, "ok": p.ok, "error": p.error,
              "seconds": round(p.seconds, 2)} for p in pages]
-
-
-def only_for(only: list[str] | None, inputs: tuple[str, ...]) -> list[str] | None:
-    """The selections of `only` that name a notebook reading one of `inputs` (None: no selection, every notebook);
-    a selection that names no notebook at all is an error, as in `notebooks`."""
-    if not only:
-        return None
-    every = notebooks()
-    kept = []
-    for sel in only:
-        hit = [p for p in every if p.stem == sel or p.stem.split("-", 1)[0] == sel]
-        if not hit:
-            raise ZtbpError(f"no notebook {sel!r}; choose from {', '.join(p.stem for p in every)}")
-        if any(notebook_input(p) in inputs for p in hit):
-            kept.append(sel)
-    return kept
 
 
 def render(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None,
@@ -388,7 +234,7 @@ def render(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | No
     parameters = dict(parameters or {})
     inputs = (INPUT_RUN, INPUT_APP_RUN) if rp.probe_csv("appops").is_file() else (INPUT_RUN,)
     nbs = notebooks(only, inputs)
-    declared = _check_parameters(nbs, parameters, allow_send)
+    declared = check_parameters(nbs, parameters, allow_send)
     out = Path(out_dir) if out_dir else REPORTS / rp.run_id
     pages = _run_pages(nbs, declared, parameters, {"run_dir": str(rp.root.resolve())}, out, f"run {rp.run_id}",
                        timeout, log, source_prefix + run_source(rp.run_id, meta),
@@ -413,7 +259,7 @@ def render_loop(loop_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str
     parameters = dict(parameters or {})
     loop_only, round_only = only_for(only, (INPUT_LOOP,)), only_for(only, (INPUT_RUN, INPUT_APP_RUN))
     nbs = [] if loop_only == [] else notebooks(loop_only, (INPUT_LOOP,))
-    declared = _check_parameters(nbs, parameters, False)
+    declared = check_parameters(nbs, parameters, False)
     out = Path(out_dir) if out_dir else REPORTS / root.name
     round_reports = []
     jobs = default_jobs() if jobs is None else max(1, jobs)
@@ -453,35 +299,6 @@ def timeline_trace(run: Any, out: Path, log: Callable[[str], None] = print) -> d
     return {"file": path.name, "mib": res.bytes / MIB, "commands": res.commands, "requests": res.requests}
 
 
-def _trace_card(trace: dict[str, Any] | None) -> str:
-    if trace is None:
-        return ""
-    if not trace["file"]:
-        why = _esc(trace["error"])
-        return f'<li class="card"><h2>Timeline <span class="fail">not written: {why}</span></h2></li>'
-    name = _esc(trace["file"])
-    layers = f", {_esc(trace['requests'])} layer-probe requests" if trace["requests"] else ""
-    return (f'<li class="card"><h2><a href="{name}" download>Timeline: {name}</a> <span class="ok">ok</span></h2>'
-            f"<p>The run as a Perfetto trace ({_esc(format(trace['mib'], '.1f'))} MiB, {_esc(trace['commands'])} "
-            f"commands{layers}): one "
-            "track per zone, every NVMe command a slice, write-pointer and queue-depth counters. Open it at "
-            '<a href="https://ui.perfetto.dev">ui.perfetto.dev</a> ("Open trace file"; the trace stays in the '
-            f"browser), or offline with Perfetto's trace processor: <code>trace_processor {name}</code>. "
-            "Made by <code>ztbp perfetto</code>.</p></li>")
-
-
-def _cards(pages: list[Page]) -> str:
-    cards = []
-    for p in pages:
-        status = ('<span class="ok">ok</span>' if p.ok
-                  else f'<span class="fail">failed: {html.escape(p.error)}</span>')
-        summary = "".join(f"<pre>{html.escape(s)}</pre>" for s in p.summary)
-        desc = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(p.description))
-        cards.append(f'<li class="card"><h2><a href="{html.escape(p.stem)}.html">{html.escape(p.title)}</a> '
-                     f'{status}</h2><p>{desc}</p>{summary}</li>')
-    return "\n".join(cards)
-
-
 def run_source(run_id: str, meta: dict[str, Any]) -> str:
     """What every page of a run's report names: the run, its device and workload (text; the template escapes it)."""
     zone_mib = meta["zone_size_lba"] * meta["lba_bytes"] / MIB
@@ -489,131 +306,6 @@ def run_source(run_id: str, meta: dict[str, Any]) -> str:
     return (f"{kind} {run_id} · device {meta.get('device') or 'unknown'} ({meta.get('backend') or 'unknown'}), "
             f"{meta['nr_zones']} zones of {zone_mib:g} MiB · workload "
             f"{(meta.get('workload') or {}).get('name') or 'unnamed'}")
-
-
-def headline_html(items: list[dict[str, str]]) -> str:
-    """The front page's answer: one box per figure (label, value, detail), every text escaped."""
-    boxes = "".join(f'<div class="figure" id="headline-{_esc(i["key"])}"><div class="label">{_esc(i["label"])}</div>'
-                    f'<div class="value">{_esc(i["value"])}</div><div class="detail">{_esc(i["detail"])}</div></div>'
-                    for i in items)
-    return f'<section class="headline">{boxes}</section>'
-
-
-def _index_page(name: str, meta_line: str, items: str, headline: str = "") -> str:
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>ZTBP report — {html.escape(name)}</title>
-<style>
-body {{ font-family: sans-serif; margin: 24px auto; max-width: 1100px; color: #222; }}
-h1 {{ margin-bottom: 4px; }} .meta {{ color: #555; margin-top: 0; }}
-ul.pages {{ list-style: none; padding: 0; }}
-.card {{ border: 1px solid #ddd; border-radius: 6px; padding: 8px 16px; margin: 12px 0; }}
-.card h2 {{ font-size: 18px; margin: 6px 0; }}
-.card pre {{ background: #f7f7f7; padding: 6px 10px; font-size: 12px; white-space: pre-wrap;
-             overflow-wrap: anywhere; }}
-.headline {{ display: grid; grid-template-columns: repeat(auto-fit, minmax(320px, 1fr)); gap: 12px; margin: 16px 0; }}
-.figure {{ border: 1px solid #cfd8dc; border-radius: 6px; padding: 10px 14px; background: #fafcfd; }}
-.figure .label {{ font-size: 13px; color: #555; text-transform: uppercase; letter-spacing: .03em; }}
-.figure .value {{ font-size: 22px; font-weight: 600; margin: 4px 0; }}
-.figure .detail {{ font-size: 13px; color: #444; }}
-.ok {{ color: #2e7d32; font-size: 13px; }} .fail {{ color: #c62828; font-size: 13px; }}
-</style></head>
-<body>
-<h1>ZTBP report — {html.escape(name)}</h1>
-<p class="meta">{meta_line}</p>
-{headline}
-<h2>Pages</h2>
-<ul class="pages">
-{items}
-</ul>
-<p class="meta">Made by <code>ztbp report</code> (papermill + nbconvert); plotly.js is loaded from
-<code>{PLOTLY_JS}</code> in this folder, so the report opens offline.</p>
-</body></html>
-"""
-
-
-def _esc(value: Any) -> str:
-    """Any value read from a run or a loop, as HTML text (quotes escaped too, so it may stand in an attribute)."""
-    return html.escape(str(value))
-
-
-def index_html(rp: RunPaths, meta: dict[str, Any], pages: list[Page], trace: dict[str, Any] | None = None,
-               headline: list[dict[str, str]] | None = None) -> str:
-    wl = meta.get("workload", {})
-    kind = "synthetic" if meta.get("synthetic") else f"traced ({meta.get('backend', '?')})"
-    zone_mib = meta["zone_size_lba"] * meta["lba_bytes"] / MIB
-    meta_line = (f"{_esc(kind)} run · workload {_esc(wl.get('name', '?'))} ·\n"
-                 f"{_esc(meta['nr_zones'])} zones of {_esc(format(zone_mib, 'g'))} MiB · "
-                 f"{_esc(meta['lba_bytes'])}-byte LBAs ·\n"
-                 f"device {_esc(meta.get('device', '?'))}")
-    return _index_page(rp.run_id, meta_line, _cards(pages) + "\n" + _trace_card(trace), headline_html(headline or []))
-
-
-def loop_index_html(name: str, doc: dict[str, Any], pages: list[Page], round_pages: set[str] | None = None) -> str:
-    wl = doc.get("workload") or {}
-    meta_line = (f"closed loop on {_esc(doc.get('backend') or 'an unknown device')} · workload "
-                 f"{_esc(wl.get('name') or 'unnamed')} · {len(doc['rounds'])} of "
-                 f"{_esc(doc.get('rounds_asked') or len(doc['rounds']))} rounds · stopped: "
-                 f"{_esc(doc.get('stopped') or 'not by its rule')}")
-    items = []
-    for e in doc["rounds"]:
-        run = _esc(e["run"])
-        cfg = e.get("config") or {}
-        hot = cfg.get("hot_zones")
-        zones = ", ".join(map(str, hot)) if isinstance(hot, list) and hot else "none"
-        what = (f"round {e['round']}: {_count(e['read_rows'])} read rows for {_count(e['fio_reads'])} fio reads, "
-                f"lost {_count(e['lost'])}; config [{zones}] "
-                f"{'recommended' if cfg.get('recommend') else 'not recommended'}")
-        link = (f'<a href="{run}/index.html">{run}</a>' if round_pages and e["run"] in round_pages
-                else f"<code>{run}/</code> (<code>ztbp report LOOP/{run}</code>)")
-        items.append(f"<li>{link}: {_esc(what)}</li>")
-    rounds_card = f'<li class="card"><h2>Rounds</h2><ul>{"".join(items)}</ul></li>'
-    return _index_page(name, meta_line, _cards(pages) + "\n" + rounds_card, headline_html(loop_headline(doc)))
-
-
-def _count(value: Any) -> str:
-    """A count with thousands separators; a value that is not a number (a hand-edited file) as it is."""
-    return f"{value:,}" if isinstance(value, int) else "not measured" if value is None else str(value)
-
-
-CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
-
-
-def update_notebook_outputs(only: list[str] | None = None, log: Callable[[str], None] = print) -> list[Path]:
-    """Run each notebook on its default parameters (the sample run) and store the outputs of its checked cells.
-
-    nbval (`pytest --nbval-lax notebooks/`) compares the cells marked `# NBVAL_CHECK_OUTPUT` with the outputs
-    stored in the notebook; every other cell is stored without output. Run this after changing a notebook's
-    summary cells or the sample run: `ztbp report --update-notebooks`.
-    """
-    import tempfile
-
-    import nbformat
-    import papermill
-
-    written = []
-    for path in notebooks(only):
-        log(f"report: executing {path.name} on its defaults ...")
-        with tempfile.TemporaryDirectory() as td:
-            executed = papermill.execute_notebook(str(path), str(Path(td) / path.name), kernel_name="python3",
-                                                  cwd=str(NOTEBOOKS), progress_bar=False, log_output=False,
-                                                  extra_arguments=KERNEL_ARGUMENTS)
-        by_id = {c.get("id"): c for c in executed.cells}
-        nb = nbformat.read(str(path), as_version=4)
-        code_cells = [c for c in nb.cells if c.cell_type == "code"]
-        for n, cell in enumerate(code_cells, start=1):
-            ran = by_id.get(cell.get("id"))
-            keep = CHECK_MARK in cell.source and ran is not None
-            cell.outputs = [nbformat.from_dict(dict(o)) for o in ran.outputs] if keep else []
-            cell.execution_count = n if keep else None  # nbval refuses stored outputs of an "unrun" cell
-            for o in cell.outputs:
-                if "execution_count" in o:
-                    o["execution_count"] = n
-            cell.metadata.pop("papermill", None)
-            cell.metadata.pop("execution", None)
-        nb.metadata.pop("papermill", None)
-        nbformat.write(nb, str(path))
-        written.append(path)
-    return written
 
 
 def report_runs(all_runs: bool, runs: list[str]) -> list[str]:

@@ -2,8 +2,8 @@
 
 The journal (docs/watch.md) is `watch.jsonl` and the raw rows in `rows/rows-NNNNNN.parquet`. The records become
 frames and figures in present/watch.py (pure); this module reads the files, and writes `index.html` and the
-folder's one copy of plotly.js (report/render.write_plotlyjs), each whole (files.write_atomic), so the page opens
-offline. Every text read from the journal is escaped on the page.
+folder's one copy of plotly.js (report/pages.py), each whole (files.write_atomic), so the page opens offline. The
+page is templates/watch.html.j2, which escapes every text read from the journal.
 
 Bad input: a folder without watch.jsonl, a watch.jsonl that holds no JSON record or no start record, is one
 ZtbpError (one line, non-zero exit). Lines that are not JSON objects (a last line cut by a crash, a damaged line)
@@ -23,7 +23,7 @@ from ..files import make_dir, write_atomic
 from ..io.journal import JOURNAL, ROWS, part_stats, read_records
 from ..paths import REPORTS
 from ..units import MIB
-from .render import PLOTLY_JS, _esc, headline_html, write_plotlyjs
+from .pages import render_page, write_plotlyjs
 
 #: skipped line numbers named on the page, at most
 SHOW_SKIPPED = 20
@@ -46,95 +46,52 @@ def check_something_to_report(path: str | os.PathLike[str]) -> None:
                         f"{JOURNAL} (the journal of `ztbp watch`)")
 
 
-def _figure_html(fig: Any) -> str:
+def figure_item(fig: Any) -> dict[str, Any]:
+    """A figure for watch.html.j2: {"note": text} for a Note, else {"plot": its HTML without plotly.js}."""
+    from markupsafe import Markup
+
     from ..present.figures import Note
 
     if isinstance(fig, Note):
-        return f'<p class="note">{_esc(fig.text)}</p>'
+        return {"note": fig.text}
     import plotly.io as pio
 
-    return str(pio.to_html(fig, include_plotlyjs=False, full_html=False,
-                           config={"displaylogo": False, "responsive": True}))
+    return {"plot": Markup(pio.to_html(fig, include_plotlyjs=False, full_html=False,
+                                       config={"displaylogo": False, "responsive": True}))}
 
 
-def _table_html(events: Any) -> str:
-    if events.height == 0:
-        return '<p class="note">no decision in this session</p>'
-    head = "".join(f"<th>{h}</th>" for h in ("window", "time", "record", "what", "zones", "reason, answer"))
-    rows = []
-    for r in events.iter_rows(named=True):
-        cls = _esc(r["kind"]) + (f" {_esc(r['what'])}" if r["kind"] == "decision" else "")
-        rows.append(f'<tr class="{cls}"><td>{"" if r["window"] is None else _esc(r["window"])}</td>'
-                    f'<td>{_esc(r["time"])}</td><td>{_esc(r["kind"])}</td><td>{_esc(r["what"])}</td>'
-                    f'<td>{_esc(r["zones"])}</td><td>{_esc(r["detail"])}</td></tr>')
-    return f'<table class="events"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
-
-
-def _meta_line(folder: Path, summary: dict[str, Any], records: list[dict[str, Any]]) -> str:
+def meta_line(folder: Path, summary: dict[str, Any], records: list[dict[str, Any]]) -> str:
+    """The page's line under its title, as text: the journal, the device, the windows, the rules and the clock."""
     from ..present.watch import clock_text
 
     m = summary["meta"]
-    parts = [f"journal {_esc(folder)}"]
+    parts = [f"journal {folder}"]
     if m:
         try:
             zone = f"{m['nr_zones']} zones of {m['zone_size_lba'] * m['lba_bytes'] / MIB:g} MiB"
         except (KeyError, TypeError):
             zone = "geometry not recorded"
-        parts.append(f"device {_esc(m.get('device') or 'unknown')} · {_esc(zone)}")
+        parts.append(f"device {m.get('device') or 'unknown'} · {zone}")
     start = next(r for r in records if r["kind"] == "start")
     wc, ws = start.get("window_commands"), start.get("window_s")
-    parts.append(f"windows of {_esc(wc)} commands" + (f" or {_esc(ws)} s" if ws is not None else ""))
-    rules = [f"{k} {_esc(v)}" for k, v in (("K", summary["k"]), ("threshold", summary["threshold"])) if v is not None]
+    parts.append(f"windows of {wc} commands" + (f" or {ws} s" if ws is not None else ""))
+    rules = [f"{k} {v}" for k, v in (("K", summary["k"]), ("threshold", summary["threshold"])) if v is not None]
     if rules:
         parts.append(", ".join(rules))
     walls = [r["wall"] for r in records if isinstance(r.get("wall"), int | float) and not isinstance(r["wall"], bool)]
     if walls:
-        parts.append(f"{_esc(clock_text(min(walls)))} → {_esc(clock_text(max(walls)))}")
+        parts.append(f"{clock_text(min(walls))} → {clock_text(max(walls))}")
     if summary["attached"] is not None:
-        parts.append(f"probe attached at {_esc(clock_text(summary['attached']))}")
+        parts.append(f"probe attached at {clock_text(summary['attached'])}")
     return " ·\n".join(parts)
 
 
-def watch_page(name: str, meta_line: str, headline: list[dict[str, str]], figures: list[str], table: str,
-               notes: list[str]) -> str:
-    """The page: the headline, the notes (lines skipped, parts unread), the figures and the table. `name` and
-    `notes` are escaped here; `meta_line`, `figures` and `table` are HTML already escaped."""
-    note_html = "".join(f'<p class="note">{_esc(n)}</p>' for n in notes)
-    figs = "\n".join(f'<div class="plot">{f}</div>' for f in figures)
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>ZTBP report — watch session {_esc(name)}</title>
-<script src="{PLOTLY_JS}"></script>
-<style>
-body {{ font-family: sans-serif; margin: 24px auto; max-width: 1200px; color: #222; }}
-h1 {{ margin-bottom: 4px; }} .meta {{ color: #555; margin-top: 0; }}
-.headline {{ display: grid; grid-template-columns: repeat(auto-fit, minmax(320px, 1fr)); gap: 12px; margin: 16px 0; }}
-.figure {{ border: 1px solid #cfd8dc; border-radius: 6px; padding: 10px 14px; background: #fafcfd; }}
-.figure .label {{ font-size: 13px; color: #555; text-transform: uppercase; letter-spacing: .03em; }}
-.figure .value {{ font-size: 22px; font-weight: 600; margin: 4px 0; overflow-wrap: anywhere; }}
-.figure .detail {{ font-size: 13px; color: #444; overflow-wrap: anywhere; }}
-.note {{ background: #fff8e1; border-left: 4px solid #ffb300; padding: 6px 10px; }}
-.plot {{ border: 1px solid #eee; border-radius: 6px; margin: 12px 0; }}
-table.events {{ border-collapse: collapse; font-size: 13px; width: 100%; }}
-table.events th, table.events td {{ border-bottom: 1px solid #e0e0e0; padding: 3px 6px; text-align: left;
-                                     vertical-align: top; overflow-wrap: anywhere; }}
-tr.apply td, tr.decision.apply td {{ background: #e8f5e9; }} tr.rollback td, tr.decision.rollback td {{
-  background: #ffebee; }} tr.decision.defer td {{ background: #fff8e1; }} tr.verify td {{ background: #e3f2fd; }}
-tr.start td, tr.stop td {{ background: #f5f5f5; font-weight: 600; }}
-table.events td:nth-child(-n+4), table.events th {{ white-space: nowrap; overflow-wrap: normal; }}
-</style></head>
-<body>
-<h1>ZTBP report — watch session {_esc(name)}</h1>
-<p class="meta">{meta_line}</p>
-{headline_html(headline)}
-{note_html}
-<h2>Figures</h2>
-{figs}
-<h2>Decisions, applies, verifications and rollbacks</h2>
-{table}
-<p class="meta">Made by <code>ztbp report</code> from the session's journal (docs/watch.md); plotly.js is loaded
-from <code>{PLOTLY_JS}</code> in this folder, so the report opens offline.</p>
-</body></html>
-"""
+def watch_page(name: str, meta: str, headline: list[dict[str, str]], figures: list[dict[str, Any]],
+               events: list[dict[str, Any]], notes: list[str]) -> str:
+    """The page (templates/watch.html.j2): the headline, the notes (lines skipped, parts unread), the figures
+    (figure_item) and the table of `events` (present/watch.events_frame's rows); every text escaped there."""
+    return render_page("watch.html.j2", name=name, meta_line=meta, headline=headline, notes=notes, figures=figures,
+                       events=events)
 
 
 def render_watch(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None,
@@ -172,8 +129,8 @@ def render_watch(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str]
     make_dir(out)
     write_plotlyjs(out)
     index = out / "index.html"
-    page = watch_page(name, _meta_line(src, summary, recs), pw.watch_headline(summary, rates, len(skipped)),
-                      [_figure_html(f) for f in figures], _table_html(events), notes)
+    page = watch_page(name, meta_line(src, summary, recs), pw.watch_headline(summary, rates, len(skipped)),
+                      [figure_item(f) for f in figures], list(events.iter_rows(named=True)), notes)
     write_atomic(index, page)
     return {"run": f"watch-{name}", "out": str(out), "index": str(index), "ok": True, "trace": None, "pages": [],
             "skipped_lines": skipped, "unread_parts": bad_parts,
