@@ -17,7 +17,6 @@ round's trace with the zones in force during it, minus the same figure of the ro
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from dataclasses import dataclass
@@ -25,15 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from .. import devices, paths
-from ..acquire.capture import CaptureError, start_run, write_jobs
+from ..acquire.capture import start_run, write_jobs
 from ..acquire.channel import run_here
-from ..acquire.host import device_geometry, host_tools
+from ..acquire.host import Place, host_place
 from ..acquire.meta import capture_meta
 from ..acquire.module import DeviceModule
 from ..acquire.progress import Progress
 from ..acquire.userjob import read_user_job, user_job_meta
 from ..acquire.vm import Geometry, nvmevirt_module, run_in_guest, vm_device
-from ..acquire.workload import PRESETS, Workload, WorkloadOptions
+from ..acquire.workload import PRESETS, WorkloadOptions
 from ..analysis.params import AB_READS, CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
 from ..errors import ZtbpError
 from ..io.loop import start_loop
@@ -92,57 +91,16 @@ class LoopRequest:
             self.workload.build(device="/dev/nvme0n1", zone_bytes=self.geometry.zone_bytes,
                                 zone_cap_bytes=self.geometry.zone_cap_bytes,
                                 nr_zones=self.geometry.zones)
-        if dev.in_vm and dev.probe_before_appears:  # NVMeVirt in the guest: its module is given
-            nvmevirt_module(self.nvmevirt_ko, LoopError)
         if self.module is not None and dev.in_vm:
             raise LoopError("--module is for --host DEV (a device module on this machine); in the VM NVMeVirt is "
                             "--backend nvmevirt --nvmevirt-ko KO")
         if self.fio_file is not None:  # its options are checked before a VM boots or a device is touched
             read_user_job(self.fio_file)
+        if dev.in_vm and dev.probe_before_appears:  # NVMeVirt in the guest: its module is given
+            nvmevirt_module(self.nvmevirt_ko, LoopError)
 
 
 # ---- the loop ---------------------------------------------------------------------------------------------
-def guest_env(wl: Workload, pre: str | None, rounds: int) -> dict[str, str]:
-    # ZTBP_EXPECTED sizes the probe's map (vm/guest/probe-lib.sh, MAP SIZE): emptied after the set-up and after each
-    # round, it holds at most the set-up's commands or one round's (an A/B block has fewer reads than round 1)
-    env = {"ZTBP_DEV": wl.device, "ZTBP_ROUNDS": str(rounds), "ZTBP_EXPECTED": str(wl.expected_commands)}
-    if pre:
-        env["ZTBP_PREFILL"] = pre
-    if len(wl.reset_zones):
-        env["ZTBP_RESET"] = f"{wl.reset_zones.start} {len(wl.reset_zones)}"
-    return env
-
-
-@dataclass(frozen=True)
-class Place:
-    """Where the loop runs: the namespace the guest script traces and its geometry, and how the host names the loop
-    directory to that script (the VM's /ztbp/out, or the folder itself on this machine)."""
-
-    device: str
-    lba_bytes: int
-    zone_bytes: int
-    nr_zones: int
-    vm: Any = None  # acquire.vm.VmDevice in the VM, None on this machine
-    zone_cap_bytes: int | None = None  # None: the zones hold their size
-
-    def prefix(self, root: Path) -> str:
-        return "/ztbp/out" if self.vm is not None else str(root)
-
-
-def host_place(dev: str | None, module: DeviceModule | None = None) -> Place:
-    """This machine's zoned namespace `dev`, checked: the tools there, root, zoned. With a device module, `dev`
-    exists only while it is loaded: it is loaded for the moment of reading the geometry and unloaded (loop.sh loads
-    it again after its probe attached)."""
-    if not dev:
-        raise LoopError("--host needs the zoned namespace, e.g. --host /dev/nvme0n1")
-    host_tools(LoopError, "loop --host")
-    try:
-        lba, zone_bytes, nr, cap = device_geometry(dev, Path(os.environ.get("ZTBP_SYSFS", "/sys")), module)
-    except CaptureError as e:
-        raise LoopError(str(e)) from None
-    return Place(dev, lba, zone_bytes, nr, zone_cap_bytes=cap)
-
-
 def resolve(req: LoopRequest, tmp: Path) -> tuple[LoopState, Place, dict[str, str], list[Path]]:
     """The request resolved once, before the first round: checked, the place (the VM's namespace or this machine's
     drive), the workload and its prefill job (in `tmp`), the loop directory opened (--out or
@@ -158,16 +116,16 @@ def resolve(req: LoopRequest, tmp: Path) -> tuple[LoopState, Place, dict[str, st
         place = Place("/dev/nvme0n1", dev.lba_bytes, dev.zone_bytes, dev.nr_zones, vm=dev,
                       zone_cap_bytes=dev.zone_cap_bytes)
     else:
-        place = host_place(req.host_device, req.module)
+        place = host_place(req.host_device, req.module, LoopError)
+    progress = Progress(0, req.verbose)
     wl = req.workload.build(device=place.device, zone_bytes=place.zone_bytes, nr_zones=place.nr_zones,
                             zone_cap_bytes=place.zone_cap_bytes)
-    workload = wl.meta() if req.fio_file is None else user_job_meta(wl, req.fio_file)
-    progress = Progress(0, req.verbose)
     progress.expected = wl.total_reads if req.fio_file is None else 0  # each round's countdown (A/B: round_turn)
     root = start_run(f"loop-{wl.name if req.fio_file is None else 'fio-file'}", req.out, None, vm=place.vm is not None,
                      echo=progress.say, error=LoopError).root
     root = root if place.vm is not None else root.resolve()
     _, pre = write_jobs(wl, tmp)
+    workload = wl.meta() if req.fio_file is None else user_job_meta(wl, req.fio_file)
     meta = capture_meta(device=Path(wl.device).name, lba=place.lba_bytes, zone_bytes=place.zone_bytes,
                         nr_zones=place.nr_zones, workload=workload, kind=req.device, probes={"nvme": LOOP_PROBE},
                         zone_cap_bytes=place.zone_cap_bytes, module=req.nvmevirt_ko)
@@ -179,8 +137,13 @@ def resolve(req: LoopRequest, tmp: Path) -> tuple[LoopState, Place, dict[str, st
             "(the configuration on and off)" if req.ab_pairs else f"up to {req.rounds} rounds of {wl.describe_line()}")
     progress.say(f"loop {wl.name}: {plan}, backend {req.backend} -> {root}")
     start_loop(root, loop_doc(st, complete=False), job_text(st, 1))
-    env = guest_env(wl, (f"/ztbp/ctl/{pre.name}" if place.vm is not None else str(pre)) if pre else None,
-                    st.total_rounds)
+    # ZTBP_EXPECTED sizes the probe's map (vm/guest/probe-lib.sh, MAP SIZE): emptied after the set-up and after each
+    # round, it holds at most the set-up's commands or one round's (an A/B block has fewer reads than round 1)
+    env = {"ZTBP_DEV": wl.device, "ZTBP_ROUNDS": str(st.total_rounds), "ZTBP_EXPECTED": str(wl.expected_commands)}
+    if pre:
+        env["ZTBP_PREFILL"] = f"/ztbp/ctl/{pre.name}" if place.vm is not None else str(pre)
+    if len(wl.reset_zones):
+        env["ZTBP_RESET"] = f"{wl.reset_zones.start} {len(wl.reset_zones)}"
     if place.vm is not None:
         env["ZTBP_PROBE"] = f"/ztbp/src/{LOOP_PROBE}"
     else:

@@ -115,12 +115,14 @@ def analyse(m: Measured, root: Path, model: CacheModel, pending: dict[str, Any] 
     return entry
 
 
-def warm_score(m: Measured, history: pl.DataFrame | None, first_round: Path, model: CacheModel,
-               zones: list[int]) -> tuple[float, pl.DataFrame]:
+def reads(m: Measured) -> pl.DataFrame:
+    """The measured round's reads: round 1's warm the model's cache for the first A/B block."""
+    return m.run.events.filter(pl.col("op") == "read")
+
+
+def warm_score(m: Measured, history: pl.DataFrame, model: CacheModel, zones: list[int]) -> tuple[float, pl.DataFrame]:
     """An A/B block's model hit ratio with the cache warmed by the reads before it (round 1's for the first block):
     the device's cache carries over from block to block, so does the model's. Returns it and the reads so far."""
-    if history is None:
-        history = load(first_round).events.filter(pl.col("op") == "read")
     return warm_hit_ratio(history, m.run.events, m.run.meta, model.cache_mib, model.page_kib, zones)
 
 
@@ -232,7 +234,7 @@ def round_turn(st: LoopState, m: Measured) -> Turn:
     action, arg = decide(st, entry)
     if st.req.ab_pairs and action == "apply":  # the A/B blocks start: block 1 runs with the configuration on
         st.ab = AbPlan(config=arg, listed=entry["config"]["hot_zones"], arms=abba(st.req.ab_pairs),
-                       reads=st.req.ab_reads)
+                       reads=st.req.ab_reads, history=reads(m))
         st.progress.expected = st.ab.reads if st.req.fio_file is None else 0
     elif st.req.ab_pairs:
         arg += "; no A/B blocks (nothing to switch on)"
@@ -255,7 +257,7 @@ def block_turn(st: LoopState, ab: AbPlan, m: Measured, zones: list[int], res: di
     r = entry["round"]
     block = r - 1
     arm, pair = ab.arms[block - 1]
-    warm, ab.history = warm_score(m, ab.history, st.rnd_dir(1), st.model, zones)
+    warm, ab.history = warm_score(m, ab.history, st.model, zones)
     entry["model"]["warm_hit_ratio"] = warm  # the device's cache carries over from block to block: so does this one
     entry["ab"] = {"block": block, "arm": arm, "pair": pair, "device_holds": bool(st.in_force)}
     entry["applied_before"] = res
@@ -317,9 +319,10 @@ def line_handler(st: LoopState) -> Callable[[str], None]:
 def close_loop(st: LoopState, status: int, interrupted: bool) -> dict[str, Any]:
     """The loop's end: the last apply folded in, the probe session's counters, loop.json written whole and the loop
     directory handed over to the user (the guest script wrote it as root under sudo); loop.json's content."""
-    if st.ab is None:
-        after_apply(st, read_applied(st.root, st.pending["round"]) if st.pending else None)
+    applied = read_applied(st.root, st.pending["round"]) if st.ab is None and st.pending else None
     session = read_session(st.root)
+    if st.ab is None:
+        after_apply(st, applied)
     doc = loop_doc(st, complete=bool(status == 0 and not interrupted and st.stopped))
     doc["guest_status"] = status
     doc["interrupted"] = interrupted
