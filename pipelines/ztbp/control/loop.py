@@ -30,14 +30,14 @@ from ..acquire.host import Place, host_place
 from ..acquire.meta import capture_meta
 from ..acquire.module import DeviceModule
 from ..acquire.progress import Progress
-from ..acquire.userjob import read_user_job, user_job_meta
+from ..acquire.userjob import loop_job, read_user_job, user_job_meta
 from ..acquire.vm import Geometry, nvmevirt_module, run_in_guest, vm_device
 from ..acquire.workload import PRESETS, WorkloadOptions
 from ..analysis.params import AB_READS, CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
 from ..errors import ZtbpError
 from ..io.loop import start_loop
 from ..units import check_limit
-from .round import READY, LoopState, close_loop, job_text, line_handler, loop_doc
+from .round import READY, LoopState, close_loop, line_handler, loop_doc
 
 GUEST_SCRIPT = paths.VM / "guest" / "loop.sh"
 LOOP_PROBE = "probes/nvme_zone.bt"
@@ -136,7 +136,7 @@ def resolve(req: LoopRequest, tmp: Path) -> tuple[LoopState, Place, dict[str, st
     plan = (f"round 1 of {wl.describe_line()}, then {req.ab_pairs} pairs of A/B blocks of {req.ab_reads:,} reads "
             "(the configuration on and off)" if req.ab_pairs else f"up to {req.rounds} rounds of {wl.describe_line()}")
     progress.say(f"loop {wl.name}: {plan}, backend {req.backend} -> {root}")
-    start_loop(root, loop_doc(st, complete=False), job_text(st, 1))
+    start_loop(root, loop_doc(st, complete=False), loop_job(wl, req.fio_file, 1))
     # ZTBP_EXPECTED sizes the probe's map (vm/guest/probe-lib.sh, MAP SIZE): emptied after the set-up and after each
     # round, it holds at most the set-up's commands or one round's (an A/B block has fewer reads than round 1)
     env = {"ZTBP_DEV": wl.device, "ZTBP_ROUNDS": str(st.total_rounds), "ZTBP_EXPECTED": str(wl.expected_commands)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ from .. import stages
 from ..acquire.mapcsv import map_rows_csv
 from ..acquire.meta import finish_meta
 from ..acquire.progress import Progress
-from ..acquire.userjob import read_user_job, user_job
+from ..acquire.userjob import loop_job
 from ..acquire.vm import qemu_version
 from ..acquire.workload import Workload
 from ..analysis.loop import device_figures, latency_split, measured_gain, warm_hit_ratio
@@ -53,19 +53,22 @@ class CacheModel:
 
 @dataclass(frozen=True)
 class Measured:
-    """A measured round: its loop.json entry so far, the loaded run, the model's simulation, the run's paths."""
+    """A measured round: its loop.json entry so far, the loaded run, the model's simulation, the run's paths and
+    the measured gain over the round before."""
 
     entry: dict[str, Any]
     run: Run
     sim: dict[str, Any]
     paths: RunPaths
+    gain: float | None
 
 
 def measure(run_dir: Path, meta: dict[str, Any], started: float, versions: dict[str, str], guest: RoundFiles,
-            zones_model: list[int], listed: list[int], model: CacheModel, say: Callable[[str], None]) -> Measured:
+            zones_model: list[int], listed: list[int], model: CacheModel, say: Callable[[str], None],
+            before: dict[str, Any] | None) -> Measured:
     """Finish the round's run directory `run_dir` (its meta.json from `meta`, whose "loop" names the round and the
     zones in force) and measure it: the `listed` zones' device latency against the others, the cache model with
-    `zones_model` (plain LRU when empty)."""
+    `zones_model` (plain LRU when empty) and its gain over the round `before` (loop.json's entry; None: round 1)."""
     r = meta["loop"]["round"]
     run = RunPaths(run_dir)
     conv, error = map_rows_csv(run)
@@ -89,17 +92,16 @@ def measure(run_dir: Path, meta: dict[str, Any], started: float, versions: dict[
                   "sent_zones": zones_model,
                   "sent_hit_ratio": sim["zone_lru"] if zones_model else sim["lru"]},
     }
-    return Measured(entry, loaded, sim, run)
+    return Measured(entry, loaded, sim, run, measured_gain(entry, before))
 
 
-def analyse(m: Measured, root: Path, model: CacheModel, pending: dict[str, Any] | None,
-            before: dict[str, Any] | None) -> dict[str, Any]:
-    """The measured round's loop.json entry with its configuration (written to the run's cache-config.json; the
-    simulation is reused when it sends the same zones again), the prediction `pending` (the configuration sent after
-    the previous round) replayed out of sample, and the measured gain over the round `before`."""
+def analyse(m: Measured, root: Path, model: CacheModel,
+            pending: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The measured round's loop.json entry with its configuration (the simulation is reused when it sends the same
+    zones again), the prediction `pending` (the configuration sent after the previous round) replayed out of sample,
+    and the measured gain; and the configuration, for the run's cache-config.json."""
     entry = m.entry
     cfg = stages.config(m.run, model.cache_mib, model.page_kib, min_gain=model.min_gain, predicted=m.sim)
-    write_config(cfg, m.paths.cache_config)
     entry["config"] = {"file": str(m.paths.cache_config.relative_to(root)), "hot_zones": cfg["hot_zones"],
                        "hot_zones_found": cfg["hot_zones_found"], "recommend": cfg["recommend"],
                        "recommend_reason": cfg["recommend_reason"], "held_out": cfg["held_out"]}
@@ -111,8 +113,8 @@ def analyse(m: Measured, root: Path, model: CacheModel, pending: dict[str, Any] 
                                   "replayed_zone_lru": replay["zone_lru"], "replayed_lru": replay["lru"],
                                   "error": round(replay["zone_lru"] - pending["held_out"]["zone_lru"], 4)}
         entry["applied_before"] = pending.get("applied")
-    entry["measured_gain"] = measured_gain(entry, before)
-    return entry
+    entry["measured_gain"] = m.gain
+    return entry, cfg
 
 
 def reads(m: Measured) -> pl.DataFrame:
@@ -161,16 +163,6 @@ class LoopState:
     @property
     def total_rounds(self) -> int:
         return 1 + 2 * self.req.ab_pairs if self.req.ab_pairs else self.req.rounds
-
-
-def job_text(st: LoopState, r: int) -> str:
-    """Round r's fio job: the user's job file, or the workload with round r's seed (an A/B block: its reads)."""
-    if st.req.fio_file is not None:
-        return user_job(read_user_job(st.req.fio_file), st.workload.device)
-    wl = replace(st.workload, seed=st.workload.seed + r - 1)
-    if st.ab is not None and r > 1:
-        wl = replace(wl, reads=st.ab.reads)
-    return wl.fio_job()
 
 
 def loop_doc(st: LoopState, complete: bool) -> dict[str, Any]:
@@ -228,8 +220,9 @@ class Turn:
 
 
 def round_turn(st: LoopState, m: Measured) -> Turn:
-    """A round: analysed, decided (the A/B blocks start after round 1 when it recommends a configuration)."""
-    entry = analyse(m, st.root, st.model, st.pending, st.rounds[-1] if st.rounds else None)
+    """A round: analysed, decided (the A/B blocks start after round 1 when it recommends a configuration), its
+    configuration written to the run's cache-config.json."""
+    entry, cfg = analyse(m, st.root, st.model, st.pending)
     r = entry["round"]
     action, arg = decide(st, entry)
     if st.req.ab_pairs and action == "apply":  # the A/B blocks start: block 1 runs with the configuration on
@@ -245,6 +238,7 @@ def round_turn(st: LoopState, m: Measured) -> Turn:
     else:  # nothing is sent after this round: the last apply's answer is already folded in (no second "refused")
         st.stopped = arg
         st.pending = None
+    write_config(cfg, m.paths.cache_config)
     return Turn(f"{action} {arg}", action == "apply", "",
                 f"round {r}: sending zones {entry['config']['hot_zones']} to the device" if action == "apply"
                 else f"loop stops: {arg}")
@@ -295,10 +289,12 @@ def host_turn(st: LoopState, r: int) -> None:
         zones, listed, loop_meta = (ab.listed if arm == "on" else []), ab.listed, {"ab": {"arm": arm, "pair": pair}}
     meta = copy.deepcopy(st.meta_base)
     meta["loop"] = {"round": r, "loop_dir": "..", "zones_in_force": st.in_force, **loop_meta}
-    m = measure(st.rnd_dir(r), meta, st.started, st.versions, guest, zones, listed, st.model, st.progress.say)
+    m = measure(st.rnd_dir(r), meta, st.started, st.versions, guest, zones, listed, st.model, st.progress.say,
+                st.rounds[-1] if st.rounds else None)
     turn = round_turn(st, m) if ab is None else block_turn(st, ab, m, zones, res)
     doc = loop_doc(st, complete=False)
-    job = job_text(st, r + 1) if turn.go_on else None
+    reads = st.ab.reads if st.ab is not None else None  # the blocks' reads, once the A/B blocks started
+    job = loop_job(st.workload, st.req.fio_file, r + 1, reads) if turn.go_on else None
     write_round(st.root, r, m.entry, doc, turn.decision, job)
     st.progress.say(turn.label + round_line(m.entry))
     st.progress.say(turn.then)
