@@ -126,6 +126,7 @@ def resolve(req: LoopRequest, tmp: Path) -> tuple[LoopState, Place, dict[str, st
     root = root if place.vm is not None else root.resolve()
     _, pre = write_jobs(wl, tmp)
     workload = wl.meta() if req.fio_file is None else user_job_meta(wl, req.fio_file)
+    first_job = loop_job(wl, req.fio_file, 1)
     meta = capture_meta(device=Path(wl.device).name, lba=place.lba_bytes, zone_bytes=place.zone_bytes,
                         nr_zones=place.nr_zones, workload=workload, kind=req.device, probes={"nvme": LOOP_PROBE},
                         zone_cap_bytes=place.zone_cap_bytes, module=req.nvmevirt_ko)
@@ -136,7 +137,7 @@ def resolve(req: LoopRequest, tmp: Path) -> tuple[LoopState, Place, dict[str, st
     plan = (f"round 1 of {wl.describe_line()}, then {req.ab_pairs} pairs of A/B blocks of {req.ab_reads:,} reads "
             "(the configuration on and off)" if req.ab_pairs else f"up to {req.rounds} rounds of {wl.describe_line()}")
     progress.say(f"loop {wl.name}: {plan}, backend {req.backend} -> {root}")
-    start_loop(root, loop_doc(st, complete=False), loop_job(wl, req.fio_file, 1))
+    start_loop(root, loop_doc(st, complete=False), first_job)
     # ZTBP_EXPECTED sizes the probe's map (vm/guest/probe-lib.sh, MAP SIZE): emptied after the set-up and after each
     # round, it holds at most the set-up's commands or one round's (an A/B block has fewer reads than round 1)
     env = {"ZTBP_DEV": wl.device, "ZTBP_ROUNDS": str(st.total_rounds), "ZTBP_EXPECTED": str(wl.expected_commands)}
