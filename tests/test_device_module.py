@@ -246,7 +246,7 @@ def test_loop_host_reads_the_geometry_with_the_module_and_hands_it_to_loop_sh(
 
     host_tools(monkeypatch, fake, capture_host)
     m = DeviceModule(ko, PARAMS).validate()
-    place = loop.host_place(DEV, m)
+    place = capture_host.host_place(DEV, m)
     assert (place.device, place.lba_bytes, place.zone_bytes, place.nr_zones) == (DEV, 4096, 4 << 20, 128)
     assert fake.lines() == ["modprobe nvme", f"insmod {ko.resolve()} {PARAMS}", f"blkzone report {DEV}",
                             "rmmod nvmev"]

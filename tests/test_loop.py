@@ -14,7 +14,8 @@ from ztbp.acquire.userjob import user_job
 from ztbp.acquire.workload import WorkloadOptions
 from ztbp.analysis.loop import dmesg_figures, latency_split, measured_gain, status_delta, warm_hit_ratio
 from ztbp.control.ab import AbPlan, ab_next, ab_service, abba
-from ztbp.control.loop import STOP_INVALID, STOP_NOTHING, LoopRequest, LoopState, decide
+from ztbp.control.loop import LoopRequest
+from ztbp.control.round import STOP_INVALID, STOP_NOTHING, LoopState, decide
 from ztbp.errors import ZtbpError
 from ztbp.io.loop import read_applied
 

@@ -10,6 +10,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .. import paths
 from ..commands import run_command
@@ -117,6 +118,38 @@ def device_geometry(dev: str, sysfs: Path, module: DeviceModule | None = None) -
         check_zoned(dev, sysfs)
         lba, zone_bytes, nr = host_geometry(dev, sysfs)
         return lba, zone_bytes, nr, host_zone_cap(dev)
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a loop runs (`ztbp loop`, control/loop.py): the namespace the guest script traces and its geometry,
+    and how the host names the loop directory to that script (the VM's /ztbp/out, or the folder itself on this
+    machine)."""
+
+    device: str
+    lba_bytes: int
+    zone_bytes: int
+    nr_zones: int
+    vm: Any = None  # acquire.vm.VmDevice in the VM, None on this machine
+    zone_cap_bytes: int | None = None  # None: the zones hold their size
+
+    def prefix(self, root: Path) -> str:
+        return "/ztbp/out" if self.vm is not None else str(root)
+
+
+def host_place(dev: str | None, module: DeviceModule | None = None,
+               error: type[ZtbpError] = CaptureError) -> Place:
+    """This machine's zoned namespace `dev`, checked: the tools there, root, zoned. With a device module, `dev`
+    exists only while it is loaded: it is loaded for the moment of reading the geometry and unloaded (loop.sh loads
+    it again after its probe attached). Errors are raised as `error`."""
+    if not dev:
+        raise error("--host needs the zoned namespace, e.g. --host /dev/nvme0n1")
+    host_tools(error, "loop --host")
+    try:
+        lba, zone_bytes, nr, cap = device_geometry(dev, Path(os.environ.get("ZTBP_SYSFS", "/sys")), module)
+    except CaptureError as e:
+        raise error(str(e)) from None
+    return Place(dev, lba, zone_bytes, nr, zone_cap_bytes=cap)
 
 
 def run_capture_host(req: HostCapture) -> CaptureOutcome:

@@ -24,7 +24,7 @@ class AbPlan:
     arms: list[tuple[str, int]]  # (arm, pair) of blocks 1, 2, ...
     reads: int
     blocks: list[dict[str, Any]] = field(default_factory=list)
-    history: Any = None  # the reads before the next block, to warm the model's cache (analysis.loop.warm_hit_ratio)
+    history: Any = None  # the reads before the next block (round 1's first), to warm the model's cache
     service: dict[str, Any] | None = None  # the emulator's read service model over the blocks (ab_service)
 
 

@@ -126,9 +126,10 @@ class RoundFiles:
 
 def read_round(root: Path, r: int, applied_round: int | None) -> RoundFiles:
     """The guest's files of round r; `applied_round`: the round whose decision was applied before it."""
+    applied = None if applied_round is None else read_applied(root, applied_round)
     box = loop_mailbox(root)
     return RoundFiles(device=box.read_env(f"device-{r:02d}.env"), kernel_log=box.read_text(f"dmesg-{r:02d}.txt"),
-                      applied_before=None if applied_round is None else read_applied(root, applied_round))
+                      applied_before=applied)
 
 
 def read_applied(root: Path, r: int) -> dict[str, Any] | None:
