@@ -19,85 +19,23 @@ from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import devices, paths
+from .. import paths
 from ..acquire.capture import start_run, write_jobs
 from ..acquire.channel import run_here
 from ..acquire.host import Place, host_place
 from ..acquire.meta import capture_meta
-from ..acquire.module import DeviceModule
 from ..acquire.progress import Progress
-from ..acquire.userjob import loop_job, read_user_job, user_job_meta
-from ..acquire.vm import Geometry, nvmevirt_module, run_in_guest, vm_device
-from ..acquire.workload import PRESETS, WorkloadOptions
-from ..analysis.params import AB_READS, CACHE_MIB, PAGE_KIB, RECOMMEND_GAIN
-from ..errors import ZtbpError
+from ..acquire.userjob import loop_job, user_job_meta
+from ..acquire.vm import run_in_guest, vm_device
 from ..io.loop import start_loop
-from ..units import check_limit
+from .request import LoopError, LoopRequest
 from .round import READY, LoopState, close_loop, line_handler, loop_doc
 
 GUEST_SCRIPT = paths.VM / "guest" / "loop.sh"
 LOOP_PROBE = "probes/nvme_zone.bt"
-
-
-class LoopError(ZtbpError):
-    """The loop cannot run or failed."""
-
-
-@dataclass(frozen=True)
-class LoopRequest:
-    """What `ztbp loop` was asked for."""
-
-    workload: WorkloadOptions
-    rounds: int = 3
-    min_gain: float = RECOMMEND_GAIN
-    backend: str = devices.QEMU.name  # the device's name: a --backend value, or "host" (--host DEV)
-    nvmevirt_ko: Path | None = None
-    nvmevirt_reserve_bytes: int = 0  # guest memory kept for NVMeVirt (0: its storage)
-    geometry: Geometry = Geometry()
-    host_device: str | None = None
-    fio_file: Path | None = None
-    cache_mib: int = CACHE_MIB
-    page_kib: int = PAGE_KIB
-    out: str | None = None
-    timeout: int = 7200
-    verbose: bool = False
-    ab_pairs: int = 0  # > 0: the A/B mode (round 1, then this many pairs of on/off blocks)
-    ab_reads: int = AB_READS
-    module: DeviceModule | None = None  # --host: the module that creates the device (NVMeVirt), checked
-
-    @property
-    def device(self) -> devices.Device:
-        return devices.get(self.backend)
-
-    def validate(self) -> None:
-        dev = self.device  # an unknown name is refused first
-        check_limit("rounds", self.rounds)
-        check_limit("min-gain", self.min_gain)
-        check_limit("loop-cache-mib", self.cache_mib, "--cache-mib")
-        check_limit("page-kib", self.page_kib)
-        check_limit("timeout", self.timeout)
-        check_limit("ab", self.ab_pairs)
-        if self.ab_pairs == 1:
-            raise LoopError("--ab 1: give at least 2 pairs of blocks (an interval needs 2), or 0 for no A/B blocks")
-        check_limit("ab-reads", self.ab_reads)
-        if self.workload.name not in PRESETS:
-            raise LoopError(f"unknown workload '{self.workload.name}'; choose one of: {', '.join(PRESETS)}")
-        if dev.checks_geometry_early:  # its namespace is known now: the workload must fit it before a boot
-            self.geometry.validate()
-            self.workload.build(device="/dev/nvme0n1", zone_bytes=self.geometry.zone_bytes,
-                                zone_cap_bytes=self.geometry.zone_cap_bytes,
-                                nr_zones=self.geometry.zones)
-        if self.module is not None and dev.in_vm:
-            raise LoopError("--module is for --host DEV (a device module on this machine); in the VM NVMeVirt is "
-                            "--backend nvmevirt --nvmevirt-ko KO")
-        if self.fio_file is not None:  # its options are checked before a VM boots or a device is touched
-            read_user_job(self.fio_file)
-        if dev.in_vm and dev.probe_before_appears:  # NVMeVirt in the guest: its module is given
-            nvmevirt_module(self.nvmevirt_ko, LoopError)
 
 
 # ---- the loop ---------------------------------------------------------------------------------------------

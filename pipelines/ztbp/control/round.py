@@ -35,7 +35,7 @@ from ..writeback.config import write_config
 from .ab import AbPlan, ab_doc, ab_next, ab_service, abba
 
 if TYPE_CHECKING:
-    from .loop import LoopRequest
+    from .request import LoopRequest
 
 STOP_NOTHING = "nothing recommended"
 STOP_INVALID = "incomplete trace"
