@@ -21,6 +21,7 @@ from ztbp.control.watch import Session, WatchRequest
 from ztbp.errors import ZtbpError
 from ztbp.io.journal import part_stats, read_journal, read_records
 from ztbp.present import watch as pw
+from ztbp.present import watch_records as wr
 from ztbp.report.watch import render_watch
 
 META = {"device": "nvme0n1", "zone_size_lba": 1024, "lba_bytes": 4096, "nr_zones": 128}
@@ -130,7 +131,7 @@ def test_the_headline_numbers_equal_the_journals(three_phases: Path, tmp_path: P
 
 def test_the_table_holds_every_decision_apply_verify_and_rollback(three_phases: Path, tmp_path: Path) -> None:
     recs = read_journal(three_phases)
-    events = pw.events_frame(recs)
+    events = wr.events_frame(recs)
     wanted = [r for r in recs if r["kind"] in ("start", "decision", "apply", "verify", "rollback", "stop")]
     assert events.height == len(wanted) == 1 + 24 + 2 + 2 + 1 + 1
     decisions = events.filter(pl.col("kind") == "decision")
@@ -145,7 +146,7 @@ def test_the_table_holds_every_decision_apply_verify_and_rollback(three_phases: 
 
 
 def test_the_set_in_force_follows_applies_and_the_rollback(three_phases: Path) -> None:
-    w = pw.windows_frame(read_journal(three_phases))
+    w = wr.windows_frame(read_journal(three_phases))
     assert w["window"].to_list() == list(range(24))
     force = [tuple(z) for z in w["in_force"].to_list()]
     applied_a, applied_b, rolled = K - 1, 8 + K - 1, 16 + K - 1
@@ -167,7 +168,7 @@ def test_the_figures_exist_with_titles_and_axes_and_open_offline(three_phases: P
                   "Lost events per window (0 in the windows closed)", "Device read latency per window (p50)"):
         assert title in page
     recs = read_journal(three_phases)
-    w, events = pw.windows_frame(recs), pw.events_frame(recs)
+    w, events = wr.windows_frame(recs), wr.events_frame(recs)
     fig = pw.hot_set_figure(w, events, 128)
     assert fig.layout.xaxis.title.text == "window" and fig.layout.yaxis.title.text == "zone"
     hot, force, *legend = fig.data
@@ -192,12 +193,12 @@ def test_commands_per_second_come_from_the_rows_time(three_phases: Path, tmp_pat
     recs = read_journal(three_phases)
     parts, bad = part_stats(three_phases)
     assert bad == [] and len(parts) == 24
-    rates = pw.rates_frame(recs, parts)
+    rates = wr.rates_frame(recs, parts)
     assert rates["source"].unique().to_list() == ["rows' time"]
     assert rates["commands_per_s"].to_list() == pytest.approx([RATE] * 24)
     no_rows = copy_journal(three_phases, tmp_path / "no-rows")
     shutil.rmtree(no_rows / "rows")
-    rates = pw.rates_frame(recs, part_stats(no_rows)[0])
+    rates = wr.rates_frame(recs, part_stats(no_rows)[0])
     assert rates["source"].unique().to_list() == ["journal clock"]  # the wall time between window records
     assert rates["commands_per_s"].null_count() == 0
 
@@ -213,12 +214,12 @@ def test_a_resumed_journal_is_one_session(resumed: Path, tmp_path: Path) -> None
     assert sm["runs"] == 2 and sm["windows"] == 8
     assert sm["commands"] == stops[0]["commands"] + stops[1]["commands"] == 8 * W + 3_000
     assert sm["applies_made"] == 2 and sm["in_force"] == list(B) == stops[1]["in_force"]
-    w = pw.windows_frame(recs)
+    w = wr.windows_frame(recs)
     assert w["window"].to_list() == list(range(8)) and w["segment"].to_list() == [1] * 4 + [2] * 4
     # A in force from window 3, into the resumed run (its start record's state); B applied after its K-th window
     assert [tuple(z) for z in w["in_force"].to_list()[3:]] == [A] * (1 + K) + [B]
     # the open window's part sits between the two runs' parts: every window still gets its own rows' time
-    rates = pw.rates_frame(recs, part_stats(resumed)[0])
+    rates = wr.rates_frame(recs, part_stats(resumed)[0])
     assert rates["source"].to_list() == ["rows' time"] * 8
     page = Path(res["index"]).read_text()
     assert "windows closed and decided on; commands traced, the open window at the stop included; resumed 1 time " \
@@ -365,7 +366,7 @@ def test_a_refused_apply_leaves_nothing_in_force_and_is_counted(tmp_path: Path) 
     res = render_watch(folder, tmp_path / "out", log=lambda s: None)
     assert res["summary"]["applies_made"] == 0 and res["summary"]["applies_refused"] == 2
     assert res["summary"]["in_force"] == []
-    assert all(z == [] for z in pw.windows_frame(recs)["in_force"].to_list())
+    assert all(z == [] for z in wr.windows_frame(recs)["in_force"].to_list())
     page = html.unescape(Path(res["index"]).read_text())
     assert headline_of(Path(res["index"]).read_text())["applies"] == "0 made, 2 refused, 0 deferred"
     assert "refused (exit 30)" in page and "device does not implement the ZTBP cache protocol" in page
@@ -427,7 +428,7 @@ def test_the_probes_attached_record_is_named_and_kept_out_of_the_table(three_pha
     page = Path(res["index"]).read_text()
     assert "probe attached at 2025-11-24 16:00:00 UTC" in page
     assert res["summary"]["windows"] == 24 and "record of a kind" not in page
-    assert page.count("<tr class=") == pw.events_frame(read_journal(three_phases)).height
+    assert page.count("<tr class=") == wr.events_frame(read_journal(three_phases)).height
 
 
 # ---- through the command line ------------------------------------------------------------------------------------

@@ -10,14 +10,7 @@ import polars as pl
 
 from ..analysis.watch import WatchParams, WatchState, clock_text, next_apply_at
 from ..io.journal import APPLY, JOURNAL, ROLLBACK
-from .watch_records import (  # noqa: F401 (report/watch.py reads the journal's frames through this module)
-    events_frame,
-    rates_frame,
-    session_records,
-    session_summary,
-    windows_frame,
-    zones_text,
-)
+from .watch_records import zones_text
 
 
 def status_line(commands: int, seconds: float, lost: int, state: WatchState, last: dict[str, Any] | None,

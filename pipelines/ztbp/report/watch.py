@@ -89,7 +89,7 @@ def meta_line(folder: Path, summary: dict[str, Any], records: list[dict[str, Any
 def watch_page(name: str, meta: str, headline: list[dict[str, str]], figures: list[dict[str, Any]],
                events: list[dict[str, Any]], notes: list[str]) -> str:
     """The page (templates/watch.html.j2): the headline, the notes (lines skipped, parts unread), the figures
-    (figure_item) and the table of `events` (present/watch.events_frame's rows); every text escaped there."""
+    (figure_item) and the table of `events` (present/watch_records.events_frame's rows); every text escaped there."""
     return render_page("watch.html.j2", name=name, meta_line=meta, headline=headline, notes=notes, figures=figures,
                        events=events)
 
@@ -99,13 +99,14 @@ def render_watch(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str]
     """The report of a watch session's journal folder: `out_dir` (default reports/watch-<folder name>)/index.html
     and plotly.min.js. Returns what was written and the session's summary."""
     from ..present import watch as pw
+    from ..present import watch_records as wr
 
     src = Path(folder)
     records, skipped = read_records(src)
-    recs = pw.session_records(records)
+    recs = wr.session_records(records)
     parts, bad_parts = part_stats(src)
-    summary = pw.session_summary(recs)
-    windows, events, rates = pw.windows_frame(recs), pw.events_frame(recs), pw.rates_frame(recs, parts)
+    summary = wr.session_summary(recs)
+    windows, events, rates = wr.windows_frame(recs), wr.events_frame(recs), wr.rates_frame(recs, parts)
     notes = []
     if skipped:
         shown = ", ".join(map(str, skipped[:SHOW_SKIPPED])) + (", …" if len(skipped) > SHOW_SKIPPED else "")
