@@ -322,6 +322,22 @@ int device_probe(struct device *d, uint32_t probe_ns, int want_report, struct ze
 	return probe_char(d, probe_ns, err);
 }
 
+/* The fields the two admin command structures share (struct nvme_passthru_cmd and its 64-bit twin), from cmd;
+ * no data buffer: the ZTBP commands carry none. */
+#define FILL_ADMIN(c, cmd)                              \
+	do {                                            \
+		memset(&(c), 0, sizeof(c));             \
+		(c).opcode = (cmd)->opcode;             \
+		(c).nsid = (cmd)->nsid;                 \
+		(c).cdw10 = (cmd)->cdw[0];              \
+		(c).cdw11 = (cmd)->cdw[1];              \
+		(c).cdw12 = (cmd)->cdw[2];              \
+		(c).cdw13 = (cmd)->cdw[3];              \
+		(c).cdw14 = (cmd)->cdw[4];              \
+		(c).cdw15 = (cmd)->cdw[5];              \
+		(c).timeout_ms = (cmd)->timeout_ms;     \
+	} while (0)
+
 /* The admin command through the 64-bit passthrough ioctl, whose result carries completion dwords 0 and 1; a
  * kernel without it (before Linux 5.5) answers ENOTTY without sending anything, and the 32-bit ioctl sends it
  * then (dword 0 only: d->result_dwords says which). */
@@ -331,32 +347,14 @@ static int admin_ioctl(struct device *d, const struct ztbp_command *cmd, uint64_
 	struct nvme_admin_cmd c;
 	int r;
 
-	memset(&c64, 0, sizeof c64);
-	c64.opcode = cmd->opcode;
-	c64.nsid = cmd->nsid;
-	c64.cdw10 = cmd->cdw[0];
-	c64.cdw11 = cmd->cdw[1];
-	c64.cdw12 = cmd->cdw[2];
-	c64.cdw13 = cmd->cdw[3];
-	c64.cdw14 = cmd->cdw[4];
-	c64.cdw15 = cmd->cdw[5];
-	c64.timeout_ms = cmd->timeout_ms;
+	FILL_ADMIN(c64, cmd);
 	r = zsys_ioctl(d->fd, NVME_IOCTL_ADMIN64_CMD, &c64);
-	if (r == 0 || r > 0 || errno != ENOTTY) {
+	if (r >= 0 || errno != ENOTTY) {
 		d->result_dwords = 2;
 		*result = c64.result;
 		return r;
 	}
-	memset(&c, 0, sizeof c);
-	c.opcode = cmd->opcode;
-	c.nsid = cmd->nsid;
-	c.cdw10 = cmd->cdw[0];
-	c.cdw11 = cmd->cdw[1];
-	c.cdw12 = cmd->cdw[2];
-	c.cdw13 = cmd->cdw[3];
-	c.cdw14 = cmd->cdw[4];
-	c.cdw15 = cmd->cdw[5];
-	c.timeout_ms = cmd->timeout_ms;
+	FILL_ADMIN(c, cmd);
 	r = zsys_ioctl(d->fd, NVME_IOCTL_ADMIN_CMD, &c);
 	d->result_dwords = 1;
 	*result = c.result;
