@@ -208,6 +208,18 @@ def test_a_regime_json_without_seconds_reuses_its_cells_untimed(tmp_path: Path) 
     assert [c["how"] for c in again["cells"]] == ["reused"] * 4 and [c["seconds"] for c in again["cells"]] == [None] * 4
 
 
+@pytest.mark.parametrize("bad", [True, -5, 1.5, 1e300, float("nan"), "12", None, [3]])
+def test_a_tampered_cell_time_is_read_as_untimed(tmp_path: Path, bad: object) -> None:
+    req = _request(tmp_path)
+    run_regime(req, run=FakeLoop({10: 0.5, 1: 0.0}), say=lambda s: None)
+    saved = json.loads((req.out / REGIME_FILE).read_text())
+    for c in saved["cells"]:
+        c["seconds"] = bad
+    (req.out / REGIME_FILE).write_text(json.dumps(saved))
+    again = run_regime(req, run=_no_loop, say=lambda s: None)
+    assert [c["how"] for c in again["cells"]] == ["reused"] * 4 and [c["seconds"] for c in again["cells"]] == [None] * 4
+
+
 def test_a_finished_cell_of_other_settings_stops_the_sweep_before_any_boot(tmp_path: Path) -> None:
     req = _request(tmp_path)
     (req.out / "slow1-36x4").mkdir(parents=True)

@@ -26,6 +26,7 @@ from ..contract import utc_now
 from ..errors import ZtbpError
 from ..files import make_dir, write_json
 from ..io.loop import LOOP_FILE, LoopFileError, read_loop
+from ..units import LIMITS, Bound
 from .loop import LoopRequest, run_loop
 
 REGIME_FILE = "regime.json"
@@ -156,13 +157,18 @@ def _doc(req: RegimeRequest, cells: list[Cell], done: list[dict[str, Any]], runs
             "complete": len(done) == len(cells), **summary}
 
 
+#: A cell's run time read back from regime.json: whole seconds, at most one loop's longest --timeout.
+CELL_SECONDS = Bound(0, LIMITS["timeout"].hi, integer=True)
+
+
 def _earlier_runs(path: Path) -> dict[str, int]:
     """How many seconds each cell's loop took when an earlier sweep in the same folder ran it, from its
     regime.json's `seconds` ({} when there is none or it cannot be read; a cell of a regime.json without
-    `seconds` counts as not timed)."""
+    `seconds`, or with one that is not a whole number of seconds in CELL_SECONDS, counts as not timed)."""
     try:
         cells = json.loads(path.read_text()).get("cells") or []
-        return {c["cell"]: c["seconds"] for c in cells if isinstance(c.get("seconds"), int)}
+        return {c["cell"]: int(c["seconds"]) for c in cells
+                if isinstance(c.get("cell"), str) and CELL_SECONDS.contains(c.get("seconds"))}
     except (OSError, ValueError, AttributeError, KeyError, TypeError):
         return {}
 
