@@ -25,9 +25,13 @@ class Device:
     has_read_model: bool  # the project replays its read service and cache (analysis/device_replay.py)
     probe_before_appears: bool  # a kernel module makes it: the probe attaches before the module loads
     in_vm: bool  # it lives in the QEMU guest (the VM harness boots it)
-    needs_qemu_version: bool  # a run on it records QEMU's version (the harness's)
     checks_geometry_early: bool  # its geometry is known before anything boots: a workload is checked against it
     geometry_from: str  # where its geometry and zone limits come from
+
+    @property
+    def needs_qemu_version(self) -> bool:
+        """A run on it records QEMU's version: the harness's QEMU runs every device in the VM."""
+        return self.in_vm
 
     def profile_hint(self) -> str:
         """How to make an interference profile of this device (`ztbp profile`)."""

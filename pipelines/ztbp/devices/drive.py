@@ -17,7 +17,6 @@ DRIVE = Device(
     has_read_model=False,
     probe_before_appears=False,
     in_vm=False,
-    needs_qemu_version=False,
     checks_geometry_early=False,
     geometry_from="sysfs (queue/logical_block_size, chunk_sectors, nr_zones) and `blkzone report` for the zone "
                   "capacity",

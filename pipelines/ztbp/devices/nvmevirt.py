@@ -19,7 +19,6 @@ NVMEVIRT = Device(
     has_read_model=True,
     probe_before_appears=True,
     in_vm=True,
-    needs_qemu_version=True,
     checks_geometry_early=False,
     geometry_from="the module's storage (--nvmevirt-storage) in zones of --zone-size, 512-byte LBAs; the guest "
                   "reports the namespace it made",

@@ -17,7 +17,6 @@ QEMU = Device(
     has_read_model=False,
     probe_before_appears=False,
     in_vm=True,
-    needs_qemu_version=True,
     checks_geometry_early=True,
     geometry_from="the command's geometry options (--zone-size, --zones, ...), given to QEMU's nvme-ns",
 )
