@@ -43,8 +43,8 @@ class ModuleError(ZtbpError):
     """The device's module is refused, or could not be loaded or unloaded."""
 
 
-def run_command(argv: list[str]) -> tuple[int | None, str, str]:
-    """One outside command with a timeout of COMMAND_TIMEOUT_S (commands.run_command)."""
+def module_command(argv: list[str]) -> tuple[int | None, str, str]:
+    """One of modprobe / insmod / rmmod, run with a timeout of COMMAND_TIMEOUT_S (commands.run_command)."""
     return commands.run_command(argv, COMMAND_TIMEOUT_S)
 
 
@@ -59,7 +59,7 @@ def is_block_device(path: Path) -> bool:
 class Machine:
     """What loading a module touches: the commands, the device node, /sys/module and the clock."""
 
-    run: Runner = run_command
+    run: Runner = module_command
     is_block: Callable[[Path], bool] = is_block_device
     sysfs: Path = field(default_factory=lambda: Path(os.environ.get("ZTBP_SYSFS", "/sys")))
     sleep: Callable[[float], None] = time.sleep
