@@ -240,15 +240,13 @@ def test_capture_host_without_a_module_still_needs_the_device(tmp_path: Path, mo
 def test_loop_host_reads_the_geometry_with_the_module_and_hands_it_to_loop_sh(
         ko: Path, fake: FakeMachine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from ztbp.acquire import drive
-    from ztbp.acquire import host as capture_host
     from ztbp.acquire.workload import WorkloadOptions
     from ztbp.control import loop
     from ztbp.writeback import ctl
 
     host_tools(monkeypatch, fake, drive)
     m = DeviceModule(ko, PARAMS).validate()
-    place = capture_host.host_place(DEV, m)
-    assert (place.device, place.lba_bytes, place.zone_bytes, place.nr_zones) == (DEV, 4096, 4 << 20, 128)
+    assert mod.device_geometry(DEV, fake.sysfs, m) == (4096, 4 << 20, 128, None)
     assert fake.lines() == ["modprobe nvme", f"insmod {ko.resolve()} {PARAMS}", f"blkzone report {DEV}",
                             "rmmod nvmev"]
     seen: dict[str, str] = {}

@@ -1,6 +1,6 @@
 """`ztbp capture-host`: a workload traced on a real zoned drive of this machine with the guest script of a VM
-capture (vm/guest/capture.sh), and where a loop runs (`Place`); the drive is checked and read by acquire/drive.py
-(acquire/module.py when a kernel module makes it)."""
+capture (vm/guest/capture.sh); the drive is checked and read by acquire/drive.py (acquire/module.py when a kernel
+module makes it)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from .. import paths
 from ..devices import DRIVE
-from ..errors import ZtbpError
 from .capture import (
     GUEST_SCRIPT,
     NVME_SCRIPT,
@@ -57,35 +55,6 @@ class HostCapture:
     verbose: bool = False
     probe: str | None = None  # None: ZTBP_PROBE of the environment, else probes/nvme_zone.bt
     module: DeviceModule | None = None  # the module that creates `device` (NVMeVirt), checked (validate())
-
-
-@dataclass(frozen=True)
-class Place:
-    """Where a loop runs (`ztbp loop`, control/loop.py): the namespace the guest script traces and its geometry,
-    and how the host names the loop directory to that script (the VM's /ztbp/out, or the folder itself on this
-    machine)."""
-
-    device: str
-    lba_bytes: int
-    zone_bytes: int
-    nr_zones: int
-    vm: Any = None  # acquire.vm.VmDevice in the VM, None on this machine
-    zone_cap_bytes: int | None = None  # None: the zones hold their size
-
-    def prefix(self, root: Path) -> str:
-        return "/ztbp/out" if self.vm is not None else str(root)
-
-
-def host_place(dev: str | None, module: DeviceModule | None = None,
-               error: type[ZtbpError] = CaptureError) -> Place:
-    """This machine's zoned namespace `dev`, checked: the tools there, root, zoned. With a device module, `dev`
-    exists only while it is loaded: it is loaded for the moment of reading the geometry and unloaded (loop.sh loads
-    it again after its probe attached). Errors are raised as `error`."""
-    if not dev:
-        raise error("--host needs the zoned namespace, e.g. --host /dev/nvme0n1")
-    host_tools(error, "loop --host")
-    lba, zone_bytes, nr, cap = device_geometry(dev, Path(os.environ.get("ZTBP_SYSFS", "/sys")), module, error)
-    return Place(dev, lba, zone_bytes, nr, zone_cap_bytes=cap)
 
 
 def run_capture_host(req: HostCapture) -> CaptureOutcome:

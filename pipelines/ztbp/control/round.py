@@ -4,30 +4,31 @@ meta.json finished), the round is measured (the trace check, fio, the device lat
 the others, the device's counters, the cache model from a cold cache), then analysed (its configuration, the
 previous round's prediction replayed out of sample, the measured gain) or, for an A/B block, scored with a cache
 warmed by the reads before it; the host decides, records the round and hands the decision to the guest. The loop's
-state (`LoopState`) is what control/loop.py resolved from the request, and what the rounds found so far."""
+state (`LoopState`: the request, what acquire/loop.py set up once, what the rounds found so far) is opened
+(`open_loop`), taken a turn further after each round (`host_turn`) and closed (`close_loop`)."""
 
 from __future__ import annotations
 
 import copy
 import re
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from .. import stages
+from ..acquire.loop import LoopSetup
 from ..acquire.mapcsv import map_rows_csv
 from ..acquire.meta import finish_meta
 from ..acquire.progress import Progress
-from ..acquire.userjob import loop_job
 from ..acquire.vm import qemu_version
-from ..acquire.workload import Workload
 from ..analysis.loop import device_figures, latency_split, measured_gain, warm_hit_ratio
 from ..contract import LOOP_FORMAT, utc_now
 from ..files import env_int, hand_over_tree, write_json
-from ..io.loop import LOOP_FILE, RoundFiles, read_applied, read_round, read_session, write_round
+from ..io.loop import LOOP_FILE, RoundFiles, read_applied, read_round, read_session, start_loop, write_round
 from ..io.run import Run, load
 from ..paths import RunPaths
 from ..present.loop import round_line
@@ -131,20 +132,17 @@ def warm_score(m: Measured, history: pl.DataFrame, model: CacheModel, zones: lis
 # ---- the loop's state and the host's turn after each round ---------------------------------------------------
 @dataclass
 class LoopState:
-    """The request resolved once (the workload, the loop directory, the runs' first meta.json content, how the guest
-    names the loop directory) and what the rounds found so far."""
+    """The request, what it resolved to once (acquire/loop.LoopSetup: the loop directory, the workload, the runs'
+    first meta.json content, how the guest names the loop directory) and what the rounds found so far."""
 
     req: LoopRequest
-    root: Path
-    workload: Workload
-    meta_base: dict[str, Any]
+    setup: LoopSetup
     progress: Progress
-    rounds: list[dict[str, Any]]
-    guest_prefix: str  # how the guest names the loop directory (/ztbp/out in the VM)
-    in_force: list[int]  # zones the device holds (set and accepted), [] when none
+    started: float = 0.0
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    in_force: list[int] = field(default_factory=list)  # zones the device holds (set and accepted), [] when none
     pending: dict[str, Any] | None = None  # the config sent after the last round, its prediction
     stopped: str | None = None
-    started: float = 0.0
 
     ab: AbPlan | None = None  # the A/B blocks, once round 1 recommended a configuration
 
@@ -158,17 +156,13 @@ class LoopState:
         return {"qemu": qemu_version()} if self.req.device.needs_qemu_version else {}
 
     def rnd_dir(self, r: int) -> Path:
-        return self.root / f"round-{r:02d}"
-
-    @property
-    def total_rounds(self) -> int:
-        return 1 + 2 * self.req.ab_pairs if self.req.ab_pairs else self.req.rounds
+        return self.setup.root / f"round-{r:02d}"
 
 
 def loop_doc(st: LoopState, complete: bool) -> dict[str, Any]:
-    return {"format": LOOP_FORMAT, "backend": st.req.backend, "workload": st.meta_base["workload"],
-            "rounds_asked": st.total_rounds, "min_gain": st.req.min_gain, "cache_mib": st.req.cache_mib,
-            "page_kib": st.req.page_kib, "emulator": st.meta_base.get("emulator"),
+    return {"format": LOOP_FORMAT, "backend": st.req.backend, "workload": st.setup.meta["workload"],
+            "rounds_asked": st.req.total_rounds, "min_gain": st.req.min_gain, "cache_mib": st.req.cache_mib,
+            "page_kib": st.req.page_kib, "emulator": st.setup.meta.get("emulator"),
             "rounds": st.rounds, "stopped": st.stopped, "complete": complete, "updated": utc_now(),
             **({"ab": ab_doc(st.ab, st.req.ab_pairs)} if st.ab is not None else {})}
 
@@ -188,7 +182,7 @@ def decide(st: LoopState, entry: dict[str, Any]) -> tuple[str, str]:
                         f"round {r - 1} -> {r}) below --min-gain {st.req.min_gain:+.2f}")
     if r >= st.req.rounds and not st.req.ab_pairs:
         return "stop", f"{st.req.rounds} rounds done"
-    return "apply", f"{st.guest_prefix}/{cfg['file']}"
+    return "apply", f"{st.setup.guest_prefix}/{cfg['file']}"
 
 
 def after_apply(st: LoopState, res: dict[str, Any] | None) -> None:
@@ -222,13 +216,13 @@ class Turn:
 def round_turn(st: LoopState, m: Measured) -> Turn:
     """A round: analysed, decided (the A/B blocks start after round 1 when it recommends a configuration), its
     configuration written to the run's cache-config.json."""
-    entry, cfg = analyse(m, st.root, st.model, st.pending)
+    entry, cfg = analyse(m, st.setup.root, st.model, st.pending)
     r = entry["round"]
     action, arg = decide(st, entry)
     if st.req.ab_pairs and action == "apply":  # the A/B blocks start: block 1 runs with the configuration on
         st.ab = AbPlan(config=arg, listed=entry["config"]["hot_zones"], arms=abba(st.req.ab_pairs),
                        reads=st.req.ab_reads, history=reads(m))
-        st.progress.expected = st.ab.reads if st.req.fio_file is None else 0
+        st.progress.expected = st.ab.reads if st.setup.user_job is None else 0
     elif st.req.ab_pairs:
         arg += "; no A/B blocks (nothing to switch on)"
     entry["decision"] = {"action": action, "detail": arg}
@@ -264,7 +258,7 @@ def block_turn(st: LoopState, ab: AbPlan, m: Measured, zones: list[int], res: di
                       "model": {"hit_ratio": warm}})
     if action == "stop":
         st.stopped = arg
-        ab.service = ab_service(ab, st.root, st.meta_base)
+        ab.service = ab_service(ab, st.setup.root, st.setup.meta)
     nxt = {"apply": "configuration on (SET)", "clear": "configuration off (STOP)"}.get(action, arg)
     return Turn(f"{action} {arg}".rstrip(), action != "stop", f"A/B block {block} ({arm}, pair {pair}): ",
                 f"loop stops: {arg}" if action == "stop" else f"block {block + 1}: {nxt}")
@@ -276,7 +270,7 @@ def host_turn(st: LoopState, r: int) -> None:
     during it, analysed and decided (or, an A/B block, scored and switched), its record and the hand-over written
     once (io/loop.write_round: the next job when the loop goes on), and its progress lines."""
     ab = st.ab
-    guest = read_round(st.root, r, r - 1 if ab is not None else st.pending["round"] if st.pending else None)
+    guest = read_round(st.setup.root, r, r - 1 if ab is not None else st.pending["round"] if st.pending else None)
     res = guest.applied_before  # what the guest did before this round: SET, STOP or nothing
     if ab is None:
         after_apply(st, res)
@@ -287,17 +281,30 @@ def host_turn(st: LoopState, r: int) -> None:
         if res is not None:
             st.in_force = ab.listed if res.get("set_ok") else [] if res.get("action") == "clear" else st.in_force
         zones, listed, loop_meta = (ab.listed if arm == "on" else []), ab.listed, {"ab": {"arm": arm, "pair": pair}}
-    meta = copy.deepcopy(st.meta_base)
+    meta = copy.deepcopy(st.setup.meta)
     meta["loop"] = {"round": r, "loop_dir": "..", "zones_in_force": st.in_force, **loop_meta}
     m = measure(st.rnd_dir(r), meta, st.started, st.versions, guest, zones, listed, st.model, st.progress.say,
                 st.rounds[-1] if st.rounds else None)
     turn = round_turn(st, m) if ab is None else block_turn(st, ab, m, zones, res)
     doc = loop_doc(st, complete=False)
     reads = st.ab.reads if st.ab is not None else None  # the blocks' reads, once the A/B blocks started
-    job = loop_job(st.workload, st.req.fio_file, r + 1, reads) if turn.go_on else None
-    write_round(st.root, r, m.entry, doc, turn.decision, job)
+    job = st.setup.job(r + 1, reads) if turn.go_on else None
+    write_round(st.setup.root, r, m.entry, doc, turn.decision, job)
     st.progress.say(turn.label + round_line(m.entry))
     st.progress.say(turn.then)
+
+
+def open_loop(req: LoopRequest, setup: LoopSetup, progress: Progress) -> LoopState:
+    """The loop's state as its first round begins: its plan said, loop.json (no round yet) and round 1's fio job
+    written."""
+    wl = setup.workload
+    progress.expected = wl.total_reads if setup.user_job is None else 0  # each round's countdown (A/B: round_turn)
+    st = LoopState(req=req, setup=setup, progress=progress, started=time.monotonic())
+    plan = (f"round 1 of {wl.describe_line()}, then {req.ab_pairs} pairs of A/B blocks of {req.ab_reads:,} reads "
+            "(the configuration on and off)" if req.ab_pairs else f"up to {req.rounds} rounds of {wl.describe_line()}")
+    progress.say(f"loop {wl.name}: {plan}, backend {req.backend} -> {setup.root}")
+    start_loop(setup.root, loop_doc(st, complete=False), setup.job(1))
+    return st
 
 
 def line_handler(st: LoopState) -> Callable[[str], None]:
@@ -315,8 +322,8 @@ def line_handler(st: LoopState) -> Callable[[str], None]:
 def close_loop(st: LoopState, status: int, interrupted: bool) -> dict[str, Any]:
     """The loop's end: the last apply folded in, the probe session's counters, loop.json written whole and the loop
     directory handed over to the user (the guest script wrote it as root under sudo); loop.json's content."""
-    applied = read_applied(st.root, st.pending["round"]) if st.ab is None and st.pending else None
-    session = read_session(st.root)
+    applied = read_applied(st.setup.root, st.pending["round"]) if st.ab is None and st.pending else None
+    session = read_session(st.setup.root)
     if st.ab is None:
         after_apply(st, applied)
     doc = loop_doc(st, complete=bool(status == 0 and not interrupted and st.stopped))
@@ -324,8 +331,8 @@ def close_loop(st: LoopState, status: int, interrupted: bool) -> dict[str, Any]:
     doc["interrupted"] = interrupted
     if session:
         doc["session"] = session
-    write_json(st.root / LOOP_FILE, doc)
-    hand_over_tree(st.root)
+    write_json(st.setup.root / LOOP_FILE, doc)
+    hand_over_tree(st.setup.root)
     if interrupted:
-        st.progress.say(f"interrupted: {len(st.rounds)} finished round(s) kept in {st.root}")
+        st.progress.say(f"interrupted: {len(st.rounds)} finished round(s) kept in {st.setup.root}")
     return doc
