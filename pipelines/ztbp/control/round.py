@@ -27,8 +27,8 @@ from ..acquire.progress import Progress
 from ..acquire.vm import qemu_version
 from ..analysis.loop import device_figures, latency_split, measured_gain, warm_hit_ratio
 from ..contract import LOOP_FORMAT, utc_now
-from ..files import env_int, hand_over_tree, write_json
-from ..io.loop import LOOP_FILE, RoundFiles, read_applied, read_round, read_session, start_loop, write_round
+from ..files import env_int
+from ..io.loop import RoundFiles, finish_loop, read_applied, read_round, read_session, start_loop, write_round
 from ..io.run import Run, load
 from ..paths import RunPaths
 from ..present.loop import round_line
@@ -331,8 +331,7 @@ def close_loop(st: LoopState, status: int, interrupted: bool) -> dict[str, Any]:
     doc["interrupted"] = interrupted
     if session:
         doc["session"] = session
-    write_json(st.setup.root / LOOP_FILE, doc)
-    hand_over_tree(st.setup.root)
+    finish_loop(st.setup.root, doc)
     if interrupted:
         st.progress.say(f"interrupted: {len(st.rounds)} finished round(s) kept in {st.setup.root}")
     return doc
