@@ -17,15 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import polars as pl
-
 from .. import stages
 from ..acquire.loop import LoopSetup
 from ..acquire.mapcsv import map_rows_csv
 from ..acquire.meta import finish_meta
 from ..acquire.progress import Progress
 from ..acquire.vm import qemu_version
-from ..analysis.loop import device_figures, latency_split, measured_gain, warm_hit_ratio
+from ..analysis.loop import device_figures, latency_split, measured_gain
 from ..contract import LOOP_FORMAT, utc_now
 from ..files import env_int
 from ..io.loop import RoundFiles, finish_loop, read_applied, read_round, read_session, start_loop, write_round
@@ -33,7 +31,7 @@ from ..io.run import Run, load
 from ..paths import RunPaths
 from ..present.loop import round_line
 from ..writeback.config import write_config
-from .ab import AbPlan, ab_doc, ab_next, ab_service, abba
+from .ab import AbPlan, ab_doc, ab_service, score_block, start_ab
 
 if TYPE_CHECKING:
     from .request import LoopRequest
@@ -116,17 +114,6 @@ def analyse(m: Measured, root: Path, model: CacheModel,
         entry["applied_before"] = pending.get("applied")
     entry["measured_gain"] = m.gain
     return entry, cfg
-
-
-def reads(m: Measured) -> pl.DataFrame:
-    """The measured round's reads: round 1's warm the model's cache for the first A/B block."""
-    return m.run.events.filter(pl.col("op") == "read")
-
-
-def warm_score(m: Measured, history: pl.DataFrame, model: CacheModel, zones: list[int]) -> tuple[float, pl.DataFrame]:
-    """An A/B block's model hit ratio with the cache warmed by the reads before it (round 1's for the first block):
-    the device's cache carries over from block to block, so does the model's. Returns it and the reads so far."""
-    return warm_hit_ratio(history, m.run.events, m.run.meta, model.cache_mib, model.page_kib, zones)
 
 
 # ---- the loop's state and the host's turn after each round ---------------------------------------------------
@@ -214,14 +201,13 @@ class Turn:
 
 
 def round_turn(st: LoopState, m: Measured) -> Turn:
-    """A round: analysed, decided (the A/B blocks start after round 1 when it recommends a configuration), its
-    configuration written to the run's cache-config.json."""
+    """A round: analysed, decided, its configuration written to the run's cache-config.json (the A/B blocks start
+    after round 1 when it recommends one)."""
     entry, cfg = analyse(m, st.setup.root, st.model, st.pending)
     r = entry["round"]
     action, arg = decide(st, entry)
     if st.req.ab_pairs and action == "apply":  # the A/B blocks start: block 1 runs with the configuration on
-        st.ab = AbPlan(config=arg, listed=entry["config"]["hot_zones"], arms=abba(st.req.ab_pairs),
-                       reads=st.req.ab_reads, history=reads(m))
+        st.ab = start_ab(arg, entry["config"]["hot_zones"], st.req.ab_pairs, st.req.ab_reads, m.run.events)
         st.progress.expected = st.ab.reads if st.setup.user_job is None else 0
     elif st.req.ab_pairs:
         arg += "; no A/B blocks (nothing to switch on)"
@@ -240,22 +226,11 @@ def round_turn(st: LoopState, m: Measured) -> Turn:
 
 def block_turn(st: LoopState, ab: AbPlan, m: Measured, zones: list[int], res: dict[str, Any] | None) -> Turn:
     """An A/B block (round r > 1), measured with the configuration's zones as the listed class in both arms and
-    `zones` in the model: scored with a warm cache, and the configuration switched for the next block."""
-    entry = m.entry
-    r = entry["round"]
-    block = r - 1
+    `zones` in the model: scored, recorded and switched for the next block (control/ab.score_block)."""
+    block = m.entry["round"] - 1
     arm, pair = ab.arms[block - 1]
-    warm, ab.history = warm_score(m, ab.history, st.model, zones)
-    entry["model"]["warm_hit_ratio"] = warm  # the device's cache carries over from block to block: so does this one
-    entry["ab"] = {"block": block, "arm": arm, "pair": pair, "device_holds": bool(st.in_force)}
-    entry["applied_before"] = res
-    action, arg = ab_next(ab, block)
-    entry["decision"] = {"action": action, "detail": arg}
-    st.rounds.append(entry)
-    ab.blocks.append({"round": r, "run": entry["run"], "block": block, "arm": arm, "pair": pair,
-                      "device_holds": bool(st.in_force), "trace_complete": entry["lost"] == 0
-                      and entry["read_rows"] == entry["fio_reads"], "fio": entry["fio"], "latency": entry["latency"],
-                      "model": {"hit_ratio": warm}})
+    action, arg = score_block(ab, m.entry, m.run, st.req.cache_mib, st.req.page_kib, zones, bool(st.in_force), res)
+    st.rounds.append(m.entry)
     if action == "stop":
         st.stopped = arg
         ab.service = ab_service(ab, st.setup.root, st.setup.meta)
