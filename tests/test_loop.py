@@ -4,6 +4,7 @@ The real loop (VM, NVMeVirt) is in tests/test_loop_vm.py."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -13,7 +14,7 @@ from loop_fixture import ab_blocks
 from ztbp.acquire.loop import LoopSetup, Place
 from ztbp.acquire.userjob import user_job
 from ztbp.acquire.vm import Geometry, vm_device
-from ztbp.acquire.workload import WorkloadOptions
+from ztbp.acquire.workload import WorkloadOptions, fio_seed
 from ztbp.analysis.loop import dmesg_figures, latency_split, measured_gain, status_delta, warm_hit_ratio
 from ztbp.control.ab import AbPlan, ab_next, ab_service, abba
 from ztbp.control.loop import LoopRequest
@@ -78,9 +79,19 @@ def _state(rounds: int = 3, min_gain: float = 0.01) -> LoopState:
     """A loop in the VM (the guest names its folder /ztbp/out) before its first round."""
     vm = vm_device(QEMU, Geometry())
     setup = LoopSetup(Place("/dev/nvme0n1", vm.lba_bytes, vm.zone_bytes, vm.nr_zones, vm), workload=None,  # type: ignore
-                      user_job=None, root=Path("/nonexistent"), meta={}, env={}, files=[])
+                      fixed_job=None, root=Path("/nonexistent"), meta={}, env={}, files=[])
     req = LoopRequest(workload=WorkloadOptions(), rounds=rounds, min_gain=min_gain)
     return LoopState(req=req, setup=setup, progress=None)  # type: ignore
+
+
+def test_each_round_runs_the_preset_with_its_own_seed_or_the_user_s_job_as_checked() -> None:
+    wl = WorkloadOptions(name="uniform", reads=4000).build(device="/dev/nvme0n1", zone_bytes=32 << 20, nr_zones=64)
+    setup = replace(_state().setup, workload=wl)
+    assert setup.job(1) == wl.fio_job()
+    assert f"randseed={fio_seed(wl.seed + 2)}" in setup.job(3) and setup.job(3) != setup.job(2)
+    assert setup.job(3, reads=1000) == replace(wl, seed=wl.seed + 2, reads=1000).fio_job() != setup.job(3)
+    user = replace(setup, fixed_job="[a]\nrw=randread\nfilename=/dev/nvme0n1\n")
+    assert user.job(1) == user.job(4, reads=1000) == user.fixed_job
 
 
 def _entry(r: int, recommend: bool, in_force: float, lru: float = 0.2) -> dict:

@@ -88,13 +88,13 @@ class Place:
 
 @dataclass(frozen=True)
 class LoopSetup:
-    """A loop resolved once: its place, the workload, the user's job (--fio-file, pointed at the device, read and
-    checked once; None: the preset's), the loop directory `root`, the runs' first meta.json content, and the guest
-    script's environment and the files it is given."""
+    """A loop resolved once: its place, the workload, the user's job every round runs (`fixed_job`: --fio-file, read,
+    checked and pointed at the device once; None: the preset's, each round with its own seed), the loop directory
+    `root`, the runs' first meta.json content, and the guest script's environment and the files it is given."""
 
     place: Place
     workload: Workload
-    user_job: str | None
+    fixed_job: str | None
     root: Path
     meta: dict[str, Any]
     env: dict[str, str]
@@ -107,8 +107,8 @@ class LoopSetup:
 
     def job(self, r: int, reads: int | None = None) -> str:
         """The fio job of round r: the user's job, or the workload with round r's seed (`reads`: an A/B block's)."""
-        if self.user_job is not None:
-            return self.user_job
+        if self.fixed_job is not None:
+            return self.fixed_job
         wl = replace(self.workload, seed=self.workload.seed + r - 1)
         return (wl if reads is None else replace(wl, reads=reads)).fio_job()
 

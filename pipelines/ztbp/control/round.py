@@ -208,7 +208,7 @@ def round_turn(st: LoopState, m: Measured) -> Turn:
     action, arg = decide(st, entry)
     if st.req.ab_pairs and action == "apply":  # the A/B blocks start: block 1 runs with the configuration on
         st.ab = start_ab(arg, entry["config"]["hot_zones"], st.req.ab_pairs, st.req.ab_reads, m.run.events)
-        st.progress.expected = st.ab.reads if st.setup.user_job is None else 0
+        st.progress.expected = st.ab.reads if st.setup.fixed_job is None else 0
     elif st.req.ab_pairs:
         arg += "; no A/B blocks (nothing to switch on)"
     entry["decision"] = {"action": action, "detail": arg}
@@ -273,7 +273,7 @@ def open_loop(req: LoopRequest, setup: LoopSetup, progress: Progress) -> LoopSta
     """The loop's state as its first round begins: its plan said, loop.json (no round yet) and round 1's fio job
     written."""
     wl = setup.workload
-    progress.expected = wl.total_reads if setup.user_job is None else 0  # each round's countdown (A/B: round_turn)
+    progress.expected = wl.total_reads if setup.fixed_job is None else 0  # each round's countdown (A/B: round_turn)
     st = LoopState(req=req, setup=setup, progress=progress, started=time.monotonic())
     plan = (f"round 1 of {wl.describe_line()}, then {req.ab_pairs} pairs of A/B blocks of {req.ab_reads:,} reads "
             "(the configuration on and off)" if req.ab_pairs else f"up to {req.rounds} rounds of {wl.describe_line()}")
