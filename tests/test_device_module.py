@@ -156,7 +156,7 @@ def test_insmod_failing_and_a_module_loaded_already_are_refused(ko: Path, tmp_pa
 
 def test_the_module_is_unloaded_when_the_reading_fails(ko: Path, fake: FakeMachine) -> None:
     from ztbp.acquire.capture import CaptureError
-    from ztbp.acquire.host import check_zoned
+    from ztbp.acquire.drive import check_zoned
 
     with pytest.raises(CaptureError), DeviceModule(ko).validate().loaded(DEV):
         check_zoned("/dev/nvme1n1", fake.sysfs)  # not the module's device
@@ -184,14 +184,13 @@ def test_bad_module_options_are_one_line_before_anything_runs(ko: Path, tmp_path
 # ---- capture-host and loop --host ------------------------------------------------------------------------------
 def fake_blkzone(monkeypatch: pytest.MonkeyPatch, fake: FakeMachine) -> None:
     """blkzone's report of the zone capacity logged (it needs the device); the zones hold their size."""
-    from ztbp.acquire import host as capture_host
 
-    def zone_cap(dev: str) -> int | None:
+    def zone_cap(dev: str, error: Any) -> int | None:
         assert fake.machine.is_block(Path(dev)), "blkzone report of a device that is not there"
         fake.say(f"blkzone report {dev}")
         return None
 
-    monkeypatch.setattr(capture_host, "host_zone_cap", zone_cap)
+    monkeypatch.setattr(mod, "host_zone_cap", zone_cap)
 
 
 def host_tools(monkeypatch: pytest.MonkeyPatch, fake: FakeMachine, *modules: Any) -> None:
@@ -205,9 +204,10 @@ def host_tools(monkeypatch: pytest.MonkeyPatch, fake: FakeMachine, *modules: Any
 def test_capture_host_reads_the_geometry_with_the_module_then_the_script_loads_it(
         ko: Path, fake: FakeMachine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
+    from ztbp.acquire import drive
     from ztbp.acquire import host as capture_host
 
-    host_tools(monkeypatch, fake, capture_host)
+    host_tools(monkeypatch, fake, drive)
     seen: dict[str, str] = {}
 
     def run_here(script: Path, env: dict[str, str], stop: Path, on_line: Any) -> tuple[int, bool]:
@@ -239,15 +239,14 @@ def test_capture_host_without_a_module_still_needs_the_device(tmp_path: Path, mo
 
 def test_loop_host_reads_the_geometry_with_the_module_and_hands_it_to_loop_sh(
         ko: Path, fake: FakeMachine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ztbp.acquire import host as capture_host
+    from ztbp.acquire import drive
     from ztbp.acquire.workload import WorkloadOptions
     from ztbp.control import loop
     from ztbp.writeback import ctl
 
-    host_tools(monkeypatch, fake, capture_host)
+    host_tools(monkeypatch, fake, drive)
     m = DeviceModule(ko, PARAMS).validate()
-    place = capture_host.host_place(DEV, m)
-    assert (place.device, place.lba_bytes, place.zone_bytes, place.nr_zones) == (DEV, 4096, 4 << 20, 128)
+    assert mod.device_geometry(DEV, fake.sysfs, m) == (4096, 4 << 20, 128, None)
     assert fake.lines() == ["modprobe nvme", f"insmod {ko.resolve()} {PARAMS}", f"blkzone report {DEV}",
                             "rmmod nvmev"]
     seen: dict[str, str] = {}

@@ -4,18 +4,22 @@ The real loop (VM, NVMeVirt) is in tests/test_loop_vm.py."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
 import pytest
 from loop_fixture import ab_blocks
 
+from ztbp.acquire.loop import LoopSetup, Place
 from ztbp.acquire.userjob import user_job
-from ztbp.acquire.workload import WorkloadOptions
+from ztbp.acquire.vm import Geometry, vm_device
+from ztbp.acquire.workload import WorkloadOptions, fio_seed
 from ztbp.analysis.loop import dmesg_figures, latency_split, measured_gain, status_delta, warm_hit_ratio
 from ztbp.control.ab import AbPlan, ab_next, ab_service, abba
 from ztbp.control.loop import LoopRequest
 from ztbp.control.round import STOP_INVALID, STOP_NOTHING, LoopState, decide
+from ztbp.devices import QEMU
 from ztbp.errors import ZtbpError
 from ztbp.io.loop import read_applied
 
@@ -72,9 +76,22 @@ def test_latency_split_listed_against_unlisted() -> None:
 
 
 def _state(rounds: int = 3, min_gain: float = 0.01) -> LoopState:
+    """A loop in the VM (the guest names its folder /ztbp/out) before its first round."""
+    vm = vm_device(QEMU, Geometry())
+    setup = LoopSetup(Place("/dev/nvme0n1", vm.lba_bytes, vm.zone_bytes, vm.nr_zones, vm), workload=None,  # type: ignore
+                      fixed_job=None, root=Path("/nonexistent"), meta={}, env={}, files=[])
     req = LoopRequest(workload=WorkloadOptions(), rounds=rounds, min_gain=min_gain)
-    return LoopState(req=req, root=Path("/nonexistent"), workload=None, meta_base={}, progress=None,  # type: ignore
-                     rounds=[], guest_prefix="/ztbp/out", in_force=[])
+    return LoopState(req=req, setup=setup, progress=None)  # type: ignore
+
+
+def test_each_round_runs_the_preset_with_its_own_seed_or_the_user_s_job_as_checked() -> None:
+    wl = WorkloadOptions(name="uniform", reads=4000).build(device="/dev/nvme0n1", zone_bytes=32 << 20, nr_zones=64)
+    setup = replace(_state().setup, workload=wl)
+    assert setup.job(1) == wl.fio_job()
+    assert f"randseed={fio_seed(wl.seed + 2)}" in setup.job(3) and setup.job(3) != setup.job(2)
+    assert setup.job(3, reads=1000) == replace(wl, seed=wl.seed + 2, reads=1000).fio_job() != setup.job(3)
+    user = replace(setup, fixed_job="[a]\nrw=randread\nfilename=/dev/nvme0n1\n")
+    assert user.job(1) == user.job(4, reads=1000) == user.fixed_job
 
 
 def _entry(r: int, recommend: bool, in_force: float, lru: float = 0.2) -> dict:
@@ -145,10 +162,8 @@ def test_ab_request_bounds() -> None:
         with pytest.raises(ZtbpError, match=what):
             LoopRequest(workload=WorkloadOptions(), ab_pairs=pairs, ab_reads=reads).validate()
     LoopRequest(workload=WorkloadOptions(), ab_pairs=5, ab_reads=5000).validate()
-    assert _state().total_rounds == 3
-    st = _state()
-    st.req = LoopRequest(workload=WorkloadOptions(), ab_pairs=5)
-    assert st.total_rounds == 11
+    assert LoopRequest(workload=WorkloadOptions()).total_rounds == 3
+    assert LoopRequest(workload=WorkloadOptions(), ab_pairs=5).total_rounds == 11
 
 
 def test_decide_ignores_the_round_count_in_the_ab_mode() -> None:
@@ -188,13 +203,9 @@ def test_warm_hit_ratio_carries_the_cache_over() -> None:
     assert other == 0.0
 
 
-def _ab_args(st: LoopState) -> tuple[AbPlan | None, Path, dict]:
-    return st.ab, st.root, st.meta_base
-
-
-def _ab_state(tmp: Path, holds: bool) -> LoopState:
+def _ab_state(tmp: Path, holds: bool) -> tuple[AbPlan, Path, dict]:
     """An A/B session of synthetic runs: round 1 and two blocks (on, off) of paper80 reads, on an NVMeVirt zn540
-    module built with --slow 10 (as its folder's name says)."""
+    module built with --slow 10 (as its folder's name says): the plan, the loop directory and its runs' meta.json."""
     import json
 
     from ztbp.acquire.vm import nvmevirt_notes
@@ -204,20 +215,17 @@ def _ab_state(tmp: Path, holds: bool) -> LoopState:
         assert cli(["synth", str(tmp / f"round-{r:02d}"), "--reads", "3000", "--seed", str(seed)]) == 0
     meta = json.loads((tmp / "round-01" / "meta.json").read_text())
     meta["emulator"] = nvmevirt_notes(tmp / "6.1.0-56-amd64-zn540-slow10" / "nvmev.ko")
-    st = _state()
-    st.req = LoopRequest(workload=WorkloadOptions(), ab_pairs=2)
-    st.root, st.meta_base = tmp, meta
-    st.ab = AbPlan(config="c.json", listed=[1, 7, 11, 15, 19], arms=abba(2), reads=3000, blocks=[
+    ab = AbPlan(config="c.json", listed=[1, 7, 11, 15, 19], arms=abba(2), reads=3000, blocks=[
         {"run": "round-02", "arm": "on", "pair": 1, "device_holds": holds},
         {"run": "round-03", "arm": "off", "pair": 1, "device_holds": False}])
-    return st
+    return ab, tmp, meta
 
 
 @pytest.mark.parametrize("holds", [True, False])
 def test_ab_service_splits_the_predicted_change(tmp_path: Path, holds: bool) -> None:
     """The emulator's model over the blocks: with the configuration held, the listed zones' misses take the
     shortcut; when the device never held it (SET refused), the shortcut is zero and so is most of the change."""
-    res = ab_service(*_ab_args(_ab_state(tmp_path, holds)))
+    res = ab_service(*_ab_state(tmp_path, holds))
     assert res is not None and (res["profile"], res["slow"], res["cache_entries"]) == ("zn540", 10, 16_384)
     d = res["decomposition"]
     assert d["change_us"] == pytest.approx(d["cache_hits_us"] + d["listed_shortcut_us"] + d["rest_us"], abs=1e-6)
@@ -229,9 +237,9 @@ def test_ab_service_splits_the_predicted_change(tmp_path: Path, holds: bool) -> 
 
 
 def test_ab_service_needs_a_known_module(tmp_path: Path) -> None:
-    st = _ab_state(tmp_path, True)
-    st.meta_base["emulator"] = None  # QEMU
-    assert ab_service(*_ab_args(st)) is None
+    ab, root, meta = _ab_state(tmp_path, True)
+    meta["emulator"] = None  # QEMU
+    assert ab_service(ab, root, meta) is None
 
 
 def test_speed_text_gives_the_verdict_with_its_interval_and_the_paper_beside() -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from ztbp.acquire.capture import CaptureError
-from ztbp.acquire.host import check_writes, check_zoned, host_geometry
+from ztbp.acquire.drive import check_zoned, host_geometry
+from ztbp.acquire.host import check_writes
 from ztbp.acquire.vm import Geometry, NvmevirtPlan, VmError
 from ztbp.acquire.workload import Workload
 from ztbp.cli import main

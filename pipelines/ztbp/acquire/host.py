@@ -1,22 +1,17 @@
 """`ztbp capture-host`: a workload traced on a real zoned drive of this machine with the guest script of a VM
-capture (vm/guest/capture.sh), and the checks of such a drive (zoned, its geometry, the tools, root) that loop
---host and watch share."""
+capture (vm/guest/capture.sh); the drive is checked and read by acquire/drive.py (acquire/module.py when a kernel
+module makes it)."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from .. import paths
-from ..commands import run_command
 from ..devices import DRIVE
-from ..errors import ZtbpError
-from ..units import zone_capacity
 from .capture import (
     GUEST_SCRIPT,
     NVME_SCRIPT,
@@ -28,26 +23,11 @@ from .capture import (
     write_jobs,
 )
 from .channel import run_here
+from .drive import check_zoned, host_geometry, host_tools, host_zone_cap
 from .meta import capture_meta, finish_meta
-from .module import DeviceModule, device_present
+from .module import DeviceModule, device_geometry
 from .progress import Progress
 from .workload import Workload, WorkloadOptions
-
-
-def sysfs_block(dev: str, sysfs: Path) -> Path:
-    return sysfs / "block" / Path(dev).name
-
-
-def check_zoned(dev: str, sysfs: Path = Path("/sys")) -> str:
-    """Refuse a device that is not a zoned block device; return its zoned model."""
-    q = sysfs_block(dev, sysfs) / "queue"
-    if not q.is_dir():
-        raise CaptureError(f"{dev}: no such block device ({q} missing); give a whole namespace like /dev/nvme0n1")
-    model = (q / "zoned").read_text().strip() if (q / "zoned").is_file() else "none"
-    if model not in ("host-managed", "host-aware"):
-        raise CaptureError(f"{dev} is not a zoned device (queue/zoned = {model}); capture-host traces ZNS drives "
-                           "only. Use `just capture` for the emulated one.")
-    return model
 
 
 def check_writes(dev: str, workload: Workload, destructive: bool, no_prefill: bool) -> None:
@@ -63,28 +43,6 @@ def check_writes(dev: str, workload: Workload, destructive: bool, no_prefill: bo
             "only read what is already written.")
 
 
-def host_geometry(dev: str, sysfs: Path = Path("/sys")) -> tuple[int, int, int]:
-    """(lba bytes, zone bytes, nr zones) of a real zoned device from sysfs."""
-    q = sysfs_block(dev, sysfs) / "queue"
-    lba = int((q / "logical_block_size").read_text())
-    zone_bytes = int((q / "chunk_sectors").read_text()) * 512
-    nr = int((q / "nr_zones").read_text())
-    return lba, zone_bytes, nr
-
-
-def host_zone_cap(dev: str) -> int | None:
-    """The zone capacity of a real zoned device in bytes, from `blkzone report -c 1` (None: its blkzone prints no
-    capacity, an old util-linux); a CaptureError when blkzone cannot report the device."""
-    code, out, err = run_command(["blkzone", "report", "-c", "1", dev], 60)
-    if code is None:
-        raise CaptureError(f"blkzone report {dev} did not run ({err}); it tells the zone capacity the workload must "
-                           "keep within: install util-linux")
-    if code != 0:
-        raise CaptureError(f"blkzone report {dev} failed: {err.strip()[-300:]}; it tells the zone capacity "
-                           "the workload must keep within")
-    return zone_capacity(out)
-
-
 @dataclass(frozen=True)
 class HostCapture:
     """What `ztbp capture-host` was asked for: a real zoned namespace of this machine and the workload."""
@@ -97,59 +55,6 @@ class HostCapture:
     verbose: bool = False
     probe: str | None = None  # None: ZTBP_PROBE of the environment, else probes/nvme_zone.bt
     module: DeviceModule | None = None  # the module that creates `device` (NVMeVirt), checked (validate())
-
-
-def host_tools(error: type[ZtbpError], command: str) -> None:
-    """What the host path needs on this machine: bpftrace, fio, blkzone, and root."""
-    missing = [t for t in ("bpftrace", "fio", "blkzone") if shutil.which(t) is None]
-    if missing:
-        raise error(f"missing on this machine: {', '.join(missing)}; install with "
-                    "apt-get install bpftrace fio util-linux")
-    if os.geteuid() != 0:
-        raise error(f"{command} needs root (bpftrace and raw device access); run it with sudo")
-
-
-def device_geometry(dev: str, sysfs: Path, module: DeviceModule | None = None) -> tuple[int, int, int, int | None]:
-    """(lba bytes, zone bytes, nr zones, zone capacity) of this machine's zoned namespace `dev`, checked zoned; with
-    `module` (a module that creates the device, NVMeVirt), the module loaded for the moment of reading them and
-    unloaded again, before any probe attaches (acquire/module.py). loop --host and watch read it so; capture-host
-    without a module refuses its options first (check_writes, --probe) and runs blkzone for the capacity last."""
-    with device_present(module, dev):
-        check_zoned(dev, sysfs)
-        lba, zone_bytes, nr = host_geometry(dev, sysfs)
-        return lba, zone_bytes, nr, host_zone_cap(dev)
-
-
-@dataclass(frozen=True)
-class Place:
-    """Where a loop runs (`ztbp loop`, control/loop.py): the namespace the guest script traces and its geometry,
-    and how the host names the loop directory to that script (the VM's /ztbp/out, or the folder itself on this
-    machine)."""
-
-    device: str
-    lba_bytes: int
-    zone_bytes: int
-    nr_zones: int
-    vm: Any = None  # acquire.vm.VmDevice in the VM, None on this machine
-    zone_cap_bytes: int | None = None  # None: the zones hold their size
-
-    def prefix(self, root: Path) -> str:
-        return "/ztbp/out" if self.vm is not None else str(root)
-
-
-def host_place(dev: str | None, module: DeviceModule | None = None,
-               error: type[ZtbpError] = CaptureError) -> Place:
-    """This machine's zoned namespace `dev`, checked: the tools there, root, zoned. With a device module, `dev`
-    exists only while it is loaded: it is loaded for the moment of reading the geometry and unloaded (loop.sh loads
-    it again after its probe attached). Errors are raised as `error`."""
-    if not dev:
-        raise error("--host needs the zoned namespace, e.g. --host /dev/nvme0n1")
-    host_tools(error, "loop --host")
-    try:
-        lba, zone_bytes, nr, cap = device_geometry(dev, Path(os.environ.get("ZTBP_SYSFS", "/sys")), module)
-    except CaptureError as e:
-        raise error(str(e)) from None
-    return Place(dev, lba, zone_bytes, nr, zone_cap_bytes=cap)
 
 
 def run_capture_host(req: HostCapture) -> CaptureOutcome:

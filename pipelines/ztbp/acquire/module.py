@@ -7,10 +7,11 @@ vm/guest/probe-lib.sh, "a device module"). So such a device exists only between 
     geometry:  load -> read sysfs and blkzone -> unload            (before the probe exists)
     session:   probe attached -> load -> ... -> unload -> probe detached
 
-The guest scripts do the session's half themselves from `env()` (ZTBP_KO, ZTBP_KO_PARAMS); `ztbp watch` does it
-from Python. Every outside command (modprobe, insmod, rmmod) goes through one `Machine`, which the tests replace
-with a fake one. The module's parameters reach insmod's argv (and the guest scripts' unquoted word splitting),
-never a shell: they are `name=value` words of safe characters only.
+`device_geometry` reads the geometry so (a drive of this machine without a module: at once). The guest scripts do
+the session's half themselves from `env()` (ZTBP_KO, ZTBP_KO_PARAMS); `ztbp watch` does it from Python. Every
+outside command (modprobe, insmod, rmmod) goes through one `Machine`, which the tests replace with a fake one. The
+module's parameters reach insmod's argv (and the guest scripts' unquoted word splitting), never a shell: they are
+`name=value` words of safe characters only.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from pathlib import Path
 from .. import commands
 from ..commands import Runner
 from ..errors import ZtbpError
+from .capture import CaptureError
+from .drive import check_zoned, host_geometry, host_zone_cap
 
 #: seconds one of modprobe / insmod / rmmod may take
 COMMAND_TIMEOUT_S = 120
@@ -43,8 +46,8 @@ class ModuleError(ZtbpError):
     """The device's module is refused, or could not be loaded or unloaded."""
 
 
-def run_command(argv: list[str]) -> tuple[int | None, str, str]:
-    """One outside command with a timeout of COMMAND_TIMEOUT_S (commands.run_command)."""
+def module_command(argv: list[str]) -> tuple[int | None, str, str]:
+    """One of modprobe / insmod / rmmod, run with a timeout of COMMAND_TIMEOUT_S (commands.run_command)."""
     return commands.run_command(argv, COMMAND_TIMEOUT_S)
 
 
@@ -59,7 +62,7 @@ def is_block_device(path: Path) -> bool:
 class Machine:
     """What loading a module touches: the commands, the device node, /sys/module and the clock."""
 
-    run: Runner = run_command
+    run: Runner = module_command
     is_block: Callable[[Path], bool] = is_block_device
     sysfs: Path = field(default_factory=lambda: Path(os.environ.get("ZTBP_SYSFS", "/sys")))
     sleep: Callable[[float], None] = time.sleep
@@ -186,3 +189,15 @@ class DeviceModule:
 def device_present(module: DeviceModule | None, dev: str) -> contextlib.AbstractContextManager[object]:
     """The device while the body runs: `module.loaded(dev)`, or nothing to do when no module makes it."""
     return module.loaded(dev) if module is not None else contextlib.nullcontext()
+
+
+def device_geometry(dev: str, sysfs: Path, module: DeviceModule | None = None,
+                    error: type[ZtbpError] = CaptureError) -> tuple[int, int, int, int | None]:
+    """(lba bytes, zone bytes, nr zones, zone capacity) of this machine's zoned namespace `dev`, checked zoned (as
+    `error`); with `module` (a module that creates the device, NVMeVirt), the module loaded for the moment of reading
+    them and unloaded again, before any probe attaches. loop --host and watch read it so; capture-host without a
+    module refuses its options first (check_writes, --probe) and runs blkzone for the capacity last."""
+    with device_present(module, dev):
+        check_zoned(dev, sysfs, error)
+        lba, zone_bytes, nr = host_geometry(dev, sysfs)
+        return lba, zone_bytes, nr, host_zone_cap(dev, error)

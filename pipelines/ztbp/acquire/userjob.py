@@ -4,7 +4,6 @@ pointed at the traced namespace; a preset only chooses the zones reset and prefi
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -105,12 +104,3 @@ def user_job_meta(wl: Workload, path: Path) -> dict[str, Any]:
     return {"name": "fio-file", "kind": "fio-file", "file": str(path), "preset": wl.name,
             "prefill_zones": [wl.prefill_zones.start, wl.prefill_zones.stop],
             "reset_zones": [wl.reset_zones.start, wl.reset_zones.stop]}
-
-
-def loop_job(wl: Workload, path: Path | None, r: int, reads: int | None = None) -> str:
-    """The fio job of a loop's round r (`ztbp loop`): the user's job file `path` (read and checked again) on the
-    workload's device, or the workload with round r's seed (`reads`: an A/B block's reads)."""
-    if path is not None:
-        return user_job(read_user_job(path), wl.device)
-    wl = replace(wl, seed=wl.seed + r - 1)
-    return (wl if reads is None else replace(wl, reads=reads)).fio_job()

@@ -10,8 +10,9 @@ from typing import Any
 import polars as pl
 
 from ..analysis.device_model import CACHE_ENTRIES
+from ..analysis.loop import warm_hit_ratio
 from ..errors import ZtbpError
-from ..io.run import load
+from ..io.run import Run, load
 
 
 @dataclass
@@ -31,6 +32,34 @@ class AbPlan:
 def abba(pairs: int) -> list[tuple[str, int]]:
     """(arm, pair) of each block: pair 1 on then off, pair 2 off then on, and so on."""
     return [(arm, p) for p in range(1, pairs + 1) for arm in (("on", "off") if p % 2 else ("off", "on"))]
+
+
+def start_ab(config: str, listed: list[int], pairs: int, reads: int, events: pl.DataFrame) -> AbPlan:
+    """The A/B blocks once round 1 recommended `config` (its zones `listed`): `pairs` pairs of blocks of `reads` reads,
+    the model's cache warmed for the first block by round 1's reads (of its `events`)."""
+    return AbPlan(config=config, listed=listed, arms=abba(pairs), reads=reads,
+                  history=events.filter(pl.col("op") == "read"))
+
+
+def score_block(ab: AbPlan, entry: dict[str, Any], run: Run, cache_mib: int, page_kib: int, zones: list[int],
+                holds: bool, applied: dict[str, Any] | None) -> tuple[str, str]:
+    """The A/B block of round `entry` (its loaded `run`) scored: the model's hit ratio with `zones` (plain LRU when
+    empty) and the cache warmed by the reads before it, as the device's cache carries over from block to block;
+    recorded with what the guest `applied` before it and whether the device `holds` the configuration; the decision
+    that switches the configuration for the next block (ab_next), set in the entry too."""
+    block = entry["round"] - 1
+    arm, pair = ab.arms[block - 1]
+    warm, ab.history = warm_hit_ratio(ab.history, run.events, run.meta, cache_mib, page_kib, zones)
+    entry["model"]["warm_hit_ratio"] = warm
+    entry["ab"] = {"block": block, "arm": arm, "pair": pair, "device_holds": holds}
+    entry["applied_before"] = applied
+    action, arg = ab_next(ab, block)
+    entry["decision"] = {"action": action, "detail": arg}
+    ab.blocks.append({"round": entry["round"], "run": entry["run"], "block": block, "arm": arm, "pair": pair,
+                      "device_holds": holds, "trace_complete": entry["lost"] == 0
+                      and entry["read_rows"] == entry["fio_reads"], "fio": entry["fio"], "latency": entry["latency"],
+                      "model": {"hit_ratio": warm}})
+    return action, arg
 
 
 def ab_doc(ab: AbPlan, pairs: int) -> dict[str, Any]:

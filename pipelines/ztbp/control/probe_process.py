@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import paths
-from ..acquire.host import device_geometry
-from ..acquire.module import DeviceModule
+from ..acquire.module import DeviceModule, device_geometry
 from ..errors import ZtbpError
 from ..writeback.ctl import check_device
 

@@ -4,35 +4,34 @@ meta.json finished), the round is measured (the trace check, fio, the device lat
 the others, the device's counters, the cache model from a cold cache), then analysed (its configuration, the
 previous round's prediction replayed out of sample, the measured gain) or, for an A/B block, scored with a cache
 warmed by the reads before it; the host decides, records the round and hands the decision to the guest. The loop's
-state (`LoopState`) is what control/loop.py resolved from the request, and what the rounds found so far."""
+state (`LoopState`: the request, what acquire/loop.py set up once, what the rounds found so far) is opened
+(`open_loop`), taken a turn further after each round (`host_turn`) and closed (`close_loop`)."""
 
 from __future__ import annotations
 
 import copy
 import re
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import polars as pl
-
 from .. import stages
+from ..acquire.loop import LoopSetup
 from ..acquire.mapcsv import map_rows_csv
 from ..acquire.meta import finish_meta
 from ..acquire.progress import Progress
-from ..acquire.userjob import loop_job
 from ..acquire.vm import qemu_version
-from ..acquire.workload import Workload
-from ..analysis.loop import device_figures, latency_split, measured_gain, warm_hit_ratio
+from ..analysis.loop import device_figures, latency_split, measured_gain
 from ..contract import LOOP_FORMAT, utc_now
-from ..files import env_int, hand_over_tree, write_json
-from ..io.loop import LOOP_FILE, RoundFiles, read_applied, read_round, read_session, write_round
+from ..files import env_int
+from ..io.loop import RoundFiles, finish_loop, read_applied, read_round, read_session, start_loop, write_round
 from ..io.run import Run, load
 from ..paths import RunPaths
 from ..present.loop import round_line
 from ..writeback.config import write_config
-from .ab import AbPlan, ab_doc, ab_next, ab_service, abba
+from .ab import AbPlan, ab_doc, ab_service, score_block, start_ab
 
 if TYPE_CHECKING:
     from .request import LoopRequest
@@ -117,34 +116,20 @@ def analyse(m: Measured, root: Path, model: CacheModel,
     return entry, cfg
 
 
-def reads(m: Measured) -> pl.DataFrame:
-    """The measured round's reads: round 1's warm the model's cache for the first A/B block."""
-    return m.run.events.filter(pl.col("op") == "read")
-
-
-def warm_score(m: Measured, history: pl.DataFrame, model: CacheModel, zones: list[int]) -> tuple[float, pl.DataFrame]:
-    """An A/B block's model hit ratio with the cache warmed by the reads before it (round 1's for the first block):
-    the device's cache carries over from block to block, so does the model's. Returns it and the reads so far."""
-    return warm_hit_ratio(history, m.run.events, m.run.meta, model.cache_mib, model.page_kib, zones)
-
-
 # ---- the loop's state and the host's turn after each round ---------------------------------------------------
 @dataclass
 class LoopState:
-    """The request resolved once (the workload, the loop directory, the runs' first meta.json content, how the guest
-    names the loop directory) and what the rounds found so far."""
+    """The request, what it resolved to once (acquire/loop.LoopSetup: the loop directory, the workload, the runs'
+    first meta.json content, how the guest names the loop directory) and what the rounds found so far."""
 
     req: LoopRequest
-    root: Path
-    workload: Workload
-    meta_base: dict[str, Any]
+    setup: LoopSetup
     progress: Progress
-    rounds: list[dict[str, Any]]
-    guest_prefix: str  # how the guest names the loop directory (/ztbp/out in the VM)
-    in_force: list[int]  # zones the device holds (set and accepted), [] when none
+    started: float = 0.0
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    in_force: list[int] = field(default_factory=list)  # zones the device holds (set and accepted), [] when none
     pending: dict[str, Any] | None = None  # the config sent after the last round, its prediction
     stopped: str | None = None
-    started: float = 0.0
 
     ab: AbPlan | None = None  # the A/B blocks, once round 1 recommended a configuration
 
@@ -158,17 +143,13 @@ class LoopState:
         return {"qemu": qemu_version()} if self.req.device.needs_qemu_version else {}
 
     def rnd_dir(self, r: int) -> Path:
-        return self.root / f"round-{r:02d}"
-
-    @property
-    def total_rounds(self) -> int:
-        return 1 + 2 * self.req.ab_pairs if self.req.ab_pairs else self.req.rounds
+        return self.setup.root / f"round-{r:02d}"
 
 
 def loop_doc(st: LoopState, complete: bool) -> dict[str, Any]:
-    return {"format": LOOP_FORMAT, "backend": st.req.backend, "workload": st.meta_base["workload"],
-            "rounds_asked": st.total_rounds, "min_gain": st.req.min_gain, "cache_mib": st.req.cache_mib,
-            "page_kib": st.req.page_kib, "emulator": st.meta_base.get("emulator"),
+    return {"format": LOOP_FORMAT, "backend": st.req.backend, "workload": st.setup.meta["workload"],
+            "rounds_asked": st.req.total_rounds, "min_gain": st.req.min_gain, "cache_mib": st.req.cache_mib,
+            "page_kib": st.req.page_kib, "emulator": st.setup.meta.get("emulator"),
             "rounds": st.rounds, "stopped": st.stopped, "complete": complete, "updated": utc_now(),
             **({"ab": ab_doc(st.ab, st.req.ab_pairs)} if st.ab is not None else {})}
 
@@ -188,7 +169,7 @@ def decide(st: LoopState, entry: dict[str, Any]) -> tuple[str, str]:
                         f"round {r - 1} -> {r}) below --min-gain {st.req.min_gain:+.2f}")
     if r >= st.req.rounds and not st.req.ab_pairs:
         return "stop", f"{st.req.rounds} rounds done"
-    return "apply", f"{st.guest_prefix}/{cfg['file']}"
+    return "apply", f"{st.setup.guest_prefix}/{cfg['file']}"
 
 
 def after_apply(st: LoopState, res: dict[str, Any] | None) -> None:
@@ -220,15 +201,14 @@ class Turn:
 
 
 def round_turn(st: LoopState, m: Measured) -> Turn:
-    """A round: analysed, decided (the A/B blocks start after round 1 when it recommends a configuration), its
-    configuration written to the run's cache-config.json."""
-    entry, cfg = analyse(m, st.root, st.model, st.pending)
+    """A round: analysed, decided, its configuration written to the run's cache-config.json (the A/B blocks start
+    after round 1 when it recommends one)."""
+    entry, cfg = analyse(m, st.setup.root, st.model, st.pending)
     r = entry["round"]
     action, arg = decide(st, entry)
     if st.req.ab_pairs and action == "apply":  # the A/B blocks start: block 1 runs with the configuration on
-        st.ab = AbPlan(config=arg, listed=entry["config"]["hot_zones"], arms=abba(st.req.ab_pairs),
-                       reads=st.req.ab_reads, history=reads(m))
-        st.progress.expected = st.ab.reads if st.req.fio_file is None else 0
+        st.ab = start_ab(arg, entry["config"]["hot_zones"], st.req.ab_pairs, st.req.ab_reads, m.run.events)
+        st.progress.expected = st.ab.reads if st.setup.fixed_job is None else 0
     elif st.req.ab_pairs:
         arg += "; no A/B blocks (nothing to switch on)"
     entry["decision"] = {"action": action, "detail": arg}
@@ -246,25 +226,14 @@ def round_turn(st: LoopState, m: Measured) -> Turn:
 
 def block_turn(st: LoopState, ab: AbPlan, m: Measured, zones: list[int], res: dict[str, Any] | None) -> Turn:
     """An A/B block (round r > 1), measured with the configuration's zones as the listed class in both arms and
-    `zones` in the model: scored with a warm cache, and the configuration switched for the next block."""
-    entry = m.entry
-    r = entry["round"]
-    block = r - 1
+    `zones` in the model: scored, recorded and switched for the next block (control/ab.score_block)."""
+    block = m.entry["round"] - 1
     arm, pair = ab.arms[block - 1]
-    warm, ab.history = warm_score(m, ab.history, st.model, zones)
-    entry["model"]["warm_hit_ratio"] = warm  # the device's cache carries over from block to block: so does this one
-    entry["ab"] = {"block": block, "arm": arm, "pair": pair, "device_holds": bool(st.in_force)}
-    entry["applied_before"] = res
-    action, arg = ab_next(ab, block)
-    entry["decision"] = {"action": action, "detail": arg}
-    st.rounds.append(entry)
-    ab.blocks.append({"round": r, "run": entry["run"], "block": block, "arm": arm, "pair": pair,
-                      "device_holds": bool(st.in_force), "trace_complete": entry["lost"] == 0
-                      and entry["read_rows"] == entry["fio_reads"], "fio": entry["fio"], "latency": entry["latency"],
-                      "model": {"hit_ratio": warm}})
+    action, arg = score_block(ab, m.entry, m.run, st.req.cache_mib, st.req.page_kib, zones, bool(st.in_force), res)
+    st.rounds.append(m.entry)
     if action == "stop":
         st.stopped = arg
-        ab.service = ab_service(ab, st.root, st.meta_base)
+        ab.service = ab_service(ab, st.setup.root, st.setup.meta)
     nxt = {"apply": "configuration on (SET)", "clear": "configuration off (STOP)"}.get(action, arg)
     return Turn(f"{action} {arg}".rstrip(), action != "stop", f"A/B block {block} ({arm}, pair {pair}): ",
                 f"loop stops: {arg}" if action == "stop" else f"block {block + 1}: {nxt}")
@@ -276,7 +245,7 @@ def host_turn(st: LoopState, r: int) -> None:
     during it, analysed and decided (or, an A/B block, scored and switched), its record and the hand-over written
     once (io/loop.write_round: the next job when the loop goes on), and its progress lines."""
     ab = st.ab
-    guest = read_round(st.root, r, r - 1 if ab is not None else st.pending["round"] if st.pending else None)
+    guest = read_round(st.setup.root, r, r - 1 if ab is not None else st.pending["round"] if st.pending else None)
     res = guest.applied_before  # what the guest did before this round: SET, STOP or nothing
     if ab is None:
         after_apply(st, res)
@@ -287,17 +256,30 @@ def host_turn(st: LoopState, r: int) -> None:
         if res is not None:
             st.in_force = ab.listed if res.get("set_ok") else [] if res.get("action") == "clear" else st.in_force
         zones, listed, loop_meta = (ab.listed if arm == "on" else []), ab.listed, {"ab": {"arm": arm, "pair": pair}}
-    meta = copy.deepcopy(st.meta_base)
+    meta = copy.deepcopy(st.setup.meta)
     meta["loop"] = {"round": r, "loop_dir": "..", "zones_in_force": st.in_force, **loop_meta}
     m = measure(st.rnd_dir(r), meta, st.started, st.versions, guest, zones, listed, st.model, st.progress.say,
                 st.rounds[-1] if st.rounds else None)
     turn = round_turn(st, m) if ab is None else block_turn(st, ab, m, zones, res)
     doc = loop_doc(st, complete=False)
     reads = st.ab.reads if st.ab is not None else None  # the blocks' reads, once the A/B blocks started
-    job = loop_job(st.workload, st.req.fio_file, r + 1, reads) if turn.go_on else None
-    write_round(st.root, r, m.entry, doc, turn.decision, job)
+    job = st.setup.job(r + 1, reads) if turn.go_on else None
+    write_round(st.setup.root, r, m.entry, doc, turn.decision, job)
     st.progress.say(turn.label + round_line(m.entry))
     st.progress.say(turn.then)
+
+
+def open_loop(req: LoopRequest, setup: LoopSetup, progress: Progress) -> LoopState:
+    """The loop's state as its first round begins: its plan said, loop.json (no round yet) and round 1's fio job
+    written."""
+    wl = setup.workload
+    progress.expected = wl.total_reads if setup.fixed_job is None else 0  # each round's countdown (A/B: round_turn)
+    st = LoopState(req=req, setup=setup, progress=progress, started=time.monotonic())
+    plan = (f"round 1 of {wl.describe_line()}, then {req.ab_pairs} pairs of A/B blocks of {req.ab_reads:,} reads "
+            "(the configuration on and off)" if req.ab_pairs else f"up to {req.rounds} rounds of {wl.describe_line()}")
+    progress.say(f"loop {wl.name}: {plan}, backend {req.backend} -> {setup.root}")
+    start_loop(setup.root, loop_doc(st, complete=False), setup.job(1))
+    return st
 
 
 def line_handler(st: LoopState) -> Callable[[str], None]:
@@ -315,8 +297,8 @@ def line_handler(st: LoopState) -> Callable[[str], None]:
 def close_loop(st: LoopState, status: int, interrupted: bool) -> dict[str, Any]:
     """The loop's end: the last apply folded in, the probe session's counters, loop.json written whole and the loop
     directory handed over to the user (the guest script wrote it as root under sudo); loop.json's content."""
-    applied = read_applied(st.root, st.pending["round"]) if st.ab is None and st.pending else None
-    session = read_session(st.root)
+    applied = read_applied(st.setup.root, st.pending["round"]) if st.ab is None and st.pending else None
+    session = read_session(st.setup.root)
     if st.ab is None:
         after_apply(st, applied)
     doc = loop_doc(st, complete=bool(status == 0 and not interrupted and st.stopped))
@@ -324,8 +306,7 @@ def close_loop(st: LoopState, status: int, interrupted: bool) -> dict[str, Any]:
     doc["interrupted"] = interrupted
     if session:
         doc["session"] = session
-    write_json(st.root / LOOP_FILE, doc)
-    hand_over_tree(st.root)
+    finish_loop(st.setup.root, doc)
     if interrupted:
-        st.progress.say(f"interrupted: {len(st.rounds)} finished round(s) kept in {st.root}")
+        st.progress.say(f"interrupted: {len(st.rounds)} finished round(s) kept in {st.setup.root}")
     return doc

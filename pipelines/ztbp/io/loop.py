@@ -13,7 +13,7 @@ from typing import Any
 
 from ..contract import LOOP_FORMAT
 from ..errors import ZtbpError
-from ..files import env_int, write_json
+from ..files import env_int, hand_over_tree, write_json
 from ..paths import resolve_run
 from .mailbox import Mailbox
 
@@ -92,26 +92,35 @@ def loop_mailbox(root: Path) -> Mailbox:
     return Mailbox(root / HANDSHAKE)
 
 
-def write_job(root: Path, r: int, text: str) -> None:
-    """The fio job of round r, for the guest to run."""
-    loop_mailbox(root).post(f"job-{r:02d}.fio", text)
+def job_name(r: int) -> str:
+    """The mailbox name of round r's fio job, for the guest to run."""
+    return f"job-{r:02d}.fio"
 
 
 def start_loop(root: Path, doc: dict[str, Any], first_job: str) -> None:
     """A new loop's loop.json (no round yet) and the first round's fio job."""
+    box = loop_mailbox(root)
     write_json(root / LOOP_FILE, doc)
-    write_job(root, 1, first_job)
+    box.post(job_name(1), first_job)
 
 
 def write_round(root: Path, r: int, entry: dict[str, Any], doc: dict[str, Any], decision: str,
                 next_job: str | None) -> None:
     """Round r's record (round-NN/loop.json, then the loop's loop.json), then the hand-over to the guest: the next
     round's fio job (when there is one) before the decision ("apply CONFIG" or "stop REASON") the guest waits for."""
+    box = loop_mailbox(root)
     write_json(root / f"round-{r:02d}" / LOOP_FILE, entry)
     write_json(root / LOOP_FILE, doc)
     if next_job is not None:
-        write_job(root, r + 1, next_job)
-    loop_mailbox(root).post(f"decision-{r:02d}", decision + "\n")
+        box.post(job_name(r + 1), next_job)
+    box.post(f"decision-{r:02d}", decision + "\n")
+
+
+def finish_loop(root: Path, doc: dict[str, Any]) -> None:
+    """The loop's end: loop.json written whole, and the loop directory handed over to the user (the guest script
+    wrote it as root under sudo)."""
+    write_json(root / LOOP_FILE, doc)
+    hand_over_tree(root)
 
 
 @dataclass(frozen=True)
@@ -128,7 +137,7 @@ def read_round(root: Path, r: int, applied_round: int | None) -> RoundFiles:
     """The guest's files of round r; `applied_round`: the round whose decision was applied before it."""
     applied = None if applied_round is None else read_applied(root, applied_round)
     box = loop_mailbox(root)
-    return RoundFiles(device=box.read_env(f"device-{r:02d}.env"), kernel_log=box.read_text(f"dmesg-{r:02d}.txt"),
+    return RoundFiles(kernel_log=box.read_text(f"dmesg-{r:02d}.txt"), device=box.read_env(f"device-{r:02d}.env"),
                       applied_before=applied)
 
 
