@@ -12,7 +12,7 @@ from loop_fixture import ab_blocks
 
 from ztbp.acquire.userjob import user_job
 from ztbp.acquire.workload import WorkloadOptions
-from ztbp.analysis.loop import dmesg_figures, latency_split, measured_gain, status_delta, warm_hit_ratio
+from ztbp.analysis.loop import dmesg_figures, latency_split, measured_gain, warm_hit_ratio
 from ztbp.control.ab import AbPlan, ab_next, ab_service, abba
 from ztbp.control.loop import LoopRequest
 from ztbp.control.round import STOP_INVALID, STOP_NOTHING, LoopState, decide
@@ -37,15 +37,6 @@ def test_user_job_without_filename_gets_one_in_global() -> None:
 def test_user_job_refuses_what_cannot_trace_the_namespace(bad: str) -> None:
     with pytest.raises(ZtbpError):
         user_job(bad, "/dev/nvme0n1")
-
-
-def test_status_delta_starts_at_minus_one_and_wraps() -> None:
-    assert status_delta(0xFFFFFFFF, 1999) == 2000      # a fresh device: its counter starts at -1
-    assert status_delta(1999, 3999) == 2000
-    assert status_delta(999_000, 1_000) == 2_000       # wrapped at 1,000,000
-    assert status_delta(None, 5) is None
-    assert status_delta(1999, 1999, wraps=1) == 1_000_000  # one counter print: a full turn, not zero
-    assert status_delta(1999, 2999, wraps=2) == 2_001_000
 
 
 def test_dmesg_figures_takes_the_last_set_and_the_counters() -> None:

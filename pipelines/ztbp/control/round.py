@@ -24,9 +24,10 @@ from ..acquire.progress import Progress
 from ..acquire.userjob import loop_job
 from ..acquire.vm import qemu_version
 from ..acquire.workload import Workload
+from ..analysis.device_counters import from_env
 from ..analysis.loop import device_figures, latency_split, measured_gain, warm_hit_ratio
 from ..contract import LOOP_FORMAT, utc_now
-from ..files import env_int, hand_over_tree, write_json
+from ..files import hand_over_tree, write_json
 from ..io.loop import LOOP_FILE, RoundFiles, read_applied, read_round, read_session, write_round
 from ..io.run import Run, load
 from ..paths import RunPaths
@@ -86,8 +87,7 @@ def measure(run_dir: Path, meta: dict[str, Any], started: float, versions: dict[
         "fio": {"read_iops": fio.get("read_iops"), "p50_us": fio.get("read_clat_p50_us"),
                 "p99_us": fio.get("read_clat_p99_us"), "runtime_ms": fio.get("runtime_ms")},
         "latency": latency_split(loaded.events, listed),
-        "device": device_figures(env_int(guest.device.get("status_before")), env_int(guest.device.get("status_after")),
-                                 guest.kernel_log),
+        "device": device_figures(from_env(guest.device, "before"), from_env(guest.device, "after"), guest.kernel_log),
         "model": {"lru": sim["lru"], "zone_lru": sim["zone_lru"] if zones_model else None,
                   "sent_zones": zones_model,
                   "sent_hit_ratio": sim["zone_lru"] if zones_model else sim["lru"]},
