@@ -241,3 +241,35 @@ def test_speed_text_gives_the_verdict_with_its_interval_and_the_paper_beside() -
     text = speed_text(refused)
     assert "refused SET" in text and "verdict: read IOPS (fio) " in text and text.count("faster") == 0
     assert len(speed_figure(doc).data) >= 1
+
+
+@pytest.mark.parametrize("holds", [True, False])
+def test_each_rounds_cache_replay_is_the_one_ab_service_replays(tmp_path: Path, holds: bool) -> None:
+    """The loop replays the device's cache round after round on one cache, each round under the zone check the
+    device held (round 1: off): the same hits per block as the emulator's read model over the session."""
+    from ztbp.analysis.device_replay import device_cache, replay_hits
+    from ztbp.io.run import load
+
+    st = _ab_state(tmp_path, holds)
+    res = ab_service(*_ab_args(st))
+    assert res is not None and st.ab is not None
+    cache, zone_lbas = device_cache(st.meta_base), st.meta_base["zone_size_lba"]
+    first = replay_hits(load(tmp_path / "round-01").events, [], False, cache, zone_lbas)
+    on = replay_hits(load(tmp_path / "round-02").events, st.ab.listed, holds, cache, zone_lbas)
+    off = replay_hits(load(tmp_path / "round-03").events, st.ab.listed, False, cache, zone_lbas)
+    assert first["reads"] == on["reads"] == off["reads"] == 3000
+    assert (on["hits"], on["hit_ratio"]) == (res["on"]["all"]["hits"], res["on"]["all"]["hit_ratio"])
+    assert (off["hits"], off["hit_ratio"]) == (res["off"]["all"]["hits"], res["off"]["all"]["hit_ratio"])
+    assert first["hits"] < on["hits"]  # the same hot zones read again: the cache carried over
+
+
+def test_a_rounds_device_figures_with_the_replay_beside() -> None:
+    from ztbp.analysis.loop import with_replay
+
+    dev = {"status_reads": 2000, "status_hits": 700, "hit_ratio": 0.35, "hit_ratio_note": None}
+    got = with_replay(dev, {"reads": 2000, "hits": 660, "hit_ratio": 0.33})
+    assert got == {**dev, "replay_reads": 2000, "replay_hits": 660, "replay_hit_ratio": 0.33,
+                   "device_minus_replay": 0.02}
+    none = with_replay({**dev, "hit_ratio": None}, {"reads": 2000, "hits": 660, "hit_ratio": 0.33})
+    assert none["device_minus_replay"] is None and none["replay_hit_ratio"] == 0.33
+    assert with_replay(dev, None)["replay_hit_ratio"] is None

@@ -78,6 +78,18 @@ def device_figures(before: Counters, after: Counters, kernel_log: str) -> dict[s
             "hit_ratio": delta["hit_ratio"], "hit_ratio_note": delta["note"], "kernel_log_counters": dmesg["counters"]}
 
 
+def with_replay(device: dict[str, Any], replay: dict[str, Any] | None) -> dict[str, Any]:
+    """A round's device figures (device_figures) with the project's replay of the device's cache over the round's
+    traced reads beside them (device_replay.replay_hits, None off a device the project replays): replay_reads,
+    replay_hits, replay_hit_ratio and device_minus_replay, the device's own hit ratio minus the replay's (None
+    where either is missing). A difference says where the replay is not the device: reads it dispatched in
+    another order than the trace's submission order, reads the trace missed, or a cache that is not the fork's."""
+    rep = replay or {}
+    own, mine = device.get("hit_ratio"), rep.get("hit_ratio")
+    return {**device, "replay_reads": rep.get("reads"), "replay_hits": rep.get("hits"), "replay_hit_ratio": mine,
+            "device_minus_replay": None if own is None or mine is None else round(own - mine, 4)}
+
+
 def warm_hit_ratio(history: Any, events: Any, meta: dict[str, Any], cache_mib: float, page_kib: int,
                    zones: list[int]) -> tuple[float, Any]:
     """The model's hit ratio on the reads of `events` (an A/B block) with the cache warmed by `history` (the reads

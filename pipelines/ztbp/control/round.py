@@ -25,7 +25,8 @@ from ..acquire.userjob import loop_job
 from ..acquire.vm import qemu_version
 from ..acquire.workload import Workload
 from ..analysis.device_counters import from_env
-from ..analysis.loop import device_figures, latency_split, measured_gain, warm_hit_ratio
+from ..analysis.device_replay import DeviceCache, device_cache, replay_hits
+from ..analysis.loop import device_figures, latency_split, measured_gain, warm_hit_ratio, with_replay
 from ..contract import LOOP_FORMAT, utc_now
 from ..files import hand_over_tree, write_json
 from ..io.loop import LOOP_FILE, RoundFiles, read_applied, read_round, read_session, write_round
@@ -147,6 +148,7 @@ class LoopState:
     started: float = 0.0
 
     ab: AbPlan | None = None  # the A/B blocks, once round 1 recommended a configuration
+    device_cache: DeviceCache | None = None  # the project's replay of the device's cache, round after round
 
     @property
     def model(self) -> CacheModel:
@@ -261,7 +263,7 @@ def block_turn(st: LoopState, ab: AbPlan, m: Measured, zones: list[int], res: di
     ab.blocks.append({"round": r, "run": entry["run"], "block": block, "arm": arm, "pair": pair,
                       "device_holds": bool(st.in_force), "trace_complete": entry["lost"] == 0
                       and entry["read_rows"] == entry["fio_reads"], "fio": entry["fio"], "latency": entry["latency"],
-                      "model": {"hit_ratio": warm}})
+                      "device": entry["device"], "model": {"hit_ratio": warm}})
     if action == "stop":
         st.stopped = arg
         ab.service = ab_service(ab, st.root, st.meta_base)
@@ -291,6 +293,10 @@ def host_turn(st: LoopState, r: int) -> None:
     meta["loop"] = {"round": r, "loop_dir": "..", "zones_in_force": st.in_force, **loop_meta}
     m = measure(st.rnd_dir(r), meta, st.started, st.versions, guest, zones, listed, st.model, st.progress.say,
                 st.rounds[-1] if st.rounds else None)
+    if st.req.device.has_read_model:  # the device's cache replayed over the round, beside its own counters
+        st.device_cache = st.device_cache or device_cache(st.meta_base)
+        m.entry["device"] = with_replay(m.entry["device"], replay_hits(
+            m.run.events, st.in_force, bool(st.in_force), st.device_cache, st.meta_base["zone_size_lba"]))
     turn = round_turn(st, m) if ab is None else block_turn(st, ab, m, zones, res)
     doc = loop_doc(st, complete=False)
     reads = st.ab.reads if st.ab is not None else None  # the blocks' reads, once the A/B blocks started
