@@ -185,7 +185,8 @@ def test_the_figures_exist_with_titles_and_axes_and_open_offline(three_phases: P
     assert '<script src="plotly.min.js"></script>' in page
     assert not re.search(r"""<script[^>]+src=["']?(https?:)?//""", page)  # nothing from the network
     assert page.count('class="plotly-graph-div"') == 6
-    for title in ("Hot set over time", "The device's own hit ratio per window and per phase", "Gain of the cache model per window", "Commands per second (IOPS) per window",
+    for title in ("Hot set over time", "The device's own hit ratio per window and per phase",
+                  "Gain of the cache model per window", "Commands per second (IOPS) per window",
                   "Lost events per window (0 in the windows closed)", "Device read latency per window (p50)"):
         assert title in page
     recs = read_journal(three_phases)
@@ -222,7 +223,8 @@ def test_the_devices_hit_ratio_per_window_and_per_phase(three_phases: Path, tmp_
     page = Path(render_watch(three_phases, tmp_path / "out", log=lambda s: None)["index"]).read_text()
     head = headline_of(page)
     assert head["hit_device"] == "none: 20.0 % → 3, 17, 40, 77, 101: 50.0 % → 9, 22, 58, 90, 120: 60.0 % → none: 20.0 %"
-    assert "<td>3–10</td><td>3, 17, 40, 77, 101</td><td>8 of 8</td><td>80,000</td><td>40,000</td><td>50.0 %</td>" in page
+    assert ("<td>3–10</td><td>3, 17, 40, 77, 101</td><td>8 of 8</td><td>80,000</td><td>40,000</td><td>50.0 %</td>"
+            in page)
     verify = wr.events_frame(recs).filter(pl.col("kind") == "verify")["detail"].to_list()
     assert "the device's hits 5,000, hit ratio 0.5000" in verify[0] and "hit ratio 0.6000" in verify[1]
     fig = pw.device_hit_figure(w, wr.events_frame(recs), phases)
