@@ -77,15 +77,16 @@ def make_loop(root: Path, backend: str = "qemu", reads: int = 20_000) -> Path:
     return root
 
 
-def ab_blocks(gain: float, pairs: int = 4) -> list[dict]:
-    """A/B block records (analysis.compare.ab_effects' input) with IOPS x (1 + gain) when on, a little noise."""
+def ab_blocks(gain: float, pairs: int = 4, holds: bool = True) -> list[dict]:
+    """A/B block records (analysis.compare.ab_effects' input) with IOPS x (1 + gain) when on, a little noise; the
+    device holds the configuration in the on blocks, or in none (`holds` False: it refused every SET)."""
     out = []
     for p in range(1, pairs + 1):
         for k, arm in enumerate(abba(pairs)[2 * (p - 1):2 * p]):
             on = arm[0] == "on"
             iops = 1000 * (1 + gain * on) * (1 + 0.01 * ((p + k) % 3 - 1))
             out.append({"round": 2 * p + k, "run": f"round-{2 * p + k:02d}", "arm": arm[0], "pair": p,
-                        "device_holds": on and gain > 0,
+                        "device_holds": on and holds,
                         "fio": {"read_iops": iops, "p50_us": 4e6 / iops, "p99_us": 2e7 / iops},
                         "latency": {c: {"reads": 100, "p50_us": 4e6 / iops} for c in ("all", "listed", "unlisted")},
                         "model": {"hit_ratio": 0.27 + 0.05 * on}})
