@@ -244,7 +244,7 @@ def speed_text(doc: dict[str, Any]) -> str:
     if ab:
         a, b = "blocks with the configuration off (STOP)", f"blocks with zones {_zones(ab.get('listed'))} on (SET)"
         note = ("" if ab.get("device_acted") else "\nthe device never held the configuration (it refused SET): both "
-                "arms ran the same device, so 'no difference' is the expected answer")
+                "arms ran the same device, so no verdict is given")
     else:
         last = doc["rounds"][-1]
         a, b = "round 1", f"round {last['round']} (zones in force: {_zones(last.get('zones_in_force'))})"
@@ -349,8 +349,9 @@ def headline(doc: dict[str, Any]) -> list[dict[str, str]]:
         detail = v["line"]
         if not doc.get("ab"):
             detail += f"; {span}, run-to-run noise assumed (CV {RUN_NOISE_CV:.0%})"
-    if not any(e.get("zones_in_force") for e in rs[1:]) and len(rs) > 1:
-        detail += "; the device never held a configuration, so no difference is the expected answer"
+    if not any(e.get("zones_in_force") for e in rs[1:]) and len(rs) > 1:  # every SET refused (QEMU's namespace)
+        value = "no verdict"
+        detail += "; the device never held a configuration (every SET refused): both sides ran the same device"
     items.append({"key": "speed", "label": "read speed", "value": value, "detail": detail})
     sent = _last_apply(doc)
     if sent is None:
