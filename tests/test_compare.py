@@ -446,7 +446,7 @@ def test_one_outlier_block_cannot_swing_the_median_of_three_pairs() -> None:
     text = compare_text(got)
     assert "pairs +12.0, -33.5, +19.3 %; median +12.0 %" in text
     assert "the mean (-3.9 %) and the median are on two sides of no change: one pair decides the mean" in text
-    assert f"pairs needed (read IOPS (fio)): {e['plan']['pairs']} — a change of 10 % found with 80% power" in text
+    assert f"pairs needed (read IOPS (fio)): {e['plan']['pairs']} — a change of 10 % found with 80 % power" in text
 
 
 def test_a_verdict_the_median_of_the_pairs_does_not_share_is_undecided() -> None:

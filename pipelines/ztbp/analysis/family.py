@@ -49,7 +49,7 @@ def family_verdicts(effects: dict[str, Any], alpha: float, held: bool, plan: boo
         e["improved"], e["p_holm"] = improved, p
         if plan:
             e["plan"] = _plan(e, alpha, alpha / m)
-        e["line"] = effect_line(e, f"; Holm p {p:.2g} over {m} measures")
+        e["line"] = effect_line(e, f"; Holm p {p:.2g} over {m} measure{'s' if m > 1 else ''}")
     first = next((k for k in ("read_iops", "device_p50", *keys) if k in keys), None)
     return {"measures": keys, "size": m, "alpha": alpha, "method": "Holm's step-down adjustment of the paired t "
             "tests' p-values", "plan": None if first is None or not plan else {"key": first, **effects[first]["plan"]}}
@@ -68,6 +68,6 @@ def _plan(e: Mapping[str, Any], alpha: float, level: float) -> dict[str, Any]:
     sd = f"{e['sd']:.3f} on the log scale" if log else f"{e['sd']:.2f} points"
     return {"target": target, "power": COMPARE_POWER, "level": level, "sd": e["sd"],
             "pairs": None if n is None else max(n, floor),
-            "how": f"a change of {target} found with {COMPARE_POWER:.0%} power at {level:.2g} (Holm's first step), "
-                   f"the pairs' differences varying by SD {sd}: {many} pairs by the paired t test's noncentral t, "
-                   f"at least {floor} for a distribution-free interval"}
+            "how": f"a change of {target} found with {100 * COMPARE_POWER:g} % power at {level:.2g} (Holm's first "
+                   f"step), the pairs' differences varying by SD {sd}: {many} pairs by the paired t test's "
+                   f"noncentral t, at least {floor} for a distribution-free interval"}

@@ -60,6 +60,10 @@ def effects_table(result: Mapping[str, Any]) -> list[str]:
     return aligned(head, rows, left=(0, len(head) - 1))
 
 
+def _measures(n: int) -> str:
+    return "1 measure is" if n == 1 else f"{n} measures are"
+
+
 def robust_lines(result: Mapping[str, Any]) -> list[str]:
     """Paired blocks: each measure's pair differences, the median of them and Hodges-Lehmann with its
     distribution-free interval (or why the pairs cannot give one) — estimates one outlier pair cannot swing — and
@@ -67,21 +71,22 @@ def robust_lines(result: Mapping[str, Any]) -> list[str]:
     effects = [e for e in _effects(result).values() if "hodges_lehmann" in e]
     if not effects:
         return []
-    lines = ["per pair (on against off) and estimates one outlier pair cannot swing:"]
+    lines = ["per pair (on against off), their median (one outlier pair cannot swing it) and Hodges-Lehmann with its "
+             "distribution-free interval:"]
     for e in effects:
         u = f" {e['change_unit']}" if e["change_unit"] else ""
         hl = e["hodges_lehmann"]
-        ci = (f"[{hl['ci'][0]:+.1f}, {hl['ci'][1]:+.1f}] ({100 * hl['level']:.1f} % distribution-free)"
-              if hl["ci"] is not None else f"no interval: {hl['note']}")
+        ci = (f" [{hl['ci'][0]:+.1f}, {hl['ci'][1]:+.1f}] ({100 * hl['level']:.1f} % distribution-free)"
+              if hl["ci"] is not None else f"; no interval: {hl['note']}")
         pairs = ", ".join(f"{x:+.1f}" for x in e["pair_changes"])
         lines.append(f"  {e['metric']}: pairs {pairs}{u}; median {e['median']:+.1f}{u}, Hodges-Lehmann "
-                     f"{hl['estimate']:+.1f}{u} {ci}")
+                     f"{hl['estimate']:+.1f}{u}{ci}")
         if e["median"] * e["change"] <= 0 and e["change"] != 0:
             lines.append(f"    the mean ({e['change']:+.1f}{u}) and the median are on two sides of no change: one "
                          "pair decides the mean")
     fam = result.get("family") or {}
     if fam.get("size"):
-        lines.append(f"the device's {fam['size']} measures are judged together (Holm): a verdict needs its adjusted "
+        lines.append(f"the device's {_measures(fam['size'])} judged together (Holm): a verdict needs its adjusted "
                      f"p below {fam['alpha']:g}, so a device that changed nothing gets one in about "
                      f"{100 * fam['alpha']:g} % of the loops, not in each measure's {100 * fam['alpha']:g} %")
     plan = fam.get("plan")
