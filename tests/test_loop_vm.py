@@ -3,7 +3,7 @@ give the cluster too little to find the hot zones).
 
 - NVMeVirt (zn540, built from ../shared/nvmevirt; skipped with the reason when it is absent): round 1's hot zones
   are sent and the device's kernel log reports exactly them, STATUS moves by the reads issued (±1 %) and answers
-  the cache's hits (the device's own hit ratio, within 0.05 of the project's replay of its cache), rows = fio's
+  the cache's hits (the device's own hit ratio, within 0.01 of the project's replay of its cache), rows = fio's
   reads and nothing is lost in every round, one bpftrace session for the whole loop.
 - QEMU's loops (the device refuses SET; zipf, nothing recommended) are in test_loop_qemu_vm.py and
   test_loop_zipf_vm.py; all run `ztbp loop` through tests/loop_run.py.
@@ -57,7 +57,8 @@ def test_nvmevirt_status_counts_the_reads_and_the_hits(nvmevirt_loop: dict[str, 
                                                    "device_minus_replay", "hit_ratio_note")})
         assert abs(dev["status_reads"] - e["fio_reads"]) <= 0.01 * e["fio_reads"], dev
         assert dev["status_hits"] is not None and 0 < dev["hit_ratio"] < 1, dev
-        assert dev["replay_hit_ratio"] is not None and abs(dev["device_minus_replay"]) <= 0.05, dev
+        # measured: within 0.0004 in every round and block (its dispatcher takes the reads nearly in submission order)
+        assert dev["replay_hit_ratio"] is not None and abs(dev["device_minus_replay"]) <= 0.01, dev
     ab = nvmevirt_loop["ab"]
     assert all(b["device"]["hit_ratio"] is not None for b in ab["blocks"])
     hit = ab["effects"]["effects"]["device_hit_ratio"]
