@@ -25,7 +25,9 @@ def device_hit_text(dev: dict[str, Any]) -> str | None:
     text = f"STATUS +{reads:,} reads"
     ratio = dev.get("hit_ratio")
     if ratio is None:
-        text += f", no hit ratio ({dev.get('hit_ratio_note') or 'no hit count recorded'})"
+        why = dev.get("hit_ratio_note") or ("no hit count recorded" if "hit_ratio" in dev else
+                                            "a loop from before STATUS's hits were carried")
+        text += f", no hit ratio ({why})"
     else:
         text += f", {dev.get('status_hits', 0):,} hits: device hit ratio {ratio:.4f}"
     replay = dev.get("replay_hit_ratio")
