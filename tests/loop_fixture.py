@@ -25,10 +25,18 @@ def _round(r: int, backend: str, reads: int, in_force: list[int], iops: float) -
                     for k, n in (("all", reads), ("listed", reads // 2 if in_force else 0),
                                  ("unlisted", reads - (reads // 2 if in_force else 0)))},
         "device": {"status_before": 0 if nvmevirt else None, "status_after": 0 if nvmevirt else None,
-                   "status_reads": reads if nvmevirt else None,
+                   "hits_before": 0 if nvmevirt else None, "hits_after": 0 if nvmevirt else None,
+                   "status_reads": reads if nvmevirt else None, "status_hits": int(hit * reads) if nvmevirt else None,
+                   "hit_ratio": round(int(hit * reads) / reads, 4) if nvmevirt else None,
+                   "hit_ratio_note": None if nvmevirt else "the device answered no STATUS (no ZTBP protocol, or "
+                                                           "ztbp-ctl failed)",
                    "kernel_log_counters": ({"hits": int(hit * reads), "misses": reads - int(hit * reads),
                                             "reads": reads, "prints": 1, "hit_ratio": round(hit, 4)}
-                                           if nvmevirt else None)},
+                                           if nvmevirt else None),
+                   "replay_reads": reads if nvmevirt else None,
+                   "replay_hits": int((hit - 0.01) * reads) if nvmevirt else None,
+                   "replay_hit_ratio": round(int((hit - 0.01) * reads) / reads, 4) if nvmevirt else None,
+                   "device_minus_replay": 0.01 if nvmevirt else None},
         "model": {"lru": 0.27, "zone_lru": 0.329 if r > 1 else None, "sent_zones": HOT if r > 1 else [],
                   "sent_hit_ratio": 0.329 if r > 1 else 0.27},
         "config": {"file": f"round-{r:02d}/derived/cache-config.json", "hot_zones": HOT, "hot_zones_found": HOT,
@@ -69,15 +77,16 @@ def make_loop(root: Path, backend: str = "qemu", reads: int = 20_000) -> Path:
     return root
 
 
-def ab_blocks(gain: float, pairs: int = 4) -> list[dict]:
-    """A/B block records (analysis.compare.ab_effects' input) with IOPS x (1 + gain) when on, a little noise."""
+def ab_blocks(gain: float, pairs: int = 4, holds: bool = True) -> list[dict]:
+    """A/B block records (analysis.compare.ab_effects' input) with IOPS x (1 + gain) when on, a little noise; the
+    device holds the configuration in the on blocks, or in none (`holds` False: it refused every SET)."""
     out = []
     for p in range(1, pairs + 1):
         for k, arm in enumerate(abba(pairs)[2 * (p - 1):2 * p]):
             on = arm[0] == "on"
             iops = 1000 * (1 + gain * on) * (1 + 0.01 * ((p + k) % 3 - 1))
             out.append({"round": 2 * p + k, "run": f"round-{2 * p + k:02d}", "arm": arm[0], "pair": p,
-                        "device_holds": on and gain > 0,
+                        "device_holds": on and holds,
                         "fio": {"read_iops": iops, "p50_us": 4e6 / iops, "p99_us": 2e7 / iops},
                         "latency": {c: {"reads": 100, "p50_us": 4e6 / iops} for c in ("all", "listed", "unlisted")},
                         "model": {"hit_ratio": 0.27 + 0.05 * on}})

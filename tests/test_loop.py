@@ -15,7 +15,7 @@ from ztbp.acquire.loop import LoopSetup, Place
 from ztbp.acquire.userjob import user_job
 from ztbp.acquire.vm import Geometry, vm_device
 from ztbp.acquire.workload import WorkloadOptions, fio_seed
-from ztbp.analysis.loop import dmesg_figures, latency_split, measured_gain, status_delta, warm_hit_ratio
+from ztbp.analysis.loop import dmesg_figures, latency_split, measured_gain, warm_hit_ratio
 from ztbp.control.ab import AbPlan, ab_next, ab_service, abba
 from ztbp.control.loop import LoopRequest
 from ztbp.control.round import STOP_INVALID, STOP_NOTHING, LoopState, decide
@@ -41,15 +41,6 @@ def test_user_job_without_filename_gets_one_in_global() -> None:
 def test_user_job_refuses_what_cannot_trace_the_namespace(bad: str) -> None:
     with pytest.raises(ZtbpError):
         user_job(bad, "/dev/nvme0n1")
-
-
-def test_status_delta_starts_at_minus_one_and_wraps() -> None:
-    assert status_delta(0xFFFFFFFF, 1999) == 2000      # a fresh device: its counter starts at -1
-    assert status_delta(1999, 3999) == 2000
-    assert status_delta(999_000, 1_000) == 2_000       # wrapped at 1,000,000
-    assert status_delta(None, 5) is None
-    assert status_delta(1999, 1999, wraps=1) == 1_000_000  # one counter print: a full turn, not zero
-    assert status_delta(1999, 2999, wraps=2) == 2_001_000
 
 
 def test_dmesg_figures_takes_the_last_set_and_the_counters() -> None:
@@ -254,7 +245,40 @@ def test_speed_text_gives_the_verdict_with_its_interval_and_the_paper_beside() -
     text = speed_text(doc)
     assert "verdict: read IOPS (fio) +4" in text and text.count("faster") >= 3 and "Table III" in text
     assert "refused SET" not in text
-    refused = {**doc, "ab": {**doc["ab"], "device_acted": False, "blocks": ab_blocks(0.0)}}
+    refused = {**doc, "ab": {**doc["ab"], "device_acted": False, "blocks": ab_blocks(0.0, holds=False)}}
     text = speed_text(refused)
-    assert "refused SET" in text and "verdict: read IOPS (fio) " in text and text.count("faster") == 0
+    assert "refused SET" in text and "verdict: no verdict: the device never held the configuration" in text
+    assert text.count("faster") == 0
     assert len(speed_figure(doc).data) >= 1
+
+
+@pytest.mark.parametrize("holds", [True, False])
+def test_each_rounds_cache_replay_is_the_one_ab_service_replays(tmp_path: Path, holds: bool) -> None:
+    """The loop replays the device's cache round after round on one cache, each round under the zone check the
+    device held (round 1: off): the same hits per block as the emulator's read model over the session."""
+    from ztbp.analysis.device_replay import device_cache, replay_hits
+    from ztbp.io.run import load
+
+    ab, root, meta = _ab_state(tmp_path, holds)
+    res = ab_service(ab, root, meta)
+    assert res is not None
+    cache, zone_lbas = device_cache(meta), meta["zone_size_lba"]
+    first = replay_hits(load(tmp_path / "round-01").events, [], False, cache, zone_lbas)
+    on = replay_hits(load(tmp_path / "round-02").events, ab.listed, holds, cache, zone_lbas)
+    off = replay_hits(load(tmp_path / "round-03").events, ab.listed, False, cache, zone_lbas)
+    assert first["reads"] == on["reads"] == off["reads"] == 3000
+    assert (on["hits"], on["hit_ratio"]) == (res["on"]["all"]["hits"], res["on"]["all"]["hit_ratio"])
+    assert (off["hits"], off["hit_ratio"]) == (res["off"]["all"]["hits"], res["off"]["all"]["hit_ratio"])
+    assert first["hits"] < on["hits"]  # the same hot zones read again: the cache carried over
+
+
+def test_a_rounds_device_figures_with_the_replay_beside() -> None:
+    from ztbp.analysis.loop import with_replay
+
+    dev = {"status_reads": 2000, "status_hits": 700, "hit_ratio": 0.35, "hit_ratio_note": None}
+    got = with_replay(dev, {"reads": 2000, "hits": 660, "hit_ratio": 0.33})
+    assert got == {**dev, "replay_reads": 2000, "replay_hits": 660, "replay_hit_ratio": 0.33,
+                   "device_minus_replay": 0.02}
+    none = with_replay({**dev, "hit_ratio": None}, {"reads": 2000, "hits": 660, "hit_ratio": 0.33})
+    assert none["device_minus_replay"] is None and none["replay_hit_ratio"] == 0.33
+    assert with_replay(dev, None)["replay_hit_ratio"] is None

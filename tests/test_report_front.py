@@ -68,8 +68,13 @@ def test_loop_headline_of_the_sample_nvmevirt_loop_equals_loop_json() -> None:
     got = _values(doc)
     assert got["hit_model"] == (f"{100 * first['model']['sent_hit_ratio']:.1f} % → "
                                 f"{100 * last['model']['sent_hit_ratio']:.1f} %")
+    # a loop from before STATUS's hits were carried: the device's hit ratio is not said from the kernel log's
+    # prints, which stay the cross-check beside it
+    items = {i["key"]: i for i in present_loop.headline(doc)}
     dev = [e["device"]["kernel_log_counters"]["hit_ratio"] for e in (first, last)]
-    assert got["hit_device"] == f"{100 * dev[0]:.1f} % → {100 * dev[1]:.1f} %"
+    assert got["hit_device"] == "not counted by STATUS"
+    assert f"cross-check, each 1,000,000 reads): {100 * dev[0]:.1f} % → {100 * dev[1]:.1f} %" in \
+        items["hit_device"]["detail"]
     assert got["speed"] in ("faster", "slower", "no difference within noise")
     assert got["zones"] == "sent 1, 7, 11, 15, 19 → device holds 1, 7, 11, 15, 19"
     reads = sum(e["fio_reads"] for e in doc["rounds"])
@@ -77,10 +82,22 @@ def test_loop_headline_of_the_sample_nvmevirt_loop_equals_loop_json() -> None:
     assert "None" not in json.dumps(present_loop.headline(doc))
 
 
-def test_loop_headline_of_a_qemu_loop_says_no_difference_and_refused(tmp_path: Path) -> None:
+def test_loop_headline_says_the_devices_own_hit_ratio_beside_the_replay(tmp_path: Path) -> None:
+    doc = read_loop(make_loop(tmp_path / "nv", "nvmevirt", reads=2000))
+    item = next(i for i in present_loop.headline(doc) if i["key"] == "hit_device")
+    assert item["value"] == "27.0 % → 33.0 %"  # STATUS's hits over its reads, round 1 and round 2
+    assert "replay of its cache over the same traced reads: 26.0 %, 32.0 % (device − replay +1.0 points, " \
+           "+1.0 points)" in item["detail"]
+    line = present_loop.round_line(doc["rounds"][1])
+    assert "STATUS +2,000 reads, 660 hits: device hit ratio 0.3300, replay 0.3200 (device − replay +0.0100)" in line
+    frame = present_loop.rounds_frame(doc)
+    assert frame["device_hit_ratio"].to_list() == [0.27, 0.33] and frame["device_minus_replay"].to_list() == [0.01] * 2
+
+
+def test_loop_headline_of_a_qemu_loop_gives_no_verdict_and_says_refused(tmp_path: Path) -> None:
     doc = read_loop(make_loop(tmp_path / "q", "qemu", reads=2000))
     items = {i["key"]: i for i in present_loop.headline(doc)}
-    assert items["speed"]["value"] == "no difference within noise"
+    assert items["speed"]["value"] == "no verdict"  # every SET refused: both rounds ran the same device
     assert "[" in items["speed"]["detail"] and "never held a configuration" in items["speed"]["detail"]
     assert items["hit_device"]["value"] == "not counted by this device"
     assert items["zones"]["value"] == "sent 1, 7, 11, 15, 19 → refused (ztbp-ctl set exit 30)"

@@ -41,10 +41,14 @@ T0 = 1.7e9
 class FakeDevice:
     """Records SET and STOP; refuses SET when `refuse` (QEMU's device has no ZTBP protocol)."""
 
-    def __init__(self, refuse: bool = False, reads: list[int] | None = None) -> None:
+    def __init__(self, refuse: bool = False, reads: list[int | None] | None = None,
+                 hits: list[int | None] | None = None) -> None:
         self.calls: list[tuple[Any, ...]] = []
         self.refuse = refuse
-        self.reads = reads or []  # STATUS's read counts, one per call (none: no STATUS)
+        # STATUS's read counts, one per call (the session asks once a window, as it closes; None or none left: no
+        # answer) and its hit counts beside them (none: a ztbp-ctl that answers no hits)
+        self.reads = reads or []
+        self.hits = hits or []
 
     def set(self, zones: tuple[int, ...]) -> dict[str, Any]:
         self.calls.append(("set", zones))
@@ -57,9 +61,11 @@ class FakeDevice:
         return {"ok": True, "exit_code": 0}
 
     def status(self) -> dict[str, Any]:
-        if not self.reads:
+        reads = self.reads.pop(0) if self.reads else None
+        hits = self.hits.pop(0) if self.hits else None
+        if reads is None:
             return {"ok": False}
-        return {"ok": True, "result": {"ok": True, "reads": self.reads.pop(0)}}
+        return {"ok": True, "result": {"ok": True, "reads": reads, **({"hits": hits} if hits is not None else {})}}
 
 
 def session(tmp: Path, device: FakeDevice, resume: bool = False, start: float = T0, **params: Any) -> Session:
@@ -407,8 +413,9 @@ def test_the_status_line_says_rate_lost_set_last_decision_and_next_apply() -> No
 
 
 def test_verify_compares_statuss_read_count_with_the_reads_traced(tmp_path: Path) -> None:
-    # before the apply, after the next window: the protocol's counter went back to 0 at 1,000,000 in between
-    dev = FakeDevice(reads=[1_000_000 - 100, W - 100])
+    # STATUS as each window closes: before the apply (window K - 1), after the next window; the protocol's counter
+    # went back to 0 at 1,000,000 in between
+    dev = FakeDevice(reads=[None] * (K - 1) + [1_000_000 - 100, W - 100])
     s = session(tmp_path, dev)
     s.mono = lambda: s.latest_ns + 1  # the machine's clock just past the last row: a probe that keeps up
     s.run(replay(windows([("hot", 4, A)]), META, seed=12))
@@ -418,13 +425,40 @@ def test_verify_compares_statuss_read_count_with_the_reads_traced(tmp_path: Path
     assert v[0]["measured_gain"] > 0.01
 
 
+def test_each_window_and_the_verify_record_carry_the_devices_hits_and_hit_ratio(tmp_path: Path) -> None:
+    # STATUS as each window closes: W reads a window, 20 % of them hits until the apply (after window K - 1), then
+    # 50 %; the counter starts fresh (0xFFFFFFFF: the first read is a miss, counted by neither)
+    reads = [4294967295, W - 1, 2 * W - 1, 3 * W - 1]
+    hits = [4294967295, W // 5, 2 * W // 5, 2 * W // 5 + W // 2]
+    s = session(tmp_path, FakeDevice(reads=reads, hits=hits))
+    s.mono = lambda: s.latest_ns + 1
+    s.run(replay(windows([("hot", 4, A)]), META, seed=12))
+    recs = read_journal(tmp_path)
+    dev = [r["device"] for r in recs if r["kind"] == "window"]
+    assert dev[0]["reads"] is None and dev[0]["note"] == "no STATUS before this window"
+    assert dev[0]["status_reads"] == 4294967295  # the answer itself, for the next window
+    assert [(d["reads"], d["hits"], d["hit_ratio"]) for d in dev[1:]] == [(W, W // 5, 0.2), (W, W // 5, 0.2),
+                                                                          (W, W // 2, 0.5)]
+    v = [r for r in recs if r["kind"] == "verify"]
+    assert len(v) == 1 and v[0]["status_reads_delta"] == W and v[0]["status_hits_delta"] == W // 2
+    assert v[0]["device_hit_ratio"] == 0.5 and v[0]["device_note"] is None
+
+
+def test_a_device_answering_no_hits_gives_windows_without_a_ratio_and_says_why(tmp_path: Path) -> None:
+    s = session(tmp_path, FakeDevice(reads=[0, W, 2 * W]))  # an answer without "hits": an older ztbp-ctl
+    s.run(replay(windows([("hot", 3, A)]), META, seed=12))
+    dev = [r["device"] for r in read_journal(tmp_path) if r["kind"] == "window"]
+    assert [d["reads"] for d in dev] == [None, W, W] and all(d["hit_ratio"] is None for d in dev)
+    assert "no hit count" in dev[1]["note"]
+
+
 def test_verify_counts_the_reads_by_their_own_time_when_the_probe_lags(tmp_path: Path) -> None:
     # replay: a row every 10 us from 0. The probe lags 2,000 rows (20 ms) behind the machine: the apply, when the
     # window of rows 20,000-29,999 closes, is at 320 ms; STATUS after the next window at 420 ms. The reads issued
     # between the two are rows 32,000-41,999, whatever window they arrive in (the last 2,000 in the one after)
     step, lag = 10_000, 2_000
     s: Session
-    dev = FakeDevice(reads=[4294967295, 9999])  # a fresh device's counter starts at -1
+    dev = FakeDevice(reads=[None] * (K - 1) + [4294967295, 9999])  # a fresh device's counter starts at -1
     s = session(tmp_path, dev)
     s.mono = lambda: (s.latest_ns // step + 1 + lag) * step
     s.run(replay(windows([("hot", 5, A)]), META, seed=12))
@@ -706,7 +740,7 @@ def test_verify_starts_its_span_when_status_answers_not_after_set(tmp_path: Path
             self.took_ns += 300_000_000
             return super().set(zones)
 
-    dev = SlowSet(reads=[0, 2 * W])
+    dev = SlowSet(reads=[None] * (K - 1) + [0, 2 * W])
     s = session(tmp_path, dev)
     s.mono = lambda: s.latest_ns + 1 + dev.took_ns
     s.run(replay(windows([("hot", 4, A)]), META, seed=12))
@@ -720,11 +754,13 @@ def test_verify_takes_the_moments_ztbp_ctl_says_the_device_answered(tmp_path: Pa
     class Answering(FakeDevice):
         def status(self) -> dict[str, Any]:
             answer = super().status()
-            answer["result"]["answered_mono_ns"] = self.at.pop(0)
+            at = self.at.pop(0) if self.at else None
+            if at is not None:
+                answer["result"]["answered_mono_ns"] = at
             return answer
 
-    dev = Answering(reads=[0, 5_000])
-    dev.at = [320_000_000, 370_000_000]  # type: ignore[attr-defined]
+    dev = Answering(reads=[None] * (K - 1) + [0, 5_000])
+    dev.at = [None] * (K - 1) + [320_000_000, 370_000_000]  # type: ignore[attr-defined]
     s = session(tmp_path, dev)
     s.mono = lambda: 10**15  # the session's own clock is not used
     s.run(replay(windows([("hot", 5, A)]), META, seed=12))

@@ -35,10 +35,12 @@ EVIL = "<script>alert(1)</script>"
 
 
 class FakeDevice:
-    """Accepts SET and STOP (or refuses SET); STATUS answers the read counts given, one per call."""
+    """Accepts SET and STOP (or refuses SET); STATUS answers the read counts given, one per call (the session asks
+    as each window closes), with the hit counts beside them when given."""
 
-    def __init__(self, reads: list[int] | None = None, refuse: bool = False) -> None:
-        self.reads, self.refuse = list(reads or []), refuse
+    def __init__(self, reads: list[int] | None = None, refuse: bool = False,
+                 hits: list[int] | None = None) -> None:
+        self.reads, self.refuse, self.hits = list(reads or []), refuse, list(hits or [])
 
     def set(self, zones: tuple[int, ...]) -> dict[str, Any]:
         if self.refuse:
@@ -49,7 +51,25 @@ class FakeDevice:
         return {"ok": True, "exit_code": 0}
 
     def status(self) -> dict[str, Any]:
-        return {"ok": True, "result": {"reads": self.reads.pop(0)}} if self.reads else {"ok": False}
+        if not self.reads:
+            return {"ok": False}
+        return {"ok": True, "result": {"reads": self.reads.pop(0), **({"hits": self.hits.pop(0)} if self.hits else {})}}
+
+
+def device_counts(ratios: list[float]) -> tuple[list[int], list[int]]:
+    """A device's read and hit counters as each of len(ratios) windows closes: W reads a window, ratios[w] of
+    window w's hits (the first window's are not counted: no answer before it)."""
+    reads, hits = [W * (w + 1) for w in range(len(ratios))], []
+    total = 0
+    for r in ratios:
+        total += round(r * W)
+        hits.append(total)
+    return reads, hits
+
+
+#: the three-phase session's device hit ratio per window: 20 % with no set in force, 50 % with A, 60 % with B
+#: (A in force from window K, B from 8 + K, none again from 16 + K)
+PHASE_RATIOS = [0.5 if K <= w < 8 + K else 0.6 if 8 + K <= w < 16 + K else 0.2 for w in range(24)]
 
 
 def run_session(folder: Path, phases: list[tuple[str, int, tuple[int, ...]]], device: FakeDevice, seed: int,
@@ -70,10 +90,11 @@ def run_session(folder: Path, phases: list[tuple[str, int, tuple[int, ...]]], de
 @pytest.fixture(scope="module")
 def three_phases(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Hot set A for 8 windows, hot set B for 8, Zipf for 8: A applied, B applied, rolled back in the Zipf phase;
-    STATUS counts every read of the window after each apply."""
+    STATUS counts every read of each window and its hits by the set in force (PHASE_RATIOS)."""
     folder = tmp_path_factory.mktemp("watch") / "three-phases"
+    reads, hits = device_counts(PHASE_RATIOS)
     run_session(folder, [("hot", 8 * W, A), ("hot", 8 * W, B), ("zipf", 8 * W, ())],
-                FakeDevice(reads=[0, W, 5 * W, 6 * W]), seed=1)
+                FakeDevice(reads=reads, hits=hits), seed=1)
     return folder
 
 
@@ -163,8 +184,9 @@ def test_the_figures_exist_with_titles_and_axes_and_open_offline(three_phases: P
     assert (tmp_path / "out" / "plotly.min.js").stat().st_size > 1_000_000
     assert '<script src="plotly.min.js"></script>' in page
     assert not re.search(r"""<script[^>]+src=["']?(https?:)?//""", page)  # nothing from the network
-    assert page.count('class="plotly-graph-div"') == 5
-    for title in ("Hot set over time", "Gain of the cache model per window", "Commands per second (IOPS) per window",
+    assert page.count('class="plotly-graph-div"') == 6
+    for title in ("Hot set over time", "The device's own hit ratio per window and per phase",
+                  "Gain of the cache model per window", "Commands per second (IOPS) per window",
                   "Lost events per window (0 in the windows closed)", "Device read latency per window (p50)"):
         assert title in page
     recs = read_journal(three_phases)
@@ -186,6 +208,37 @@ def test_the_figures_exist_with_titles_and_axes_and_open_offline(three_phases: P
     assert lat.layout.yaxis.title.text == "µs" and lat.layout.yaxis.type == "log"
     assert list(lat.data[0].y)[0] is None and list(lat.data[0].y)[K + 1] == 100.0
     assert set(lat.data[1].y) == {100.0}
+
+
+def test_the_devices_hit_ratio_per_window_and_per_phase(three_phases: Path, tmp_path: Path) -> None:
+    recs = read_journal(three_phases)
+    w = wr.windows_frame(recs)
+    assert w["device_hit_ratio"][0] is None  # no STATUS before the first window
+    assert w["device_hit_ratio"].to_list()[1:] == pytest.approx(PHASE_RATIOS[1:])
+    phases = wr.device_phases(w)
+    assert [(p["first"], p["last"], tuple(p["in_force"]), p["counted"]) for p in phases] == [
+        (0, K - 1, (), K - 1), (K, 8 + K - 1, A, 8), (8 + K, 16 + K - 1, B, 8), (16 + K, 23, (), 8 - K)]
+    assert [p["hit_ratio"] for p in phases] == pytest.approx([0.2, 0.5, 0.6, 0.2])
+    assert [p["reads"] for p in phases] == [(K - 1) * W, 8 * W, 8 * W, (8 - K) * W]
+    page = Path(render_watch(three_phases, tmp_path / "out", log=lambda s: None)["index"]).read_text()
+    head = headline_of(page)
+    assert head["hit_device"] == "none: 20.0 % → 3, 17, 40, 77, 101: 50.0 % → 9, 22, 58, 90, 120: 60.0 % → none: 20.0 %"
+    assert ("<td>3–10</td><td>3, 17, 40, 77, 101</td><td>8 of 8</td><td>80,000</td><td>40,000</td><td>50.0 %</td>"
+            in page)
+    verify = wr.events_frame(recs).filter(pl.col("kind") == "verify")["detail"].to_list()
+    assert "the device's hits 5,000, hit ratio 0.5000" in verify[0] and "hit ratio 0.6000" in verify[1]
+    fig = pw.device_hit_figure(w, wr.events_frame(recs), phases)
+    assert fig.layout.yaxis.title.text == "hit ratio" and list(fig.data[1].y) == pytest.approx([0.2, 0.2])
+
+
+def test_a_device_without_hit_counts_says_so(tmp_path: Path) -> None:
+    folder = tmp_path / "no-hits"
+    run_session(folder, [("hot", 4 * W, A)], FakeDevice(reads=[0, W, 2 * W, 3 * W]), seed=2)
+    w = wr.windows_frame(read_journal(folder))
+    assert w["device_reads"].to_list() == [None, W, W, W] and w["device_hit_ratio"].null_count() == 4
+    page = Path(render_watch(folder, tmp_path / "out", log=lambda s: None)["index"]).read_text()
+    assert headline_of(page)["hit_device"] == "not counted by this device"
+    assert "no window has the device" in page and "own hit ratio (STATUS" in page
 
 
 def test_commands_per_second_come_from_the_rows_time(three_phases: Path, tmp_path: Path) -> None:
@@ -456,4 +509,4 @@ def test_the_page_renders_offline_in_chromium(three_phases: Path, tmp_path: Path
     assert [e["message"] for e in seen["logs"] if e["level"] == "SEVERE"] == []
     assert [u for u in seen["requests"] if u.split(":", 1)[0].lower() in NETWORK_SCHEMES] == []
     plots = seen["plots"]
-    assert len(plots) == 5 and all(p["rendered"] and p["points"] > 0 and p["axes_sane"] for p in plots)
+    assert len(plots) == 6 and all(p["rendered"] and p["points"] > 0 and p["axes_sane"] for p in plots)

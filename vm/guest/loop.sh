@@ -25,6 +25,10 @@
 #                                      "skip REASON" | "stop REASON" (renamed into place)
 #   guest .loop/applied-NN.env         what ztbp-ctl set (or stop) / info / status answered and the zones the device
 #                                      logged
+# .loop/device-NN.env: status_before / status_after (STATUS's read count around the round's fio, empty when the
+# device refuses STATUS), hits_before / hits_after (its hit count, empty when ztbp-ctl answered none: the 32-bit
+# ioctl), status_ioctl (admin64 / admin32), then ztbp-ctl's answers. A host reads the hits_* lines when they are
+# there; a mailbox without them (an older guest script) has reads only (ztbp/analysis/device_counters.py from_env).
 # Every wait is bounded (LOOP_DECISION_TIMEOUT, LOOP_JOB_TIMEOUT); the stop file ends the loop after the round in
 # progress. Progress: "ZTBP: loop ..." and "ZTBP: stage ..." lines on the console, "ZTBP: progress" every 5 s of fio.
 #
@@ -65,11 +69,22 @@ ctl_json() { # ARGS...: run ztbp-ctl --json, print "RC JSON" (its last line; {} 
 	echo "$rc $(tail -n 1 "$TMP/ctl.out" | grep . || echo '{}')"
 }
 
-device_status() { # the ZTBP STATUS read counter (empty when the device refuses it)
-	local rc json
+device_counters() { # the ZTBP STATUS counters as "READS HITS IOCTL": the read count (dword 0), the cache's hits
+	# (dword 1; "-" when ztbp-ctl answered none: the 32-bit ioctl) and how ztbp-ctl asked (admin64 / admin32);
+	# empty when the device refuses STATUS
+	local rc json hits ioctl
 	read -r rc json <<< "$(ctl_json status "$CTRL")"
 	echo "status_rc=$rc $json" >> "$TMP/status.log"   # why a STATUS failed (copied to .loop/device-NN.env)
-	[ "$rc" = 0 ] && sed -n 's/.*"result": *\([0-9]*\).*/\1/p' <<< "$json"
+	[ "$rc" = 0 ] || return 0
+	hits="$(sed -n 's/.*"hits": *\([0-9][0-9]*\).*/\1/p' <<< "$json")"
+	ioctl="$(sed -n 's/.*"status_ioctl": *"\([a-z0-9]*\)".*/\1/p' <<< "$json")"
+	echo "$(sed -n 's/.*"result": *\([0-9]*\).*/\1/p' <<< "$json") ${hits:--} ${ioctl:--}"
+}
+
+device_status() { # the ZTBP STATUS read counter (empty when the device refuses it)
+	local reads _rest
+	read -r reads _rest <<< "$(device_counters)"
+	echo "$reads"
 }
 
 dmesg_mark() { dmesg | wc -l; }
@@ -110,7 +125,7 @@ hand_over_rows() { # ROUND DIR: the round's rows to DIR/.capture/nvme.rows and i
 }
 
 run_round() { # ROUND: the round's fio job under the running probe; the run directory round-NN
-	local r="$1" n dir job st0 st1 d0 rc=0 t0
+	local r="$1" n dir job st0 st1 h0 h1 io0 io1 d0 rc=0 t0
 	n="$(rnd "$r")"
 	dir="$OUT/round-$n"
 	job="$LOOP/job-$n.fio"
@@ -119,7 +134,7 @@ run_round() { # ROUND: the round's fio job under the running probe; the run dire
 	cp "$TMP/guest.env" "$dir/.capture/guest.env"
 	blkzone report "$DEV" > "$TMP/zones.txt"
 	d0="$(dmesg_mark)"
-	st0="$(device_status)"
+	read -r st0 h0 io0 <<< "$(device_counters)"
 	say "stage workload round $r: $(grep -m1 '^; ' "$job" | sed 's/^; //')"
 	t0="$(date +%s.%N)"
 	TRACED_MARK="$(probe_traced nvme)"
@@ -128,12 +143,19 @@ run_round() { # ROUND: the round's fio job under the running probe; the run dire
 	wait $! || rc=$?
 	echo "workload_s=$(echo "$(date +%s.%N) $t0" | awk '{printf "%.3f", $1 - $2}')" >> "$dir/.capture/guest.env"
 	echo "fio_rc=$rc" >> "$dir/.capture/guest.env"
-	st1="$(device_status)"
+	read -r st1 h1 io1 <<< "$(device_counters)"
 	hand_over_rows "$r" "$dir"
 	[ -s "$TMP/fio.json" ] && sed -n '/^{/,$p' "$TMP/fio.json" > "$dir/raw/fio.json"
 	cp "$TMP/zones.txt" "$dir/raw/zones.txt"
 	[ "$r" = 1 ] && [ -s "$TMP/prefill.json" ] && cp "$TMP/prefill.json" "$dir/.capture/prefill-fio.json"
-	{ echo "status_before=$st0"; echo "status_after=$st1"; cat "$TMP/status.log"; } | mailbox_answer "$LOOP/device-$n.env"
+	{
+		echo "status_before=$st0"
+		echo "status_after=$st1"
+		echo "hits_before=${h0#-}"
+		echo "hits_after=${h1#-}"
+		echo "status_ioctl=${io1:-${io0:-}}"
+		cat "$TMP/status.log"
+	} | mailbox_answer "$LOOP/device-$n.env"
 	: > "$TMP/status.log"
 	dmesg | tail -n +"$((d0 + 1))" > "$LOOP/dmesg-$n.txt"
 	local state=complete

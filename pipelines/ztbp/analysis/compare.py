@@ -25,7 +25,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ..errors import CompareError
+from .family import NOT_HELD, effect_line, family_verdicts
 from .params import COMPARE_ALPHA, COMPARE_BLOCKS, COMPARE_MAX_BLOCKS, RUN_NOISE_CV
+from .robust import hodges_lehmann
 
 NO_DIFFERENCE = "no difference within noise"
 #: the verdicts of a speed metric (IOPS, latency): better, worse, neither
@@ -42,7 +44,8 @@ CLASSES = ("all", "listed", "unlisted")
 
 
 class Metric(NamedTuple):
-    """What is compared: its key in the results, its label, unit, which side is better, scale and verdict words."""
+    """What is compared: its key in the results, its label, unit, which side is better, scale, verdict words and
+    whether it is one of the device's measures (the family whose verdicts are controlled together: Holm)."""
 
     key: str
     label: str
@@ -50,6 +53,7 @@ class Metric(NamedTuple):
     better: str
     scale: str = "log"
     words: tuple[str, str, str] = VERDICTS
+    family: bool = True
 
 
 # ---- the interval and the effect --------------------------------------------------------------------------------
@@ -77,12 +81,10 @@ def _effect(m: Metric, est: float, se: float, df: float, alpha: float, means: tu
         change, ci, unit = est, [lo, hi], "pp" if m.unit == "%" else m.unit
     improved = None if lo <= 0 <= hi else (lo > 0) == (m.better == "higher")
     verdict = m.words[2] if improved is None else m.words[0] if improved else m.words[1]
-    u = f" {unit}" if unit else ""
-    line = (f"{m.label} {change:+.1f}{u} [{ci[0]:+.1f}, {ci[1]:+.1f}] ({100 * (1 - alpha):g} % CI, {basis}): "
-            f"{verdict}")
-    return {"metric": m.label, "key": m.key, "unit": m.unit, "better": m.better, "scale": m.scale,
-            "method": method, "mean_a": means[0], "mean_b": means[1], "change": change, "change_unit": unit,
-            "ci": ci, "ci_level": 1 - alpha, "p_value": p, "verdict": verdict, "improved": improved, "line": line}
+    e = {"metric": m.label, "key": m.key, "unit": m.unit, "better": m.better, "scale": m.scale,
+         "method": method, "mean_a": means[0], "mean_b": means[1], "change": change, "change_unit": unit,
+         "ci": ci, "ci_level": 1 - alpha, "p_value": p, "verdict": verdict, "improved": improved, "basis": basis}
+    return {**e, "line": effect_line(e)}
 
 
 def _check(better: str, scale: str, alpha: float) -> None:
@@ -129,7 +131,12 @@ def _paired(m: Metric, a: Sequence[Any], b: Sequence[Any], alpha: float) -> dict
     method = f"paired t interval on {on} per pair, {n - 1} df; {means} means of each arm"
     eff = _effect(m, statistics.fmean(d), statistics.stdev(d) / math.sqrt(n), n - 1, alpha,
                   (_centre(xa, m.scale), _centre(xb, m.scale)), method, f"{n} block pairs")
-    return {**eff, "n_pairs": n}
+    unit = _pct if m.scale == "log" else float
+    hl = hodges_lehmann(d, alpha)
+    return {**eff, "n_pairs": n, "family": m.family, "words": list(m.words), "sd": statistics.stdev(d),
+            "pair_changes": [unit(x) for x in d], "median": unit(statistics.median(d)),
+            "hodges_lehmann": {**hl, "estimate": unit(hl["estimate"]),
+                               "ci": None if hl["ci"] is None else [unit(x) for x in hl["ci"]]}}
 
 
 def paired_effect(a: Sequence[float], b: Sequence[float], *, metric: str, unit: str, better: str,
@@ -153,7 +160,11 @@ AB_METRICS: tuple[tuple[Metric, tuple[str, ...]], ...] = (
     (Metric("device_p50_unlisted", "device read p50, other zones", "us", "lower"),
      ("latency", "unlisted", "p50_us")),
     # a proportion that can be 0: its change in percentage points, not a ratio
-    (Metric("hit_ratio", "model hit ratio", "%", "higher", "difference", LEVEL_VERDICTS), ("model", "hit_ratio")),
+    (Metric("device_hit_ratio", "hit ratio, device (STATUS)", "%", "higher", "difference", LEVEL_VERDICTS),
+     ("device", "hit_ratio")),
+    # the model's: what the zones would gain on a device that acted, not a measure of the device
+    (Metric("hit_ratio", "model hit ratio", "%", "higher", "difference", LEVEL_VERDICTS, family=False),
+     ("model", "hit_ratio")),
 )
 
 
@@ -190,7 +201,7 @@ def _block_value(blk: Mapping[str, Any], path: tuple[str, ...], m: Metric) -> An
     return 100 * v if m.unit == "%" and isinstance(v, (int, float)) else v
 
 
-def ab_effects(blocks: list[dict[str, Any]], *, alpha: float = COMPARE_ALPHA) -> dict[str, Any]:
+def ab_effects(blocks: list[dict[str, Any]], *, alpha: float = COMPARE_ALPHA, plan: bool = True) -> dict[str, Any]:
     """The effects of the configuration (arm "on" = B against "off" = A) from a loop's A/B block records: read IOPS,
     fio's p50 and p99, the device's p50 of all reads, of the listed zones and of the others, the model's hit ratio
     (difference scale, in percentage points). A metric some complete pair lacks is in `absent` with the reason;
@@ -205,11 +216,18 @@ def ab_effects(blocks: list[dict[str, Any]], *, alpha: float = COMPARE_ALPHA) ->
             effects[m.key] = _paired(m, a, b, alpha)
         except CompareError as e:
             absent[m.key] = {"metric": m.label, "reason": str(e)}
+    held = not blocks or any(b.get("device_holds") is not False for b in blocks)
+    family = family_verdicts(effects, alpha, held, plan)
+    verdict = _headline(effects, absent, ("read_iops", "device_p50"))
+    if not held:
+        verdict = {**verdict, "verdict": None, "line": f"no verdict: {NOT_HELD}"}
     return {"design": "paired blocks", "a": "configuration off", "b": "configuration on", "pairs": len(pairs),
-            "dropped": dropped, "alpha": alpha,
+            "dropped": dropped, "alpha": alpha, "device_held": held, "family": family,
             "method": "per pair of blocks (ABBA order) the log ratio on/off (hit ratio: the difference); the mean "
-                      "with a t interval on pairs - 1 df",
-            "effects": effects, "absent": absent, "verdict": _headline(effects, absent, ("read_iops", "device_p50"))}
+                      "with a t interval on pairs - 1 df, the device's measures' verdicts controlled together "
+                      "(Holm); beside it the median of the pairs and Hodges-Lehmann with its distribution-free "
+                      "interval",
+            "effects": effects, "absent": absent, "verdict": verdict}
 
 
 def ab_repeats(blocks: list[dict[str, Any]], groups: int, *, alpha: float = COMPARE_ALPHA) -> dict[str, Any]:
@@ -222,7 +240,7 @@ def ab_repeats(blocks: list[dict[str, Any]], groups: int, *, alpha: float = COMP
         raise CompareError(f"{len(pairs)} complete pairs cannot make {groups} repeats of at least 2 pairs: give 2 "
                            f"to {max(2, len(pairs) // 2)} repeats")
     size = len(pairs) // groups
-    results = [ab_effects([b for pair in pairs[g * size:(g + 1) * size] for b in pair], alpha=alpha)
+    results = [ab_effects([b for pair in pairs[g * size:(g + 1) * size] for b in pair], alpha=alpha, plan=False)
                for g in range(groups)]
     counts: dict[str, dict[str, int]] = {}
     for res in results:

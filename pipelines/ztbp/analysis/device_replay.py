@@ -75,6 +75,26 @@ class DeviceCache:
         return self.lru.feed_hits(self._dense(keys), priority1.astype(np.bool_))
 
 
+def device_cache(meta: dict[str, Any]) -> DeviceCache:
+    """An empty cache of the device's size: meta.json's emulator.read_service_model.cache_entries, else the fork's
+    CACHE_ENTRIES."""
+    model = (meta.get("emulator") or {}).get("read_service_model") or {}
+    return DeviceCache(model.get("cache_entries") or CACHE_ENTRIES)
+
+
+def replay_hits(events: pl.DataFrame, listed: Sequence[int], cluster_on: bool, cache: DeviceCache,
+                zone_lbas: int = ZONE_LBAS) -> dict[str, Any]:
+    """The device's cache replayed over the successful reads of `events` in submission order, carried on in
+    `cache` (the module keeps it across SET and STOP): with the zone check on (SET of `listed`) a miss in a listed
+    zone enters with priority 1, the others with 2; with it off every miss enters with priority 1. Reads, hits and
+    hit ratio, as the device's own counters count them (its firmware timing is left out: predict_service)."""
+    reads = reads_in_dispatch_order(events, zone_lbas)
+    slba = reads["slba"].to_numpy().astype(np.int64)
+    prio1 = reads["zone"].is_in(list(listed)).to_numpy() if cluster_on else np.ones(reads.height, dtype=np.bool_)
+    hits = int(cache.replay(slba, prio1).sum())
+    return {"reads": reads.height, "hits": hits, "hit_ratio": round(hits / reads.height, 4) if reads.height else None}
+
+
 def reads_in_dispatch_order(events: pl.DataFrame, zone_lbas: int) -> pl.DataFrame:
     """The successful data reads of a trace in submission order (ties in trace order), with their zone."""
     reads = events.filter((pl.col("op") == "read") & (pl.col("nlb") > 0))

@@ -1,27 +1,16 @@
-"""The figures of one loop round, pure over frames, dicts and text: the device's read counter between two STATUS
-answers, the zones and hit counters NVMeVirt printed in the kernel log, the device latency of listed and unlisted
-zones, and the gain the stop rule weighs."""
+"""The figures of one loop round, pure over frames, dicts and text: the device's reads, hits and hit ratio between
+two STATUS answers (analysis/device_counters.py), the zones and hit counters NVMeVirt printed in the kernel log,
+the device latency of listed and unlisted zones, and the gain the stop rule weighs."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from .device_counters import Counters, counter_delta
+
 _ZONE_LINE = re.compile(r"ZONE CLUSTER \[\d+\]=(\d+)")
 _COUNTER = re.compile(r"(Hit cnt|Fail cnt|Total read cnt)= *(\d+)")
-#: NVMeVirt's read counter goes back to 0 when it reaches this (and prints its counters)
-STATUS_WRAP = 1_000_000
-
-
-def status_delta(before: int | None, after: int | None, wraps: int = 0) -> int | None:
-    """Reads the device counted between two STATUS answers. Its counter starts at -1 (4294967295) and goes back
-    to 0 each time it reaches 1,000,000 (when it prints its counters): `wraps` is how many times that happened in
-    between (the counter prints in the kernel log), so a round of exactly 1,000,000 reads is not taken for zero."""
-    if before is None or after is None:
-        return None
-    b = -1 if before == 0xFFFFFFFF else before
-    a = -1 if after == 0xFFFFFFFF else after
-    return (a - b) % STATUS_WRAP + STATUS_WRAP * wraps
 
 
 def dmesg_figures(text: str) -> dict[str, Any]:
@@ -77,13 +66,28 @@ def measured_gain(this_round: dict[str, Any], previous: dict[str, Any] | None) -
     return None if now is None or before is None else round(now - before, 4)
 
 
-def device_figures(status_before: int | None, status_after: int | None, kernel_log: str) -> dict[str, Any]:
-    """The device's side of a round: its read counter before and after (STATUS), the reads it counted between them
-    (its counter's wraps read from the kernel log), and the hit counters it printed there."""
+def device_figures(before: Counters, after: Counters, kernel_log: str) -> dict[str, Any]:
+    """The device's side of a round: its counters before and after (STATUS: reads, and hits where it answers them),
+    the reads, hits and hit ratio it counted between them (its counters' wraps and the hits printed at them read
+    from the kernel log), and the hit counters it printed there (a cross-check: only each 1,000,000 reads)."""
     dmesg = dmesg_figures(kernel_log)
-    wraps = (dmesg["counters"] or {}).get("prints", 0)
-    return {"status_before": status_before, "status_after": status_after,
-            "status_reads": status_delta(status_before, status_after, wraps), "kernel_log_counters": dmesg["counters"]}
+    printed = dmesg["counters"] or {}
+    delta = counter_delta(before, after, printed.get("prints", 0), printed.get("hits", 0))
+    return {"status_before": before.reads, "status_after": after.reads, "hits_before": before.hits,
+            "hits_after": after.hits, "status_reads": delta["reads"], "status_hits": delta["hits"],
+            "hit_ratio": delta["hit_ratio"], "hit_ratio_note": delta["note"], "kernel_log_counters": dmesg["counters"]}
+
+
+def with_replay(device: dict[str, Any], replay: dict[str, Any] | None) -> dict[str, Any]:
+    """A round's device figures (device_figures) with the project's replay of the device's cache over the round's
+    traced reads beside them (device_replay.replay_hits, None off a device the project replays): replay_reads,
+    replay_hits, replay_hit_ratio and device_minus_replay, the device's own hit ratio minus the replay's (None
+    where either is missing). A difference says where the replay is not the device: reads it dispatched in
+    another order than the trace's submission order, reads the trace missed, or a cache that is not the fork's."""
+    rep = replay or {}
+    own, mine = device.get("hit_ratio"), rep.get("hit_ratio")
+    return {**device, "replay_reads": rep.get("reads"), "replay_hits": rep.get("hits"), "replay_hit_ratio": mine,
+            "device_minus_replay": None if own is None or mine is None else round(own - mine, 4)}
 
 
 def warm_hit_ratio(history: Any, events: Any, meta: dict[str, Any], cache_mib: float, page_kib: int,

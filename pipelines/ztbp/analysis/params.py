@@ -65,6 +65,12 @@ COMPARE_MAX_BLOCKS = 1000
 RUN_NOISE_CV = 0.10
 #: Two-sided level of the comparisons' intervals: 0.05 gives 95 % intervals.
 COMPARE_ALPHA = 0.05
+#: The A/B blocks' planning (analysis/robust.pairs_needed): the smallest change worth finding, 10 % of a speed or
+#: latency and 1 percentage point of a hit ratio, with this power, at the level Holm's family asks of one true
+#: effect
+COMPARE_TARGET_PCT = 10.0
+COMPARE_TARGET_PP = 1.0
+COMPARE_POWER = 0.8
 
 # ---- the loop's A/B mode (`ztbp loop --ab PAIRS`) --------------------------------------------------------------
 #: reads per block: enough for a block's IOPS and latency percentiles, few enough for several blocks per arm (the

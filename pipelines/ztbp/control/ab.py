@@ -58,7 +58,7 @@ def score_block(ab: AbPlan, entry: dict[str, Any], run: Run, cache_mib: int, pag
     ab.blocks.append({"round": entry["round"], "run": entry["run"], "block": block, "arm": arm, "pair": pair,
                       "device_holds": holds, "trace_complete": entry["lost"] == 0
                       and entry["read_rows"] == entry["fio_reads"], "fio": entry["fio"], "latency": entry["latency"],
-                      "model": {"hit_ratio": warm}})
+                      "device": entry["device"], "model": {"hit_ratio": warm}})
     return action, arg
 
 

@@ -23,9 +23,10 @@ from ..acquire.mapcsv import map_rows_csv
 from ..acquire.meta import finish_meta
 from ..acquire.progress import Progress
 from ..acquire.vm import qemu_version
-from ..analysis.loop import device_figures, latency_split, measured_gain
+from ..analysis.device_counters import from_env
+from ..analysis.device_replay import DeviceCache, device_cache, replay_hits
+from ..analysis.loop import device_figures, latency_split, measured_gain, with_replay
 from ..contract import LOOP_FORMAT, utc_now
-from ..files import env_int
 from ..io.loop import RoundFiles, finish_loop, read_applied, read_round, read_session, start_loop, write_round
 from ..io.run import Run, load
 from ..paths import RunPaths
@@ -85,8 +86,7 @@ def measure(run_dir: Path, meta: dict[str, Any], started: float, versions: dict[
         "fio": {"read_iops": fio.get("read_iops"), "p50_us": fio.get("read_clat_p50_us"),
                 "p99_us": fio.get("read_clat_p99_us"), "runtime_ms": fio.get("runtime_ms")},
         "latency": latency_split(loaded.events, listed),
-        "device": device_figures(env_int(guest.device.get("status_before")), env_int(guest.device.get("status_after")),
-                                 guest.kernel_log),
+        "device": device_figures(from_env(guest.device, "before"), from_env(guest.device, "after"), guest.kernel_log),
         "model": {"lru": sim["lru"], "zone_lru": sim["zone_lru"] if zones_model else None,
                   "sent_zones": zones_model,
                   "sent_hit_ratio": sim["zone_lru"] if zones_model else sim["lru"]},
@@ -132,6 +132,7 @@ class LoopState:
     stopped: str | None = None
 
     ab: AbPlan | None = None  # the A/B blocks, once round 1 recommended a configuration
+    device_cache: DeviceCache | None = None  # the project's replay of the device's cache, round after round
 
     @property
     def model(self) -> CacheModel:
@@ -260,6 +261,10 @@ def host_turn(st: LoopState, r: int) -> None:
     meta["loop"] = {"round": r, "loop_dir": "..", "zones_in_force": st.in_force, **loop_meta}
     m = measure(st.rnd_dir(r), meta, st.started, st.versions, guest, zones, listed, st.model, st.progress.say,
                 st.rounds[-1] if st.rounds else None)
+    if st.req.device.has_read_model:  # the device's cache replayed over the round, beside its own counters
+        st.device_cache = st.device_cache or device_cache(st.setup.meta)
+        m.entry["device"] = with_replay(m.entry["device"], replay_hits(
+            m.run.events, st.in_force, bool(st.in_force), st.device_cache, st.setup.meta["zone_size_lba"]))
     turn = round_turn(st, m) if ab is None else block_turn(st, ab, m, zones, res)
     doc = loop_doc(st, complete=False)
     reads = st.ab.reads if st.ab is not None else None  # the blocks' reads, once the A/B blocks started

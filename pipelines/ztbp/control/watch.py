@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 
 from ..acquire.watch_synth import synthetic_slba
-from ..analysis.loop import status_delta
+from ..analysis.device_counters import Counters, counter_delta
 from ..analysis.params import ORDER_MAX_ROWS, ORDER_MAX_S, ORDER_MIN_S
 from ..analysis.watch import (
     LATE_NS,
@@ -40,7 +40,10 @@ from ..analysis.watch import (
 from ..errors import FileSystemError, ZtbpError
 from ..io.journal import APPLY, DECISION, ROLLBACK, START, STOP, VERIFY, WINDOW, Journal, read_journal
 from ..io.probe_lines import Batch
-from .watch_device import Device, answered_ns, sent_zones, status_reads
+from .watch_device import Device, answered_ns, sent_zones, status_counters
+
+#: no STATUS answer (yet)
+NO_ANSWER = Counters(None, None, "no STATUS answer")
 
 
 def resumed_state(records: list[dict[str, Any]]) -> tuple[WatchState, int]:
@@ -71,20 +74,20 @@ class WatchRequest:
 
 @dataclass
 class Verification:
-    """An apply being verified: STATUS's read count before it and the traced machine's clock (CLOCK_MONOTONIC, the
+    """An apply being verified: STATUS's counters before it and the traced machine's clock (CLOCK_MONOTONIC, the
     probe's ts_ns clock) as STATUS answered, the issue times of the reads traced since; once the window after it has
     closed, the second STATUS (`after`, the clock as it answered: `t_after`), the set and its measured gain on that
     window. Both clocks are ztbp-ctl's answered_mono_ns (the moment its ioctl returned), else the session's clock
     just after ztbp-ctl exited."""
 
-    before: int | None
+    before: Counters
     t_before: int
     span_ts: list[np.ndarray] = field(default_factory=list)
     window: int | None = None  # None: the window after the apply has not closed yet
     zones: list[int] = field(default_factory=list)
     measured_gain: float | None = None
     t_after: int = 0
-    after: int | None = None
+    after: Counters = NO_ANSWER
 
     def add(self, frame: pl.DataFrame) -> None:
         """The read times of rows issued since the apply."""
@@ -93,15 +96,18 @@ class Verification:
 
     def record(self) -> dict[str, Any]:
         """The verify record: STATUS's change against the reads issued between the two answers, by their own time;
-        equal within 1 % (reads in flight at either answer are counted by one side only)."""
+        equal within 1 % (reads in flight at either answer are counted by one side only); the device's hits and
+        hit ratio over the same reads, where it answers them."""
         ts = np.concatenate(self.span_ts) if self.span_ts else np.zeros(0, dtype=np.int64)
         traced = int((ts < self.t_after).sum())
-        # the protocol's read counter starts at -1 and goes back to 0 at 1,000,000 (analysis/loop.status_delta)
-        moved = status_delta(self.before, self.after)
+        # no kernel log here: a counter wrap between the answers (each 1,000,000 reads) is taken as one
+        moved = counter_delta(self.before, self.after)
+        n = moved["reads"]
         return {"window": self.window, "zones": self.zones, "measured_gain": self.measured_gain,
-                "status_reads_delta": moved, "reads_traced": traced,
+                "status_reads_delta": moved["reads"], "status_hits_delta": moved["hits"],
+                "device_hit_ratio": moved["hit_ratio"], "device_note": moved["note"], "reads_traced": traced,
                 "span_s": round((self.t_after - self.t_before) / 1e9, 3),
-                "status_matches": None if moved is None else abs(moved - traced) <= max(1, traced // 100)}
+                "status_matches": None if n is None else abs(n - traced) <= max(1, traced // 100)}
 
 
 @dataclass(frozen=True)
@@ -159,6 +165,8 @@ class Session:
         #: between two STATUS answers by their own time, not by the window they arrived in
         self.mono: Callable[[], int] = time.monotonic_ns
         self.verifying: Verification | None = None  # the last apply, until its verify record is written
+        #: STATUS's counters at the last window's close: the next window's device figures start there
+        self.status: Counters | None = None
         #: called once when the session lets go of the device, after its STOP (watch_device: the module's unload)
         self.on_release: Callable[[], dict[str, Any]] | None = None
         self.released: dict[str, Any] | None = None
@@ -222,20 +230,31 @@ class Session:
         s = summarise(self.window, now, self.commands, self.lost, self.counts, reads, self.prev_reads,
                       self.prev_hot, self.state.in_force, self.req.meta, self.params)
         self.journal.rows(frame)
-        self.journal.write(WINDOW, **s.as_dict(), late_rows=self.late,
-                           order_hold_s=None if self.hold_ns is None else round(self.hold_ns / 1e9, 3))
         if self.released is not None:  # the device is let go (its module unloaded): rows still draining from the
-            # probe are summarised, never acted on
+            # probe are summarised, never acted on (nor is the device asked for STATUS)
+            self.journal.write(WINDOW, **s.as_dict(), late_rows=self.late,
+                               order_hold_s=None if self.hold_ns is None else round(self.hold_ns / 1e9, 3))
             self._next_window(reads, s.hot)
             return
         step = window_step(self.state, s, self.params, now, zone_counts(self.counts, self.params.cells_per_zone),
                            self.verifying is not None and self.verifying.window is None)
+        # STATUS once a window, just before acting on it: the device's reads and hits since the last window's
+        # close, all under the set in force while this window ran (SET and STOP follow a close's STATUS); the
+        # same answer starts (or ends) an apply's verification
+        answer = self.device.status()
+        counters, t_answer = status_counters(answer), answered_ns(answer) or self.mono()
+        device = (counter_delta(self.status, counters) if self.status is not None else
+                  {"reads": None, "hits": None, "hit_ratio": None, "note": "no STATUS before this window"})
+        self.status = counters
+        self.journal.write(WINDOW, **s.as_dict(), late_rows=self.late,
+                           order_hold_s=None if self.hold_ns is None else round(self.hold_ns / 1e9, 3),
+                           device={**device, "status_reads": counters.reads, "status_hits": counters.hits})
         if step.verify:
-            self._verify(s.in_force_gain)
+            self._verify(s.in_force_gain, counters, t_answer)
         d, st = step.decision, step.state
         self.journal.write(DECISION, window=self.window, **d.as_dict(), state=st.as_dict())
         if step.send is not None:
-            st = self._apply(d, st, step.send)
+            st = self._apply(d, st, step.send, counters, t_answer)
         elif d.action == "rollback":
             self._rollback(d)
         self.state, self.last = st, d
@@ -249,12 +268,12 @@ class Session:
         if self.on_window is not None:
             self.on_window(self)
 
-    def _apply(self, d: Decision, st: WatchState, sent: tuple[int, ...]) -> WatchState:
-        # the clock when STATUS answered (ztbp-ctl says when its ioctl returned), not after SET: the reads issued
-        # while ztbp-ctl runs are counted by the device and must be by the trace too (on NVMeVirt the clock after
-        # SET counted 7,948 reads against the device's 7,742)
-        answer = self.device.status()
-        before, t_before = status_reads(answer), answered_ns(answer) or self.mono()
+    def _apply(self, d: Decision, st: WatchState, sent: tuple[int, ...], before: Counters, t_before: int
+               ) -> WatchState:
+        """SET the zones; `before`: STATUS's counters as the window closed and the clock when it answered (ztbp-ctl
+        says when its ioctl returned), not after SET: the reads issued while ztbp-ctl runs are counted by the
+        device and must be by the trace too (on NVMeVirt the clock after SET counted 7,948 reads against the
+        device's 7,742)."""
         res = self.device.set(sent)
         self.journal.write(APPLY, window=self.window, zones=list(d.zones), sent=list(sent), ok=res.get("ok"),
                            exit_code=res.get("exit_code"), message=res.get("message"), answer=res.get("result"))
@@ -265,13 +284,12 @@ class Session:
         self.verifying = Verification(before, t_before)
         return st
 
-    def _verify(self, gain: float | None) -> None:
-        """STATUS once the window after an apply has closed; the record waits until the rows issued up to now have
-        arrived (the probe's rows can lag behind the device: see docs/watch.md, "Rows in time order")."""
+    def _verify(self, gain: float | None, after: Counters, t_after: int) -> None:
+        """The second STATUS (the window after an apply has closed); the record waits until the rows issued up to
+        now have arrived (the probe's rows can lag behind the device: see docs/watch.md, "Rows in time order")."""
         v = self.verifying
         assert v is not None
-        answer = self.device.status()
-        v.after, v.t_after = status_reads(answer), answered_ns(answer) or self.mono()
+        v.after, v.t_after = after, t_after
         v.window, v.zones, v.measured_gain = self.window, list(self.state.in_force), gain
         self._verified()
 

@@ -1,5 +1,5 @@
 """The device as `ztbp watch` sees it: SET, STOP and STATUS behind a Protocol (a test gives a fake one), ztbp-ctl's
-answers read (the read count, when the device answered), and the zones a SET sends."""
+answers read (the read and hit counts, when the device answered), and the zones a SET sends."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..analysis.device_counters import Counters, from_answer
 from ..writeback.config import DEVICE_MAX_ZONES
 
 
 class Device(Protocol):
-    """What the session asks of the device: SET the zones, STOP, and STATUS (the read count, None without one)."""
+    """What the session asks of the device: SET the zones, STOP, and STATUS (its read and hit counters)."""
 
     def set(self, zones: tuple[int, ...]) -> dict[str, Any]: ...
     def stop(self) -> dict[str, Any]: ...
@@ -52,8 +53,7 @@ def answered_ns(answer: dict[str, Any]) -> int | None:
     return int(t) if isinstance(t, int) and t > 0 else None
 
 
-def status_reads(answer: dict[str, Any]) -> int | None:
-    """The read count of a STATUS answer, None when the device gave none."""
-    res = answer.get("result") or {}
-    reads = res.get("reads", res.get("read_count")) if answer.get("ok") else None
-    return int(reads) if isinstance(reads, int | float) else None
+def status_counters(answer: dict[str, Any]) -> Counters:
+    """The read and hit counters of a STATUS answer (analysis/device_counters.py), None where the device gave
+    none."""
+    return from_answer(answer)

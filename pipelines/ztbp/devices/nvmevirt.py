@@ -35,7 +35,9 @@ NVMEVIRT_NOTES = {
     "hit_counters": "the module prints its hit/read counters to the kernel log only when its read counter reaches "
                     "1,000,000 (then starts again); the counter starts at -1 and its first read only resets it, so "
                     "the loop reads block 0 once after loading it (traced in .loop/setup-nvme.csv): rounds of "
-                    "1,000,000 reads then get exactly their own counters; STATUS returns the counter",
+                    "1,000,000 reads then get exactly their own counters; STATUS answers the read counter (dword 0) "
+                    "and the cache's hits (dword 1), both reset together at each print, so every round gets the "
+                    "device's own hit ratio (analysis/device_counters.py)",
     "identify": "its Identify handlers write 4,096 bytes from the first data pointer whatever its offset in the "
                 "page: a buffer not page-aligned spills into the physically next page (guest memory corruption); "
                 "ztbp-ctl passes page-aligned buffers",

@@ -5,12 +5,13 @@ rolling Parquet journal (`rows/rows-NNNNNN.parquet`, one file per window, the ol
 Every record has a `kind` and a `wall` (the session's clock, Unix seconds). The kinds:
   start     the session's parameters and geometry (a resumed session writes one too, with "resumed": true)
   attached  the probe's header arrived: every probe is attached, every command from then on is traced
-  window    a window's summary (analysis/watch.WindowSummary)
+  window    a window's summary (analysis/watch.WindowSummary) and the device's own reads, hits and hit ratio
+            since the window before (STATUS, read as each window closes)
   decision  the decision after a window (apply / rollback / hold / defer) with its reason and the state it leaves
   apply     ztbp-ctl set's answer (a refusal, e.g. QEMU's device without the protocol, is journaled and the
             session goes on; the set is then not in force)
   verify    the first window after an apply: the measured gain of the set in force and, where the device
-            answers STATUS, its read count's change against the reads traced
+            answers STATUS, its read count's change against the reads traced and its hits and hit ratio
   rollback  ztbp-ctl stop's answer and the reason
   module    a device module (`--module`, NVMeVirt) loaded once the probe attached ("loaded": the seconds its
             device took to appear) or refused ("failed": the error, which ends the session)

@@ -39,16 +39,65 @@ def _effects(result: Mapping[str, Any]) -> dict[str, Any]:
     return dict(got) if isinstance(got, Mapping) else {}
 
 
+def _robust(e: Mapping[str, Any]) -> str:
+    """The median of the pair differences, in the change's unit ("" for an effect of two runs)."""
+    return "" if "median" not in e else f"{e['median']:+.1f}{' ' + e['change_unit'] if e['change_unit'] else ''}"
+
+
 def effects_table(result: Mapping[str, Any]) -> list[str]:
-    """One aligned row per metric compared: metric, A, B, change, interval, verdict."""
+    """One aligned row per metric compared: metric, A, B, change, interval, verdict; paired blocks add the median
+    of the pair differences and the p-value Holm's family gives the device's measures."""
     effects = _effects(result)
     if not effects:
         return []
     level = next(iter(effects.values()))["ci_level"]
-    head = [*_HEADERS[:4], f"{100 * level:g} % CI", _HEADERS[5]]
+    paired = any("median" in e for e in effects.values())
+    head = [*_HEADERS[:4], f"{100 * level:g} % CI", *(("median of pairs", "p (Holm)") if paired else ()),
+            _HEADERS[5]]
     rows = [[e["metric"], _value(e["mean_a"], e["unit"]), _value(e["mean_b"], e["unit"]), *_change(e),
-             e["verdict"]] for e in effects.values()]
-    return aligned(head, rows, left=(0, 5))
+             *((_robust(e), f"{e['p_holm']:.2g}" if "p_holm" in e else "-") if paired else ()), e["verdict"]]
+            for e in effects.values()]
+    return aligned(head, rows, left=(0, len(head) - 1))
+
+
+def _measures(n: int) -> str:
+    return "1 measure is" if n == 1 else f"{n} measures are"
+
+
+def robust_lines(result: Mapping[str, Any]) -> list[str]:
+    """Paired blocks: each measure's pair differences, the median of them and Hodges-Lehmann with its
+    distribution-free interval (or why the pairs cannot give one) — estimates one outlier pair cannot swing — and
+    the pairs the noise measured asks for."""
+    effects = [e for e in _effects(result).values() if "hodges_lehmann" in e]
+    if not effects:
+        return []
+    lines = ["per pair (on against off), their median (one outlier pair cannot swing it) and Hodges-Lehmann with its "
+             "distribution-free interval:"]
+    for e in effects:
+        u = f" {e['change_unit']}" if e["change_unit"] else ""
+        hl = e["hodges_lehmann"]
+        ci = (f" [{hl['ci'][0]:+.1f}, {hl['ci'][1]:+.1f}] ({100 * hl['level']:.1f} % distribution-free)"
+              if hl["ci"] is not None else f"; no interval: {hl['note']}")
+        pairs = ", ".join(f"{x:+.1f}" for x in e["pair_changes"])
+        lines.append(f"  {e['metric']}: pairs {pairs}{u}; median {e['median']:+.1f}{u}, Hodges-Lehmann "
+                     f"{hl['estimate']:+.1f}{u}{ci}")
+        if e["median"] * e["change"] <= 0 and e["change"] != 0:
+            lines.append(f"    the mean ({e['change']:+.1f}{u}) and the median are on two sides of no change: one "
+                         "pair decides the mean")
+    fam = result.get("family") or {}
+    if fam.get("size"):
+        lines.append(f"the device's {_measures(fam['size'])} judged together (Holm): a verdict needs its adjusted "
+                     f"p below {fam['alpha']:g}, so a device that changed nothing gets one in about "
+                     f"{100 * fam['alpha']:g} % of the loops, not in each measure's {100 * fam['alpha']:g} %")
+    plan = fam.get("plan")
+    if plan:
+        metric = next((e["metric"] for e in effects if e["key"] == plan["key"]), plan["key"])
+        lines.append(f"pairs needed ({metric}): {plan['pairs'] if plan['pairs'] is not None else 'too many'} — "
+                     f"{plan['how']}")
+    if result.get("device_held") is False:
+        lines.append("no verdict: the device never held the configuration (every SET refused): both arms ran the "
+                     "same device; the figures are a negative control")
+    return lines
 
 
 def aligned(head: list[str], rows: list[list[str]], left: tuple[int, ...]) -> list[str]:
@@ -100,6 +149,9 @@ def compare_text(result: Mapping[str, Any], a: str = "A", b: str = "B") -> str:
         lines.append(f"{result.get('pairs', 0)} complete pair(s) of blocks")
     lines += [f"  {d}" for d in result.get("dropped") or []]
     lines += ["", *effects_table(result)]
+    robust = robust_lines(result)
+    if robust:
+        lines += ["", *robust]
     absent = result.get("absent") or {}
     if absent:
         lines += ["", "not compared:"] + [f"  {x['reason']}" for x in absent.values()]

@@ -12,6 +12,9 @@ from ..analysis.watch import WatchParams, WatchState, clock_text, next_apply_at
 from ..io.journal import APPLY, JOURNAL, ROLLBACK
 from .watch_records import zones_text
 
+#: phases named in the headline's value, at most (the table under the figures has them all)
+HEADLINE_PHASES = 6
+
 
 def status_line(commands: int, seconds: float, lost: int, state: WatchState, last: dict[str, Any] | None,
                 params: WatchParams, now: float) -> str:
@@ -34,8 +37,8 @@ def summary_text(summary: dict[str, Any]) -> str:
             f"last decision: {last.get('reason', 'none')}")
 
 
-def watch_headline(summary: dict[str, Any], rates: pl.DataFrame | None = None,
-                   skipped_lines: int = 0) -> list[dict[str, str]]:
+def watch_headline(summary: dict[str, Any], rates: pl.DataFrame | None = None, skipped_lines: int = 0,
+                   phases: list[dict[str, Any]] | None = None) -> list[dict[str, str]]:
     """The session's answer in a few figures for the report's front (report/pages.headline_html): key, label,
     value, detail — text only, never None."""
     s = summary
@@ -86,6 +89,8 @@ def watch_headline(summary: dict[str, Any], rates: pl.DataFrame | None = None,
         why = {"value": "no stop record", "detail": "the session is still running, or was killed before it could "
                                                     "write one"}
     items.append({"key": "stopped", "label": "why it stopped", **why})
+    if phases is not None:
+        items.append(device_hit_item(phases))
     if rates is not None and rates.height and rates["commands_per_s"].drop_nulls().len():
         r = rates["commands_per_s"].drop_nulls()
         sources = sorted(set(rates.filter(pl.col("commands_per_s").is_not_null())["source"].to_list()))
@@ -97,6 +102,35 @@ def watch_headline(summary: dict[str, Any], rates: pl.DataFrame | None = None,
                       "detail": f"lines of {JOURNAL} that are not JSON records (cut by a crash, or damaged): "
                                 "left out of every figure and count here"})
     return items
+
+
+def _ratio(v: float | None) -> str:
+    return "not counted" if v is None else f"{100 * v:.1f} %"
+
+
+def phase_rows(phases: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The device's hit ratio per phase (watch_records.device_phases) as the page's table: text cells."""
+    return [{"phase": str(p["phase"]), "windows": f"{p['first']}–{p['last']}" if p["last"] != p["first"]
+             else str(p["first"]), "in_force": zones_text(p["in_force"]),
+             "counted": f"{p['counted']} of {p['windows']}", "reads": f"{p['reads']:,}", "hits": f"{p['hits']:,}",
+             "hit_ratio": _ratio(p["hit_ratio"])} for p in phases]
+
+
+def device_hit_item(phases: list[dict[str, Any]]) -> dict[str, str]:
+    """The headline's "hit ratio, device": the device's own hit ratio per phase of one set in force, from STATUS's
+    read and hit counters at each window's close."""
+    counted = [p for p in phases if p["hit_ratio"] is not None]
+    if not counted:
+        return {"key": "hit_device", "label": "hit ratio, device", "value": "not counted by this device",
+                "detail": "no window has STATUS's hit count: the device answers no STATUS (QEMU), ztbp-ctl "
+                          "answered no hits (the 32-bit ioctl), or a journal from before they were recorded"}
+    shown = [f"{zones_text(p['in_force'])}: {_ratio(p['hit_ratio'])}" for p in counted]
+    if len(shown) > HEADLINE_PHASES:
+        shown = [*shown[:3], "…", *shown[-2:]]
+    reads = sum(p["reads"] for p in counted)
+    return {"key": "hit_device", "label": "hit ratio, device", "value": " → ".join(shown),
+            "detail": f"per phase of one set in force ({len(counted)} of {len(phases)} with the device's counts, "
+                      f"{reads:,} reads): its hits over its reads, from STATUS's counters as each window closed"}
 
 
 # ---- figures of the report ---------------------------------------------------------------------------------------
@@ -238,6 +272,32 @@ def latency_figure(windows: pl.DataFrame, events: pl.DataFrame) -> Any:
         fig.add_trace(go.Scatter(x=x, y=windows[col].to_list(), mode="lines+markers", name=name,
                                  connectgaps=False, line={"color": colour}))
     fig.update_yaxes(type="log")
+    _marks(fig, events)
+    _window_axis(fig, windows["window"])
+    return fig
+
+
+def device_hit_figure(windows: pl.DataFrame, events: pl.DataFrame, phases: list[dict[str, Any]]) -> Any:
+    """The device's own hit ratio per window (STATUS's hits over its reads since the window before closed) and per
+    phase of one set in force (a level over its windows), with the applies and rollbacks."""
+    import plotly.graph_objects as go
+
+    from .figures import Note
+
+    if windows.height == 0 or windows["device_hit_ratio"].null_count() == windows.height:
+        return Note("no window has the device's own hit ratio (STATUS's hits): the device answers no STATUS, "
+                    "ztbp-ctl answered no hits, or a journal from before they were recorded")
+    fig = _figure("The device's own hit ratio per window and per phase (STATUS's counters)", "window",
+                  "hit ratio")
+    fig.add_trace(go.Scatter(x=windows["window"].to_list(), y=windows["device_hit_ratio"].to_list(),
+                             mode="markers", name="per window", marker={"color": "#1f77b4"}))
+    for n, p in enumerate(ph for ph in phases if ph["hit_ratio"] is not None):
+        fig.add_trace(go.Scatter(x=[p["first"] - 0.5, p["last"] + 0.5], y=[p["hit_ratio"]] * 2, mode="lines",
+                                 name="per phase (set in force)", legendgroup="phase", showlegend=n == 0,
+                                 line={"color": "#d62728", "width": 3},
+                                 hovertext=f"{zones_text(p['in_force'])}: {_ratio(p['hit_ratio'])}",
+                                 hoverinfo="text"))
+    fig.update_yaxes(rangemode="tozero")
     _marks(fig, events)
     _window_axis(fig, windows["window"])
     return fig

@@ -61,6 +61,17 @@ def _lat(r: dict[str, Any], side: str) -> float | None:
     return _num(part.get("p50_us")) if isinstance(part, dict) else None
 
 
+def _device(r: dict[str, Any]) -> dict[str, Any]:
+    """A window record's device figures: the reads and hits STATUS counted since the previous window closed (all
+    under the set in force while this window ran) and their ratio; None each where not measured."""
+    dev = r.get("device")
+    dev = dev if isinstance(dev, dict) else {}
+    reads, hits = _int(dev.get("reads")), _int(dev.get("hits"))
+    if reads is None or hits is None or not 0 <= hits <= reads or reads == 0:
+        return {"device_reads": reads, "device_hits": None, "device_hit_ratio": None}
+    return {"device_reads": reads, "device_hits": hits, "device_hit_ratio": hits / reads}
+
+
 def _walk(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[int]]:
     """The window rows of windows_frame and the set in force after the last record. The set in force follows the
     journal: the start record's state (a resumed session's), each decision's state, an apply the device refused
@@ -83,7 +94,7 @@ def _walk(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[int
                    "hot": _zone_list(r.get("hot")), "in_force": list(in_force),
                    "held_out_gain": _num(r.get("held_out_gain")), "in_force_gain": _num(r.get("in_force_gain")),
                    "lat_in_force_p50_us": _lat(r, "in_force"), "lat_other_p50_us": _lat(r, "other"),
-                   "action": None}
+                   **_device(r), "action": None}
             rows.append(row)
             by_window[index] = row
         elif kind == DECISION:
@@ -116,8 +127,32 @@ def windows_frame(records: list[dict[str, Any]]) -> pl.DataFrame:
     schema = {"window": pl.Int64, "segment": pl.Int64, "wall": pl.Float64, "t_end": pl.Float64,
               "commands": pl.Int64, "reads": pl.Int64, "lost": pl.Int64, "hot": pl.List(pl.Int64),
               "in_force": pl.List(pl.Int64), "held_out_gain": pl.Float64, "in_force_gain": pl.Float64,
-              "lat_in_force_p50_us": pl.Float64, "lat_other_p50_us": pl.Float64, "action": pl.String}
+              "lat_in_force_p50_us": pl.Float64, "lat_other_p50_us": pl.Float64, "device_reads": pl.Int64,
+              "device_hits": pl.Int64, "device_hit_ratio": pl.Float64, "action": pl.String}
     return pl.DataFrame(rows, schema=schema)
+
+
+def device_phases(windows: pl.DataFrame) -> list[dict[str, Any]]:
+    """The device's own hit ratio per phase: a phase is a run of consecutive windows of one session run with one
+    set in force (windows_frame's in_force). Each window's device figures are STATUS's counts between the closes of
+    the window before it and of itself, all under that set (SET and STOP follow a close's STATUS), so a phase's
+    ratio is its hits over its reads, summed. Per phase: index, first and last window, the set in force, windows,
+    windows with the device's counts, reads, hits, hit_ratio (None without counts)."""
+    phases: list[dict[str, Any]] = []
+    for w in windows.iter_rows(named=True):
+        last = phases[-1] if phases else None
+        if last is None or last["in_force"] != w["in_force"] or last["segment"] != w["segment"]:
+            last = {"phase": len(phases) + 1, "segment": w["segment"], "first": w["window"], "in_force": w["in_force"],
+                    "windows": 0, "counted": 0, "reads": 0, "hits": 0}
+            phases.append(last)
+        last["last"], last["windows"] = w["window"], last["windows"] + 1
+        if w["device_hit_ratio"] is not None:
+            last["counted"] += 1
+            last["reads"] += w["device_reads"]
+            last["hits"] += w["device_hits"]
+    for ph in phases:
+        ph["hit_ratio"] = ph["hits"] / ph["reads"] if ph["reads"] else None
+    return phases
 
 
 def part_owners(records: list[dict[str, Any]]) -> list[tuple[int | None, int | None]]:
@@ -179,6 +214,11 @@ def _verify_detail(r: dict[str, Any]) -> str:
         verdict = "equal" if delta == traced else "DIFFERENT"
         text += (f"; STATUS read count moved {delta:,} against {'?' if traced is None else format(traced, ',')} "
                  f"reads traced: {verdict}")
+        hits, ratio = _int(r.get("status_hits_delta")), _num(r.get("device_hit_ratio"))
+        if hits is not None and ratio is not None:
+            text += f"; the device's hits {hits:,}, hit ratio {ratio:.4f}"
+        else:
+            text += f"; no hit ratio from the device ({_text(r.get('device_note')) or 'not recorded'})"
     return text
 
 

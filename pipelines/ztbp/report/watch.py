@@ -87,11 +87,12 @@ def meta_line(folder: Path, summary: dict[str, Any], records: list[dict[str, Any
 
 
 def watch_page(name: str, meta: str, headline: list[dict[str, str]], figures: list[dict[str, Any]],
-               events: list[dict[str, Any]], notes: list[str]) -> str:
+               events: list[dict[str, Any]], notes: list[str], phases: list[dict[str, str]] | None = None) -> str:
     """The page (templates/watch.html.j2): the headline, the notes (lines skipped, parts unread), the figures
-    (figure_item) and the table of `events` (present/watch_records.events_frame's rows); every text escaped there."""
+    (figure_item), the device's hit ratio per phase (present/watch.phase_rows) and the table of `events`
+    (present/watch_records.events_frame's rows); every text escaped there."""
     return render_page("watch.html.j2", name=name, meta_line=meta, headline=headline, notes=notes, figures=figures,
-                       events=events)
+                       events=events, phases=phases or [])
 
 
 def render_watch(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None,
@@ -107,6 +108,7 @@ def render_watch(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str]
     parts, bad_parts = part_stats(src)
     summary = wr.session_summary(recs)
     windows, events, rates = wr.windows_frame(recs), wr.events_frame(recs), wr.rates_frame(recs, parts)
+    phases = wr.device_phases(windows)
     notes = []
     if skipped:
         shown = ", ".join(map(str, skipped[:SHOW_SKIPPED])) + (", …" if len(skipped) > SHOW_SKIPPED else "")
@@ -123,15 +125,16 @@ def render_watch(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str]
                      "ignored")
     nr_zones = summary["meta"].get("nr_zones")
     figures = [pw.hot_set_figure(windows, events, nr_zones if isinstance(nr_zones, int) else None),
-               pw.gain_figure(windows, events, summary["threshold"]), pw.latency_figure(windows, events),
-               pw.rate_figure(rates), pw.lost_figure(windows)]
+               pw.gain_figure(windows, events, summary["threshold"]), pw.device_hit_figure(windows, events, phases),
+               pw.latency_figure(windows, events), pw.rate_figure(rates), pw.lost_figure(windows)]
     name = src.resolve().name
     out = Path(out_dir) if out_dir else REPORTS / f"watch-{name}"
     make_dir(out)
     write_plotlyjs(out)
     index = out / "index.html"
-    page = watch_page(name, meta_line(src, summary, recs), pw.watch_headline(summary, rates, len(skipped)),
-                      [figure_item(f) for f in figures], list(events.iter_rows(named=True)), notes)
+    page = watch_page(name, meta_line(src, summary, recs), pw.watch_headline(summary, rates, len(skipped), phases),
+                      [figure_item(f) for f in figures], list(events.iter_rows(named=True)), notes,
+                      pw.phase_rows(phases))
     write_atomic(index, page)
     return {"run": f"watch-{name}", "out": str(out), "index": str(index), "ok": True, "trace": None, "pages": [],
             "skipped_lines": skipped, "unread_parts": bad_parts,
