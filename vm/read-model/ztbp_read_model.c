@@ -305,15 +305,17 @@ MODULE_PARM_DESC(skip_nand, "a hit is served from DRAM without the NAND read (de
 static struct ztbp_model model;
 static struct ztbp_costs costs;
 static void *cache_mem; /* NULL: no cache, every read misses */
+static struct zns_ftl *owner; /* the namespace whose init made the cache: its exit frees it */
 
 void ztbp_read_model_init(struct zns_ftl *zns_ftl)
 {
 	struct ssdparams *spp = &zns_ftl->ssd->sp;
 
-	if (cache_mem) {
+	if (owner) {
 		pr_err("ztbp_read_model: a second namespace shares the first one's cache\n");
 		return;
 	}
+	owner = zns_ftl;
 	model.policy = ztbp_policy_of(policy);
 	model.secs_per_pg = spp->secs_per_pg > 0 ? spp->secs_per_pg : 1;
 	costs = (struct ztbp_costs){ .hit_ns = hit_ns < 0 ? -1 : hit_ns, .miss_ns = miss_ns < 0 ? -1 : miss_ns,
@@ -343,8 +345,11 @@ void ztbp_read_model_init(struct zns_ftl *zns_ftl)
 
 void ztbp_read_model_exit(struct zns_ftl *zns_ftl)
 {
+	if (zns_ftl != owner)
+		return;
 	kvfree(cache_mem);
 	cache_mem = NULL;
+	owner = NULL;
 }
 
 /* Whether zone zid is in the last SET, counting the read in its cluster_info as the fork's zone check does. */
