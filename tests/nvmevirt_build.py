@@ -1,8 +1,9 @@
 """NVMeVirt's module for the VM tests, built by ../shared/nvmevirt/build.sh once per set of inputs and kept in the
-project's cache, as the guest images are: ZTBP_CACHE/nvmevirt-builds/<key>/<release>-<profile>[-slow<N>]/nvmev.ko
-(build.sh's own folder name: the loop reads the emulator's read model from it). The key hashes what the module is
-made of: build.sh, the source tarball, the kernel release and its headers' Module.symvers, the profile, --slow and
-the compiler's version. A build took 12-20 s of the README test line's critical chain, twice (the prototype before
+project's cache, as the guest images are: ZTBP_CACHE/nvmevirt-builds/<key>/<release>-<profile>[-slow<N>][-m<hash>]/
+nvmev.ko (build.sh's own folder name: the loop reads the emulator's read model from it; -m<hash> names a build with
+the project's read model, `--read-model FILE.c`). The key hashes what the module is made of: build.sh, the source
+tarball, the kernel release and its headers' Module.symvers, the profile, --slow, the read model file and the
+compiler's version. A build took 12-20 s of the README test line's critical chain, twice (the prototype before
 NVMeVirt's profile, zn540 before its loop), in every run.
 
 `prebuild` builds the chain's modules in the background (at nice 10, when NVMeVirt's chain starts), so a machine
@@ -52,17 +53,22 @@ def guest_release(image: Path) -> str:
     return (image / "kernel-release").read_text().strip()
 
 
-def folder_name(release: str, profile: str, slow: int) -> str:
-    """build.sh's default folder for a build: <release>-<profile>[-slow<N>]."""
-    return f"{release}-{profile}" + ("" if slow == 1 else f"-slow{slow}")
+def folder_name(release: str, profile: str, slow: int, read_model: Path | None = None) -> str:
+    """build.sh's default folder for a build: <release>-<profile>[-slow<N>][-m<first 12 hex of the read model's
+    sha256>]."""
+    name = f"{release}-{profile}" + ("" if slow == 1 else f"-slow{slow}")
+    return name if read_model is None else f"{name}-m{hashlib.sha256(read_model.read_bytes()).hexdigest()[:12]}"
 
 
-def build_key(release: str, profile: str, slow: int, source: Path | None = None) -> str:
+def build_key(release: str, profile: str, slow: int, source: Path | None = None, read_model: Path | None = None
+              ) -> str:
     """A hash of everything the module is made of."""
     source = source or NVMEVIRT
     h = hashlib.sha256(f"{release}\0{profile}\0{slow}\0".encode())
     for name in ("build.sh", "nvmevirt-ztbp-src.tar.gz"):
         h.update((source / name).read_bytes())
+    if read_model is not None:  # (a build without one keeps the key it had before read models)
+        h.update(b"read model\0" + read_model.read_bytes())
     for headers in (Path("/lib/modules") / release / "build", Path("/usr/src") / f"linux-headers-{release}"):
         if (headers / "Module.symvers").is_file():
             h.update((headers / "Module.symvers").read_bytes())
@@ -74,21 +80,24 @@ def build_key(release: str, profile: str, slow: int, source: Path | None = None)
 
 
 def module(release: str, profile: str = "zn540", slow: int = 1, *, cache: Path | None = None,
-           source: Path | None = None, nice: int = 0) -> Path:
-    """nvmev.ko for the guest kernel `release`: from the cache, or built there by build.sh (raises BuildError)."""
+           source: Path | None = None, nice: int = 0, read_model: Path | None = None) -> Path:
+    """nvmev.ko for the guest kernel `release` (with the project's read model FILE.c `read_model`, build.sh
+    --read-model): from the cache, or built there by build.sh (raises BuildError)."""
     source = source or NVMEVIRT
     root = (cache or paths.CACHE) / "nvmevirt-builds"
     root.mkdir(parents=True, exist_ok=True)
-    key = build_key(release, profile, slow, source)
-    ko = root / key / folder_name(release, profile, slow) / "nvmev.ko"
+    key = build_key(release, profile, slow, source, read_model)
+    folder = folder_name(release, profile, slow, read_model)
+    ko = root / key / folder / "nvmev.ko"
     with open(root / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a build of the same key on its way: wait for it, then take its module
         if ko.is_file():
             return ko
         work = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
         try:
-            out = work / folder_name(release, profile, slow)
-            cmd = ["bash", str(source / "build.sh"), release, str(out), "--profile", profile, "--slow", str(slow)]
+            out = work / folder
+            cmd = ["bash", str(source / "build.sh"), release, str(out), "--profile", profile, "--slow", str(slow),
+                   *(["--read-model", str(read_model)] if read_model is not None else [])]
             proc = subprocess.Popen(["nice", "-n", str(nice), *cmd] if nice else cmd, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
             _RUNNING.add(proc)

@@ -4,6 +4,7 @@ once served by one build. The real build.sh runs in NVMeVirt's VM tests (test_de
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from pathlib import Path
 
@@ -48,6 +49,22 @@ def test_a_module_is_built_once_per_inputs_in_build_shs_folder_name(source: Path
     assert nvmevirt_build.module("6.1.0-56-amd64", "zn540", cache=cache, source=source) != first
     assert len(runs(source)) == 3
     assert first.is_file()  # the older build stays whole
+
+
+def test_a_read_model_is_an_input_of_its_own_named_in_the_folder_as_build_sh_names_it(source: Path,
+                                                                                       tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    model = tmp_path / "model.c"
+    model.write_text("/* v1 */\n")
+    v1 = hashlib.sha256(b"/* v1 */\n").hexdigest()[:12]  # build.sh: sha256sum of the file, 12 hex
+    plain = nvmevirt_build.module("r", "zn540", cache=cache, source=source)
+    first = nvmevirt_build.module("r", "zn540", cache=cache, source=source, read_model=model)
+    assert first != plain and first.parent.name == f"r-zn540-m{v1}"
+    assert runs(source)[-1] == f"r --profile zn540 --slow 1 --read-model {model}"
+    assert nvmevirt_build.module("r", "zn540", cache=cache, source=source, read_model=model) == first
+    model.write_text("/* v2 */\n")  # another model: another build, in another folder
+    second = nvmevirt_build.module("r", "zn540", cache=cache, source=source, read_model=model)
+    assert second.parent.name != first.parent.name and len(runs(source)) == 3 and first.is_file()
 
 
 def test_a_failed_build_raises_with_its_error_and_leaves_nothing_in_the_cache(source: Path, tmp_path: Path) -> None:
