@@ -128,7 +128,7 @@ def package_imports(path: Path) -> set[str]:
 
 #: modules of a room that a row may name on their own (parameters, defaults and closed-form models, importable
 #: without numpy: building the CLI's parser loads acquire/vm.py)
-PARAM_MODULES = ("analysis.params", "analysis.device_params", "analysis.device_model")
+PARAM_MODULES = ("analysis.params", "analysis.device_params", "analysis.device_model", "analysis.read_model")
 
 
 def breaches(path: Path, table: dict[str, set[str] | None]) -> list[str]:
@@ -331,7 +331,8 @@ def test_the_doctor_verdicts_are_pure() -> None:
 #: numpy or polars (their packages' __init__ files import nothing)
 CLI_LIGHT = ("ztbp.errors", "ztbp.units", "ztbp.paths", "ztbp.files", "ztbp.contract", "ztbp.cli", "ztbp.devices",
              "ztbp.analysis.params", "ztbp.analysis.device_params", "ztbp.analysis.device_model",
-             "ztbp.acquire.vm", "ztbp.acquire.patterns", "ztbp.acquire.workload", "ztbp.io.layout")
+             "ztbp.analysis.read_model", "ztbp.acquire.vm", "ztbp.acquire.patterns", "ztbp.acquire.workload",
+             "ztbp.io.layout")
 #: third-party packages a command may import only when it runs
 HEAVY = ("numpy", "polars", "plotly", "numba", "pandas", "pyarrow", "sklearn", "scipy", "papermill", "dask",
          "libcachesim")

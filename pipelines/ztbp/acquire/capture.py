@@ -116,6 +116,7 @@ class VmCapture:
     nvmevirt_ko: Path | None = None
     nvmevirt_storage_bytes: int = 1 << 30
     nvmevirt_reserve_bytes: int = 0  # 0: the storage
+    nvmevirt_params: str = ""  # its read model's parameters (a build with the project's read model)
     out: str | None = None
     timeout: int = 3600
     verbose: bool = False
@@ -144,7 +145,7 @@ def run_capture(req: VmCapture) -> CaptureOutcome:
     # a user's job is checked (there, allowed options only) before anything boots
     user_text = None if req.fio_file is None else read_user_job(req.fio_file)
     dev = vm_device(req.device, req.geometry, req.nvmevirt_ko, req.nvmevirt_storage_bytes, CaptureError,
-                    req.nvmevirt_reserve_bytes)
+                    req.nvmevirt_reserve_bytes, req.nvmevirt_params)
     script = nvme_probe(req.probe)
     wl = req.workload.build(device="/dev/nvme0n1", zone_bytes=dev.zone_bytes, nr_zones=dev.nr_zones,
                             zone_cap_bytes=dev.zone_cap_bytes)

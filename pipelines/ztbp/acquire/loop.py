@@ -39,6 +39,7 @@ class LoopCapture:
     backend: str = devices.QEMU.name  # the device's name: a --backend value, or "host" (--host DEV)
     nvmevirt_ko: Path | None = None
     nvmevirt_reserve_bytes: int = 0  # guest memory kept for NVMeVirt (0: its storage)
+    nvmevirt_params: str = ""  # its read model's parameters (a build with the project's read model)
     geometry: Geometry = Geometry()
     host_device: str | None = None
     fio_file: Path | None = None
@@ -125,7 +126,8 @@ def set_up_loop(req: LoopCapture, rounds: int, tmp: Path, say: Callable[[str], N
     ctl_path = ctl()
     dev = req.device
     if dev.in_vm:
-        vm = vm_device(dev, req.geometry, req.nvmevirt_ko, error=LoopError, reserve_bytes=req.nvmevirt_reserve_bytes)
+        vm = vm_device(dev, req.geometry, req.nvmevirt_ko, error=LoopError, reserve_bytes=req.nvmevirt_reserve_bytes,
+                       module_params=req.nvmevirt_params)
         place = Place("/dev/nvme0n1", vm.lba_bytes, vm.zone_bytes, vm.nr_zones, vm, vm.zone_cap_bytes)
     else:  # the module (loop.sh loads it again after its probe attached) is unloaded when the geometry is read
         host_tools(LoopError, "loop --host")
@@ -146,7 +148,8 @@ def set_up_loop(req: LoopCapture, rounds: int, tmp: Path, say: Callable[[str], N
     root = root if place.vm is not None else root.resolve()
     meta = capture_meta(device=Path(wl.device).name, lba=place.lba_bytes, zone_bytes=place.zone_bytes,
                         nr_zones=place.nr_zones, workload=workload, kind=dev, probes={"nvme": LOOP_PROBE},
-                        zone_cap_bytes=place.zone_cap_bytes, module=req.nvmevirt_ko)
+                        zone_cap_bytes=place.zone_cap_bytes, module=req.nvmevirt_ko,
+                        module_params=place.vm.module_params if place.vm is not None else "")
     if req.module is not None:
         meta["device_module"] = {"ko": str(req.module.ko), "params": req.module.params}
     files = []

@@ -22,8 +22,8 @@ STAGING = ".capture"
 
 
 def capture_meta(*, device: str, lba: int, zone_bytes: int, nr_zones: int, workload: dict[str, Any], kind: Device,
-                 probes: dict[str, str], zone_cap_bytes: int | None = None, module: Path | None = None
-                 ) -> dict[str, Any]:
+                 probes: dict[str, str], zone_cap_bytes: int | None = None, module: Path | None = None,
+                 module_params: str = "") -> dict[str, Any]:
     """meta.json of a capture on the namespace `device` of the device `kind` before it runs: the geometry asked for
     (the guest's report replaces it), the probes (name -> script) and, on a device whose read service the project
     models (NVMeVirt), what the emulator does not model and its read service model (of `module`, the nvmev.ko
@@ -33,7 +33,7 @@ def capture_meta(*, device: str, lba: int, zone_bytes: int, nr_zones: int, workl
                     workload=workload, backend=kind.name,
                     probes={name: probe_meta(name, script) for name, script in probes.items()})
     if kind.has_read_model:
-        meta["emulator"] = nvmevirt_notes(module)  # what NVMeVirt does not model (probes/FORMAT.md)
+        meta["emulator"] = nvmevirt_notes(module, module_params)  # what NVMeVirt does not model (probes/FORMAT.md)
     return meta
 
 
@@ -41,7 +41,7 @@ def device_meta(dev: VmDevice, workload: dict[str, Any], probes: dict[str, str])
     """capture_meta of a VM capture on `dev` (the guest's namespace nvme0n1)."""
     return capture_meta(device="nvme0n1", lba=dev.lba_bytes, zone_bytes=dev.zone_bytes, nr_zones=dev.nr_zones,
                         workload=workload, kind=dev.device, probes=probes, zone_cap_bytes=dev.zone_cap_bytes,
-                        module=dev.module)
+                        module=dev.module, module_params=dev.module_params)
 
 
 def guest_env_file(run: RunPaths) -> Path:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .. import paths
 from ..analysis.device_model import PROFILES, read_service_record
+from ..analysis.read_model import ReadModel
 from ..devices import NVMEVIRT_NOTES, Device
 from ..errors import ZtbpError
 from ..units import MIB
@@ -77,8 +78,9 @@ class Geometry:
         return args
 
 
-#: build.sh's default module folder: <kernel release>-<profile>[-slow<N>]
-_BUILD_DIR = re.compile(r"-(?P<profile>" + "|".join(PROFILES) + r")(?:-slow(?P<slow>[1-9][0-9]*))?$")
+#: build.sh's default module folder: <kernel release>-<profile>[-slow<N>][-m<hash of a read model>][-p<hash of patches>]
+_BUILD_DIR = re.compile(r"-(?P<profile>" + "|".join(PROFILES) + r")(?:-slow(?P<slow>[1-9][0-9]*))?"
+                        r"(?P<model>-m[0-9a-f]{12})?(?:-p[0-9a-f]{12})?$")
 
 
 def nvmevirt_build(ko: Path | None) -> tuple[str, int] | None:
@@ -88,14 +90,28 @@ def nvmevirt_build(ko: Path | None) -> tuple[str, int] | None:
     return (m["profile"], int(m["slow"] or 1)) if m else None
 
 
-def nvmevirt_notes(ko: Path | None) -> dict[str, object]:
+def nvmevirt_read_model(ko: Path | None) -> bool:
+    """Whether the module `ko` was built with the project's read model (build.sh --read-model: its folder's -m<hash>
+    suffix)."""
+    m = _BUILD_DIR.search(ko.resolve().parent.name) if ko is not None else None
+    return bool(m and m["model"])
+
+
+def nvmevirt_notes(ko: Path | None, params: str = "") -> dict[str, object]:
     """NVMEVIRT_NOTES with `read_service_model`: the read service times of the module `ko` as built (its profile and
-    --slow factor from its folder's name), or, when the name does not say, of each profile at --slow 1."""
+    --slow factor from its folder's name), or, when the name does not say, of each profile at --slow 1; for a build
+    with the project's read model, `read_model`: the model its parameters `params` load (analysis/read_model.py)."""
     folder = ko.resolve().parent.name if ko is not None else "none given"
     build = nvmevirt_build(ko)
     model: dict[str, object]
     if build is not None:
         model = {**read_service_record(*build), "build_from": f"module folder {folder}"}
+        if nvmevirt_read_model(ko):
+            model["read_model"] = ReadModel.from_params(params).params()
+            model["read_model_note"] = ("the project's read model (vm/read-model/ztbp_read_model.c) in place of the "
+                                        "fork's cache block: its policy and charges as `read_model` says; the "
+                                        "fork's figures above are what `policy=fork hit_ns=-1 miss_ns=-1 "
+                                        "shortcut=1 skip_nand=0` charges")
     else:
         model = {"profile": None, "slow": None,
                  "build_from": f"unknown: the module's folder ({folder}) is not build.sh's "
@@ -121,6 +137,7 @@ class NvmevirtPlan:
     start_mib: int = 4096
     cpus: tuple[int, ...] = (1, 2)
     reserve_mib: int = 0
+    extra_params: str = ""  # the read model's parameters (--nvmevirt-params), checked by vm_device
 
     def __post_init__(self) -> None:
         if self.storage_mib <= 0 or self.zone_mib <= 0 or self.storage_mib % self.zone_mib:
@@ -165,7 +182,7 @@ class NvmevirtPlan:
     @property
     def module_params(self) -> str:
         return (f"memmap_start={_mib_text(self.start_mib)} memmap_size={_mib_text(self.memmap_size_mib)} "
-                f"cpus={','.join(map(str, self.cpus))}")
+                f"cpus={','.join(map(str, self.cpus))}" + (f" {self.extra_params}" if self.extra_params else ""))
 
     def vmtest_args(self, ko: Path) -> list[str]:
         return ["--no-zns", "--smp", str(self.smp), "--memory", f"{self.memory_mib}M",
@@ -198,25 +215,43 @@ class VmDevice:
     zone_bytes: int
     zone_cap_bytes: int | None = None
     module: Path | None = None  # NVMeVirt's nvmev.ko
+    module_params: str = ""  # its read model's parameters (--nvmevirt-params)
 
 
 def vm_device(device: Device, geometry: Geometry, ko: Path | None = None, storage_bytes: int = 1 << 30,
-              error: type[ZtbpError] = VmError, reserve_bytes: int = 0) -> VmDevice:
+              error: type[ZtbpError] = VmError, reserve_bytes: int = 0, module_params: str = "") -> VmDevice:
     """The VM's `device`: QEMU's namespace of `geometry` (checked), or one a module makes after the probe attached
     (NVMeVirt: `ko`, checked) with `storage_bytes` of storage in zones of geometry.zone_bytes and 512-byte LBAs, in a
-    guest that reserves `reserve_bytes` for it (0: the storage)."""
+    guest that reserves `reserve_bytes` for it (0: the storage), its read model loaded with `module_params` (a
+    build with the project's read model only)."""
     try:
         if device.probe_before_appears:
             module = nvmevirt_module(ko, error)
+            params = read_model_params(module, module_params)
             plan = NvmevirtPlan(storage_mib=storage_bytes // MIB, zone_mib=geometry.zone_bytes // MIB,
-                                reserve_mib=reserve_bytes // MIB)
+                                reserve_mib=reserve_bytes // MIB, extra_params=params)
             return VmDevice(device, None, plan.vmtest_args(module), plan.zones, 512, geometry.zone_bytes,
-                            module=module)
+                            module=module, module_params=params)
+        if module_params:
+            raise VmError("--nvmevirt-params sets the read model of an NVMeVirt module: use it with --backend "
+                          "nvmevirt")
         geometry.validate()
     except VmError as e:
         raise error(str(e)) from None
     return VmDevice(device, geometry, [], geometry.zones, geometry.lba_bytes, geometry.zone_bytes,
                     geometry.zone_cap_bytes)
+
+
+def read_model_params(ko: Path, params: str) -> str:
+    """`params` checked for the module `ko`: the read model's parameters (analysis/read_model.py), whole, for a
+    build with the project's read model; none for any other build (its module has no such parameters)."""
+    if not params:
+        return ""
+    if not nvmevirt_read_model(ko):
+        raise VmError(f"--nvmevirt-params sets the project's read model, and {ko} was not built with it (its folder "
+                      "has no -m<hash>): build it with ../shared/nvmevirt/build.sh RELEASE --read-model "
+                      "vm/read-model/ztbp_read_model.c")
+    return ReadModel.from_params(params).params()
 
 
 def _mib_text(mib: int) -> str:

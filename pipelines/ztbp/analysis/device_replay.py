@@ -35,10 +35,10 @@ from .device_model import (
     UNIT_XFER_BYTES,
     Profile,
     die_of,
-    firmware_ns,
     profile,
     unit_ns,
 )
+from .read_model import ReadModel
 
 #: NVMeVirt's zones as the project builds it: 32 MiB of 512-byte LBAs
 ZONE_LBAS = (32 << 20) // SECTOR_BYTES
@@ -50,8 +50,10 @@ class DeviceCache:
     predict_service calls to carry the device's cache from one arm into the next (the module keeps it across
     SET and STOP; only unloading it empties it)."""
 
-    def __init__(self, entries: int = CACHE_ENTRIES) -> None:
-        self.lru = SegmentedLRU(entries, sticky=True)
+    def __init__(self, entries: int = CACHE_ENTRIES, model: ReadModel | None = None) -> None:
+        self.model = model or ReadModel.fork_as_is()
+        fork = self.model.policy == "fork"
+        self.lru = SegmentedLRU(entries, zone_aware=self.model.policy != "lru", sticky=fork)
         self.keys = np.zeros(0, dtype=np.int64)  # sorted known keys
         self.ids = np.zeros(0, dtype=np.int64)  # their dense ids
 
@@ -69,17 +71,39 @@ class DeviceCache:
         self.keys, self.ids = allk[order], allid[order]
         return uid[inv.reshape(-1)]
 
-    def replay(self, slba: np.ndarray, priority1: np.ndarray) -> np.ndarray:
-        """Whether each read (start LBA, in dispatch order) hits; misses enter with priority 1 where priority1."""
-        keys = (slba.astype(np.int64) + (1 << 31)) % (1 << 32) - (1 << 31)  # the key is the LBA as a C int
-        return self.lru.feed_hits(self._dense(keys), priority1.astype(np.bool_))
+    def replay(self, slba: np.ndarray, priority1: np.ndarray, nlb: np.ndarray | None = None) -> np.ndarray:
+        """Whether each read (start LBA, in dispatch order) hits; its entries go to the protected segment where
+        `priority1` (the fork's priority 1; the read model's hot segment: ReadModel.entry_hot). The fork keys by
+        the start LBA as a C int; a page-keyed model (lru, zone_lru) looks up every 4 KiB page of the read (`nlb`
+        512-byte LBAs, one page when not given) and the read hits when all of them were cached."""
+        if not self.model.keys_by_page():
+            keys = (slba.astype(np.int64) + (1 << 31)) % (1 << 32) - (1 << 31)  # the key is the LBA as a C int
+            return self.lru.feed_hits(self._dense(keys), priority1.astype(np.bool_))
+        per_page = PAGE_BYTES // SECTOR_BYTES
+        first = slba.astype(np.int64) // per_page
+        count = (np.ones(slba.size, dtype=np.int64) if nlb is None
+                 else (slba.astype(np.int64) + np.maximum(nlb, 1) - 1) // per_page - first + 1)
+        starts = np.cumsum(count) - count
+        pages = np.repeat(first, count) + (np.arange(int(count.sum())) - np.repeat(starts, count))
+        hit = self.lru.feed_hits(self._dense(pages), np.repeat(priority1.astype(np.bool_), count))
+        return np.logical_and.reduceat(hit, starts) if slba.size else hit
+
+
+def read_model_of(meta: dict[str, Any]) -> ReadModel:
+    """The read model a run's device ran: meta.json's emulator.read_service_model.read_model (the module parameters
+    of a build with the project's read model), else the fork as it is."""
+    model = (meta.get("emulator") or {}).get("read_service_model") or {}
+    params = model.get("read_model")
+    return ReadModel.from_params(params) if isinstance(params, str) else ReadModel.fork_as_is()
 
 
 def device_cache(meta: dict[str, Any]) -> DeviceCache:
-    """An empty cache of the device's size: meta.json's emulator.read_service_model.cache_entries, else the fork's
-    CACHE_ENTRIES."""
+    """An empty cache of the device's policy and size: its read model (read_model_of), else the fork's cache of
+    meta.json's emulator.read_service_model.cache_entries, else of the fork's CACHE_ENTRIES."""
     model = (meta.get("emulator") or {}).get("read_service_model") or {}
-    return DeviceCache(model.get("cache_entries") or CACHE_ENTRIES)
+    rm = read_model_of(meta)
+    entries = rm.entries if isinstance(model.get("read_model"), str) else model.get("cache_entries") or CACHE_ENTRIES
+    return DeviceCache(entries, rm)
 
 
 def replay_hits(events: pl.DataFrame, listed: Sequence[int], cluster_on: bool, cache: DeviceCache,
@@ -89,10 +113,16 @@ def replay_hits(events: pl.DataFrame, listed: Sequence[int], cluster_on: bool, c
     zone enters with priority 1, the others with 2; with it off every miss enters with priority 1. Reads, hits and
     hit ratio, as the device's own counters count them (its firmware timing is left out: predict_service)."""
     reads = reads_in_dispatch_order(events, zone_lbas)
-    slba = reads["slba"].to_numpy().astype(np.int64)
-    prio1 = reads["zone"].is_in(list(listed)).to_numpy() if cluster_on else np.ones(reads.height, dtype=np.bool_)
-    hits = int(cache.replay(slba, prio1).sum())
+    slba, nlb = reads["slba"].to_numpy().astype(np.int64), reads["nlb"].to_numpy().astype(np.int64)
+    hot = entry_hot(cache.model, reads["zone"].is_in(list(listed)).to_numpy(), cluster_on)
+    hits = int(cache.replay(slba, hot, nlb).sum())
     return {"reads": reads.height, "hits": hits, "hit_ratio": round(hits / reads.height, 4) if reads.height else None}
+
+
+def entry_hot(model: ReadModel, listed: np.ndarray, check_on: bool) -> np.ndarray:
+    """ReadModel.entry_hot of each read: whether its entries go to the protected segment."""
+    return np.array([model.entry_hot(check_on, bool(x)) for x in (False, True)], dtype=np.bool_)[
+        listed.astype(np.int64)]
 
 
 def reads_in_dispatch_order(events: pl.DataFrame, zone_lbas: int) -> pl.DataFrame:
@@ -180,46 +210,63 @@ def device_times(p: Profile, chunks: Chunks, start: np.ndarray, fw: np.ndarray, 
                          chunks.xfer_ns, pcie, p.channels * p.luns_per_channel, CHANNEL_WINDOW_NS, queue)
 
 
-def _firmware(p: Profile, listed: np.ndarray, small: np.ndarray, *, hit: bool, cluster_on: bool) -> np.ndarray:
-    """firmware_ns of each read (ns), hit or missing as told."""
-    t = {(li, sm): firmware_ns(p, li, hit, cluster_on, sm) for li in (False, True) for sm in (False, True)}
+def _firmware(model: ReadModel, p: Profile, listed: np.ndarray, nbytes: np.ndarray, *, hit: bool, cluster_on: bool
+              ) -> np.ndarray:
+    """ReadModel.firmware_ns of each read (ns), hit or missing as told."""
+    small = nbytes <= SMALL_BYTES
+    t = {(li, sm): model.firmware_ns(p, hit, cluster_on, li, SMALL_BYTES if sm else SMALL_BYTES + 1)
+         for li in (False, True) for sm in (False, True)}
     return np.where(listed, np.where(small, t[True, True], t[True, False]),
                     np.where(small, t[False, True], t[False, False])).astype(np.int64)
 
 
+def _without(chunks: Chunks, reads: np.ndarray) -> Chunks:
+    """The NAND reads of `chunks` but those of the reads marked in `reads` (served from DRAM)."""
+    keep = ~reads[chunks.read]
+    return Chunks(chunks.read[keep], chunks.die[keep], chunks.nand_ns[keep], chunks.xfer_ns[keep])
+
+
 def predict_service(events: pl.DataFrame, listed: Sequence[int], cluster_on: bool, profile_name: str = "zn540",
                     slow: int = 1, cache_entries: int = CACHE_ENTRIES, *, zone_lbas: int = ZONE_LBAS,
-                    cache: DeviceCache | None = None, queueing: bool = False) -> pl.DataFrame:
+                    cache: DeviceCache | None = None, queueing: bool = False,
+                    model: ReadModel | None = None) -> pl.DataFrame:
     """Each read of `events` with its predicted device time on NVMeVirt (`profile_name` built with --slow `slow`),
     the cluster check on (after SET of `listed`) or off, the cache replayed from `cache` (default: empty, of
-    `cache_entries`). Columns: ts_ns, slba, nlb, zone, lat_us (measured, when the trace has it), listed (zone in
-    `listed`, whatever the check), class, hit, small (≤ 4 KiB), fw_us, nand_us (NAND reads and channel, slowest
-    die), service_us (with PCIe; no queueing), and for the decomposition hit_us / miss_real_us (this read as a hit
-    / as a miss on a drive whose listed-zone misses cost like any miss) and real_us (its actual hit or miss at
-    those prices). queueing=True adds queued_us, queued_real_us, queued_miss_real_us: the same three with the
-    dies' queue (see the module's docstring)."""
+    `cache_entries`) under the device's read `model` (default: the cache's, the fork as it is). Columns: ts_ns, slba,
+    nlb, zone, lat_us (measured, when the trace has it), listed (zone in `listed`, whatever the check), class, hit,
+    small (≤ 4 KiB), fw_us, nand_us (NAND reads and channel, slowest die; 0 for a hit a DRAM-serving model skips),
+    service_us (with PCIe; no queueing), and for the decomposition hit_us / miss_real_us (this read as a hit / as a
+    miss on a drive whose listed-zone misses cost like any miss) and real_us (its actual hit or miss at those
+    prices). queueing=True adds queued_us, queued_real_us, queued_miss_real_us: the same three with the dies'
+    queue (see the module's docstring)."""
     p = profile(profile_name, slow)
     if zone_lbas <= 0:
         raise ZtbpError(f"zone size {zone_lbas} LBAs: give a positive zone size")
     reads = reads_in_dispatch_order(events, zone_lbas)
     slba, nlb = reads["slba"].to_numpy().astype(np.int64), reads["nlb"].to_numpy().astype(np.int64)
     is_listed = reads["zone"].is_in(list(listed)).to_numpy()
-    cache = cache if cache is not None else DeviceCache(cache_entries)
-    hit = cache.replay(slba, is_listed if cluster_on else np.ones(reads.height, dtype=np.bool_))
-    small = nlb * SECTOR_BYTES <= SMALL_BYTES
-    fw_hit = _firmware(p, is_listed, small, hit=True, cluster_on=cluster_on)
-    fw_miss_real = _firmware(p, is_listed, small, hit=False, cluster_on=False)
-    prices = {"": np.where(hit, fw_hit, _firmware(p, is_listed, small, hit=False, cluster_on=cluster_on)),
+    cache = cache if cache is not None else DeviceCache(cache_entries, model)
+    rm = model or cache.model
+    hit = cache.replay(slba, entry_hot(rm, is_listed, cluster_on), nlb)
+    nbytes = nlb * SECTOR_BYTES
+    fw_hit = _firmware(rm, p, is_listed, nbytes, hit=True, cluster_on=cluster_on)
+    fw_miss_real = _firmware(rm, p, is_listed, nbytes, hit=False, cluster_on=False)
+    prices = {"": np.where(hit, fw_hit, _firmware(rm, p, is_listed, nbytes, hit=False, cluster_on=cluster_on)),
               "real_": np.where(hit, fw_hit, fw_miss_real), "miss_real_": fw_miss_real}
     chunks = chunk_table(p, slba, nlb, zone_lbas)
-    start, nbytes = reads["ts_ns"].to_numpy(), nlb * SECTOR_BYTES
-    service, nand = device_times(p, chunks, start, prices[""], nbytes)
+    none = np.zeros(reads.height, dtype=np.bool_)
+    skip = hit if rm.skip_nand else none  # the reads served from DRAM, without their NAND reads
+    nand = {"": _without(chunks, skip), "real_": _without(chunks, skip), "miss_real_": chunks,
+            "hit_": _without(chunks, ~none if rm.skip_nand else none)}
+    start = reads["ts_ns"].to_numpy()
+    service, nand_part = device_times(p, nand[""], start, prices[""], nbytes)
     us = 1 / 1000
-    cols = {"listed": is_listed, "hit": hit, "small": small, "fw_us": prices[""] * us, "nand_us": nand * us,
-            "service_us": service * us, "hit_us": device_times(p, chunks, start, fw_hit, nbytes)[0] * us,
+    cols = {"listed": is_listed, "hit": hit, "small": nbytes <= SMALL_BYTES, "fw_us": prices[""] * us,
+            "nand_us": nand_part * us, "service_us": service * us,
+            "hit_us": device_times(p, nand["hit_"], start, fw_hit, nbytes)[0] * us,
             "miss_real_us": device_times(p, chunks, start, fw_miss_real, nbytes)[0] * us}
     if queueing:
-        cols |= {f"queued_{k}us": device_times(p, chunks, start, fw, nbytes, queue=True)[0] * us
+        cols |= {f"queued_{k}us": device_times(p, nand[k], start, fw, nbytes, queue=True)[0] * us
                  for k, fw in prices.items()}
     out = reads.select("ts_ns", "slba", "nlb", "zone",
                        *([(pl.col("lat_ns") * us).alias("lat_us")] if "lat_ns" in reads.columns else []))

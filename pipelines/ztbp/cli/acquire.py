@@ -95,7 +95,8 @@ def _capture(args: argparse.Namespace) -> int:
     req = VmCapture(workload=workload_options(args), geometry=device_geometry(args), backend=args.backend,
                     nvmevirt_ko=args.nvmevirt_ko,
                     nvmevirt_storage_bytes=parse_size(args.nvmevirt_storage),
-                    nvmevirt_reserve_bytes=args.nvmevirt_reserve or 0, out=args.out, timeout=args.timeout,
+                    nvmevirt_reserve_bytes=args.nvmevirt_reserve or 0, nvmevirt_params=args.nvmevirt_params,
+                    out=args.out, timeout=args.timeout,
                     verbose=args.verbose, probe=args.probe, suite=args.suite, fio_file=args.fio_file)
     return finish_capture(run_capture(req), args.json)
 

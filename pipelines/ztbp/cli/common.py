@@ -104,7 +104,7 @@ def add_run(p: argparse.ArgumentParser, json_help: str = "machine-readable outpu
 
 
 def add_backend_args(p: argparse.ArgumentParser | argparse._ArgumentGroup, backend_help: str,
-                     storage: bool = True) -> None:
+                     storage: bool = True, read_model: bool = True) -> None:
     """The VM's device (devices/: each one the VM boots): QEMU's zoned namespace or NVMeVirt (a module built for the
     guest kernel)."""
     from .. import devices
@@ -115,6 +115,11 @@ def add_backend_args(p: argparse.ArgumentParser | argparse._ArgumentGroup, backe
     if storage:
         p.add_argument("--nvmevirt-storage", default="1G",
                        help="NVMeVirt storage (default %(default)s = 32 zones of 32 MiB)")
+    if read_model:
+        p.add_argument("--nvmevirt-params", default="", metavar='"K=V ..."',
+                       help="the read model's parameters of a module built with the project's read model (build.sh "
+                            "--read-model vm/read-model/ztbp_read_model.c): policy=fork|lru|zone_lru entries=N "
+                            "hit_ns=N miss_ns=N shortcut=0|1 skip_nand=0|1 (docs/metrics.md)")
     p.add_argument("--nvmevirt-reserve", type=BoundedSize("nvmevirt-reserve"), default=None, metavar="SIZE",
                    help="guest memory reserved for NVMeVirt, at least its storage (default: the storage); "
                         "commands with the same reserve can share one pooled guest (vm/vmtest.sh, guest pool)")

@@ -177,7 +177,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("where")
     g.add_argument("--device", help="a zoned namespace of this machine, e.g. /dev/nvme0n1 (default: the VM)")
     g.add_argument("--destructive", action="store_true", help="allow resets and writes on --device")
-    add_backend_args(g, "VM device (default qemu)")
+    add_backend_args(g, "VM device (default qemu)", read_model=False)
     add_geometry_args(g, zones_flag="--vm-zones", lba=False)
     g.add_argument("--timeout", type=bounded("timeout"), default=7200, help="kill the guest after this many seconds")
     p.set_defaults(func=_profile)

@@ -19,6 +19,7 @@ def _loop(args: argparse.Namespace) -> int:
     backend = DRIVE.name if args.host else args.backend
     req = LoopRequest(workload=workload_options(args), rounds=args.rounds, min_gain=args.min_gain, backend=backend,
                       nvmevirt_ko=args.nvmevirt_ko, nvmevirt_reserve_bytes=args.nvmevirt_reserve or 0,
+                      nvmevirt_params=args.nvmevirt_params,
                       geometry=device_geometry(args),
                       host_device=args.host, fio_file=args.fio_file,
                       cache_mib=args.cache_mib, page_kib=args.page_kib, out=args.out, timeout=args.timeout,

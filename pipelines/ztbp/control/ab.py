@@ -9,7 +9,6 @@ from typing import Any
 
 import polars as pl
 
-from ..analysis.device_model import CACHE_ENTRIES
 from ..analysis.loop import warm_hit_ratio
 from ..errors import ZtbpError
 from ..io.run import Run, load
@@ -97,9 +96,9 @@ def ab_service(ab: AbPlan | None, root: Path, meta: dict[str, Any]) -> dict[str,
     model = (meta.get("emulator") or {}).get("read_service_model") or {}
     if ab is None or not model.get("profile"):
         return None
-    from ..analysis.device_replay import DeviceCache, decompose, predict_service, service_summary
+    from ..analysis.device_replay import decompose, device_cache, predict_service, service_summary
 
-    cache = DeviceCache(model.get("cache_entries") or CACHE_ENTRIES)
+    cache = device_cache(meta)  # the device's read model: the fork as it is, or the project's (--nvmevirt-params)
     zone_lbas = meta["zone_size_lba"]
 
     def replay(run: Path, listed: list[int], on: bool) -> pl.DataFrame:
@@ -114,4 +113,5 @@ def ab_service(ab: AbPlan | None, root: Path, meta: dict[str, Any]) -> dict[str,
         return None
     off, on = pl.concat(arms["off"]), pl.concat(arms["on"])
     return {"profile": model["profile"], "slow": model["slow"], "cache_entries": cache.lru.capacity,
+            "read_model": cache.model.params(),
             "off": service_summary(off), "on": service_summary(on), "decomposition": decompose(off, on)}
