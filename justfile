@@ -222,6 +222,36 @@ capture-host DEV WORKLOAD="paper80" *ARGS: setup
 loop WORKLOAD="paper80" ROUNDS="3" READS="20000" CACHE_MIB="16" *ARGS: setup deps build
     {{ZTBP}} loop {{quote(WORKLOAD)}} --rounds {{quote(ROUNDS)}} --reads {{quote(READS)}} --cache-mib {{quote(CACHE_MIB)}} "${@:5}"
 
+# what the paper's cache alone is worth (docs/metrics.md): `ztbp loop --ab` on paper80, paper60 and a random hot set for three NVMeVirt devices built for the guest kernel from ../shared/nvmevirt at --slow SLOW — the fork as it is, and the project's read model (vm/read-model) with zone-priority LRU and with plain LRU (the negative control), its charges x SCALE so its 4 KiB miss costs what the fork's does — PAIRS pairs of A/B blocks of BLOCK reads after a round of READS, JOBS x QD outstanding; one loop directory per cell in OUT, then `ztbp compare` of each
+[group('capture')]
+cache-worth OUT="runs/cache-worth" SLOW="4" SCALE="60" PAIRS="4" BLOCK="50000" READS="80000" JOBS="16" QD="4": setup deps image build
+    #!/usr/bin/env bash
+    set -euo pipefail
+    [ -x ../shared/nvmevirt/build.sh ] || [ -f ../shared/nvmevirt/build.sh ] || { echo "cache-worth: ../shared/nvmevirt/build.sh is missing: NVMeVirt is built from it (vm/README.md)" >&2; exit 2; }
+    rel="$(cat "$({{PY}} -c 'from ztbp.acquire.vm import image_dir; print(image_dir("bookworm"))')/kernel-release")"
+    fork="$(bash ../shared/nvmevirt/build.sh "$rel" --slow {{quote(SLOW)}} | tail -n1)"
+    model="$(bash ../shared/nvmevirt/build.sh "$rel" --slow {{quote(SLOW)}} --read-model vm/read-model/ztbp_read_model.c | tail -n1)"
+    charges="$({{PY}} -c 'import sys; from ztbp.analysis.read_model import ReadModel; m = ReadModel().scaled(int(sys.argv[1])); print(f"hit_ns={m.hit_ns} miss_ns={m.miss_ns}")' {{quote(SCALE)}})"
+    mkdir -p {{quote(OUT)}}
+    for wl in "paper80" "paper60" "paper80 --hot-zones 3,9,14,22,27"; do
+        name="$(echo "$wl" | sed -e 's/ --hot-zones /-zones/' -e 's/,/./g')"
+        for dev in fork zone_lru lru; do
+            case "$dev" in
+                fork) args=(--nvmevirt-ko "$fork") ;;
+                *) args=(--nvmevirt-ko "$model" --nvmevirt-params "policy=$dev $charges") ;;
+            esac
+            cell={{quote(OUT)}}/"$dev-$name"
+            if {{PY}} -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1])).get("complete") else 1)' "$cell/loop.json" 2>/dev/null; then
+                echo "cache-worth: $cell done, kept" >&2; continue
+            fi
+            rm -rf "$cell"
+            # shellcheck disable=SC2086
+            {{ZTBP}} loop $wl --backend nvmevirt "${args[@]}" --jobs {{quote(JOBS)}} --iodepth {{quote(QD)}} --reads {{quote(READS)}} --ab {{quote(PAIRS)}} --ab-reads {{quote(BLOCK)}} -o "$cell" --timeout 3600 > "$cell.log" 2>&1 || echo "cache-worth: $cell failed (see $cell.log)" >&2
+            {{ZTBP}} compare "$cell" > "$cell.compare.txt" 2>&1 || true
+            echo "cache-worth: $cell: $(grep -m1 -i 'hit ratio, device' "$cell.compare.txt" || tail -n1 "$cell.compare.txt")" >&2
+        done
+    done
+
 # an interactive root shell in the guest (repository at /ztbp/src, zoned namespace /dev/nvme0n1); power off with: echo o > /proc/sysrq-trigger
 [group('capture')]
 vm-shell ZONES="64": deps build

@@ -15,7 +15,7 @@ from plotly.subplots import make_subplots
 from .. import devices
 from ..analysis.params import PAPER_TABLES, RUN_NOISE_CV
 from .figures import layout
-from .loop_device import device_hit_item, device_hit_text
+from .loop_device import cache_worth, device_hit_item, device_hit_text, device_name
 
 
 def _get(d: dict[str, Any] | None, *keys: str) -> Any:
@@ -250,7 +250,8 @@ def speed_text(doc: dict[str, Any]) -> str:
         a, b = "round 1", f"round {last['round']} (zones in force: {_zones(last.get('zones_in_force'))})"
         note = ("\ntwo separate rounds: the interval is the noise assumed between runs; `ztbp loop --ab 5` measures "
                 "it on the device, in alternating blocks")
-    return compare_text(res, a, b) + note + service_text(ab) + paper_text(doc, res)
+    worth = cache_worth(doc, res)
+    return compare_text(res, a, b) + note + service_text(ab) + paper_text(doc, res) + (f"\n{worth}" if worth else "")
 
 
 def paper_text(doc: dict[str, Any], res: dict[str, Any]) -> str:
@@ -353,6 +354,10 @@ def headline(doc: dict[str, Any]) -> list[dict[str, str]]:
         value = "no verdict"
         detail += "; the device never held a configuration (every SET refused): both sides ran the same device"
     items.append({"key": "speed", "label": "read speed", "value": value, "detail": detail})
+    worth = cache_worth(doc, res) if res is not None and "error" not in res else None
+    if worth:
+        items.append({"key": "cache_worth", "label": "what the cache alone is worth", "value": device_name(doc),
+                      "detail": worth})
     sent = _last_apply(doc)
     if sent is None:
         zones = {"value": "nothing sent", "detail": "no round applied a configuration"}

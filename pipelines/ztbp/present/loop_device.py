@@ -92,3 +92,49 @@ def device_hit_item(doc: dict[str, Any], span: str) -> dict[str, str]:
     return {**item, "value": value,
             "detail": f"{where}: the device's own hit and read counters (STATUS before and after each round); "
                       f"{replay}; {_kernel_log(first, last)}"}
+
+
+def _effect_words(e: dict[str, Any] | None, what: str) -> str:
+    """'what +x unit [lo, hi] (verdict)' of one A/B effect, or that it was not measured."""
+    if not e:
+        return f"{what} not measured"
+    ci = e.get("ci") or [None, None]
+    span = f" [{ci[0]:+.1f}, {ci[1]:+.1f}]" if all(isinstance(x, int | float) for x in ci) else ""
+    unit = " points" if e.get("change_unit") == "points" else f" {e.get('change_unit') or ''}".rstrip()
+    return f"{what} {e['change']:+.1f}{unit}{span} ({e.get('verdict') or 'no verdict'})"
+
+
+def device_name(doc: dict[str, Any]) -> str:
+    """The device of an A/B loop in words: the fork as it is, or the project's read model with its policy."""
+    meta_model = (((doc.get("ab") or {}).get("service_model")) or {}).get("read_model")
+    if not isinstance(meta_model, str):
+        return "NVMeVirt's fork as it is" if doc.get("backend") == "nvmevirt" else str(doc.get("backend") or "device")
+    policy = dict(w.split("=", 1) for w in meta_model.split() if "=" in w)
+    if policy.get("policy") == "fork" and policy.get("shortcut") == "1" and policy.get("hit_ns") == "-1":
+        return "NVMeVirt with the project's read model set as the fork"
+    names = {"zone_lru": "zone-priority LRU (the paper's Algorithm 4)", "lru": "plain LRU",
+             "fork": "the fork's priority cache"}
+    shortcut = ", with the listed-zone shortcut" if policy.get("shortcut") == "1" else ", no listed-zone shortcut"
+    return f"NVMeVirt with the project's read model: {names.get(policy.get('policy', ''), '?')}{shortcut}"
+
+
+def cache_worth(doc: dict[str, Any], res: dict[str, Any] | None) -> str | None:
+    """The A/B loop's answer in one sentence: what the configuration's cache alone is worth on this device — the
+    device's own hit ratio (STATUS) and read IOPS off → on, each with its interval and verdict, and how much of the
+    emulator's predicted change in device time cache hits explain against its listed-zone shortcut. None without
+    A/B blocks."""
+    ab = doc.get("ab")
+    if not ab or not res or "effects" not in res:
+        return None
+    eff = res["effects"]
+    text = (f"What the configuration's cache alone is worth on {device_name(doc)}: "
+            f"{_effect_words(eff.get('device_hit_ratio'), 'its own hit ratio')}, "
+            f"{_effect_words(eff.get('read_iops'), 'read IOPS')}")
+    split = ((ab.get("service_model") or {}).get("decomposition")) or {}
+    if split:
+        text += (f"; of the predicted change in mean device time ({split['change_us']:+,.0f} us), cache hits explain "
+                 f"{split['cache_hits_us']:+,.0f} us and the listed-zone shortcut {split['listed_shortcut_us']:+,.0f}"
+                 " us")
+    if not ab.get("device_acted"):
+        text += "; the device never held the configuration, so none of this is its effect"
+    return text + "."
