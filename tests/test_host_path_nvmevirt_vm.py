@@ -121,6 +121,18 @@ def test_nvmevirt_watch_follows_a_then_b_and_rolls_back_in_zipf(nvmevirt_host_pa
         for w in (x for x in windows if x["window"] in ws):
             lat = w["read_lat"]
             print(f"phase {name} window {w['window']}: in force {lat['in_force']}, other {lat['other']}")
+    # the device's own hit ratio per window (STATUS's hits and reads between two closes) and per phase of one set
+    # in force (present/watch_records.device_phases): printed, and every window after the first counted
+    from ztbp.present.watch_records import device_phases, windows_frame
+
+    frame = windows_frame(recs)
+    for ph in device_phases(frame):
+        ratio = "-" if ph["hit_ratio"] is None else f"{ph['hit_ratio']:.4f}"
+        print(f"device phase {ph['phase']} windows {ph['first']}-{ph['last']} in force {ph['in_force']}: "
+              f"{ph['hits']:,} hits of {ph['reads']:,} reads, hit ratio {ratio}")
+    counted = frame.filter(frame["window"] > 0)
+    assert counted.height and counted["device_hit_ratio"].null_count() == 0, counted
+    assert (counted["device_hits"] <= counted["device_reads"]).all()
     # the device's own word: the zones each SET gave it, in its kernel log, A then B
     log = (out / "watch-dmesg.txt").read_text(errors="replace")
     logged = [int(z) for z in re.findall(r"ZONE CLUSTER \[\d\]=(\d+)", log)]  # five lines a SET
