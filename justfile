@@ -119,6 +119,11 @@ bench-analysis N="10000000": setup
 bench-cluster ZONES="1024,4096" READS="1000000": setup
     {{PY}} pipelines/benchmarks/bench_cluster.py --zones {{quote(ZONES)}} --reads {{quote(READS)}}
 
+# how many reads the device's cache needs to turn over after the configuration switches (paper80, paper60 and uniform reads through the fork's cache, zone-LRU and LRU of ENTRIES entries): the A/B block length each asks for
+[group('test')]
+bench-turnover READS="200000" ENTRIES="16384": setup
+    {{PY}} pipelines/benchmarks/bench_turnover.py --reads {{quote(READS)}} --entries {{quote(ENTRIES)}}
+
 # ztbp watch's memory over a long session: N synthetic commands (hot set A, B, Zipf, over and over) through the session's pipeline, RSS every INTERVAL commands (flat), commands/s
 [group('test')]
 bench-watch N="10000000" INTERVAL="1000000": setup
