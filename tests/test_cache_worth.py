@@ -42,7 +42,7 @@ def test_the_sentence_names_the_device_and_its_own_hit_ratio() -> None:
 
 
 def test_each_device_by_name() -> None:
-    assert device_name(_doc(None)) == "NVMeVirt's fork as it is"
+    assert device_name(_doc(None)) == "NVMeVirt (ZTBP fork) as it is"
     assert device_name(_doc(ReadModel.fork_as_is().params())) == ("NVMeVirt with the project's read model set as "
                                                                   "the fork")
     assert "plain LRU" in device_name(_doc(ReadModel(policy="lru").params()))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import devices
+
 
 def _pct(v: Any) -> str:
     return "not counted" if not isinstance(v, int | float) or isinstance(v, bool) else f"{100 * v:.1f} %"
@@ -108,7 +110,10 @@ def device_name(doc: dict[str, Any]) -> str:
     """The device of an A/B loop in words: the fork as it is, or the project's read model with its policy."""
     meta_model = (((doc.get("ab") or {}).get("service_model")) or {}).get("read_model")
     if not isinstance(meta_model, str):
-        return "NVMeVirt's fork as it is" if doc.get("backend") == "nvmevirt" else str(doc.get("backend") or "device")
+        dev = devices.find(str(doc.get("backend") or ""))
+        if dev is None:
+            return str(doc.get("backend") or "an unknown device")
+        return f"{dev.title} as it is" if dev.has_read_model else dev.title
     policy = dict(w.split("=", 1) for w in meta_model.split() if "=" in w)
     if policy.get("policy") == "fork" and policy.get("shortcut") == "1" and policy.get("hit_ns") == "-1":
         return "NVMeVirt with the project's read model set as the fork"
