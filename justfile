@@ -130,7 +130,7 @@ bench-analysis N="10000000": setup
 bench-cluster ZONES="1024,4096" READS="1000000": setup
     {{PY}} pipelines/benchmarks/bench_cluster.py --zones {{quote(ZONES)}} --reads {{quote(READS)}}
 
-# ztbp watch's memory over a long session: N synthetic commands (hot set A, B, Zipf, over and over) through the session's pipeline, RSS every INTERVAL commands (flat), commands/s
+# ztbp watch's memory over a long session: N synthetic commands (hot set A, B, Zipf, over and over; two CPUs' rows printed in turn, out of time order) through the session's pipeline with its reorder buffer, RSS every INTERVAL commands (flat), commands/s of the whole and of the pipeline alone
 [group('test')]
 bench-watch N="10000000" INTERVAL="1000000": setup
     {{PY}} pipelines/benchmarks/bench_watch.py --commands {{quote(N)}} --interval {{quote(INTERVAL)}}
