@@ -342,7 +342,10 @@ def config_text(cfg: dict[str, Any]) -> str:
 
 def perfetto_text(res: dict[str, Any]) -> str:
     """What `ztbp perfetto` wrote (and, with --check, what reading it back found)."""
-    lines = [f"perfetto: wrote {res['path']} ({res['bytes'] / MIB:.1f} MiB, {res['seconds']:.1f} s)",
+    files = res.get("files") or [res["path"]]
+    parts = (f" in {len(files)} files of at most {res['split_bytes'] / MIB:g} MiB, each opening alone: "
+             + ", ".join(Path(f).name for f in files[1:]) + " beside it") if len(files) > 1 else ""
+    lines = [f"perfetto: wrote {res['path']} ({res['bytes'] / MIB:.1f} MiB{parts}, {res['seconds']:.1f} s)",
              f"  {res['commands']} commands in {res['zones']} zones on {res['lanes']} lanes (at most "
              f"{res['max_lanes_per_zone']} in one zone); {res['wp_points']} write-pointer and {res['qd_points']} "
              "queue-depth counter values"]
@@ -356,7 +359,9 @@ def perfetto_text(res: dict[str, Any]) -> str:
         verdict = {True: "ok", False: "MISMATCH"}
         lines.append(f"  check: commands per zone {verdict[chk['commands_per_zone_equal']]}, final write pointers "
                      f"{verdict[chk['wp_final_equal']]} ({chk['wp_zones']} zones), flows with both ends "
-                     f"{verdict[chk['flows_with_both_ends']]} ({chk['flows']})")
+                     f"{verdict[chk['flows_with_both_ends']]} ({chk['flows']}), every track declared in its file "
+                     f"{verdict[chk['undeclared_tracks'] == 0]}, files within the limit "
+                     f"{verdict[chk['files_within_limit']]} (read back one by one)")
     lines.append("  open it at https://ui.perfetto.dev (Open trace file; the file stays in the browser) "
                  "or offline with Perfetto's trace_processor")
     return "\n".join(lines)
