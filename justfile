@@ -19,19 +19,30 @@ setup:
     #!/usr/bin/env bash
     set -euo pipefail
     stamp="{{VENV}}/.ztbp-setup-stamp"
-    want="$(sha256sum pyproject.toml | cut -c1-16)"
+    # the stamp names what was installed and how (bytecode: a venv set up before it is compiled once)
+    want="$({ cat pyproject.toml; echo bytecode; } | sha256sum | cut -c1-16)"
     if [ ! -x "{{PY}}" ]; then python3 -m venv "{{VENV}}"; fi
     if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! "{{PY}}" -c 'import ztbp' 2>/dev/null; then
         # uv (from PyPI, into the venv) installs the same set in seconds where pip takes most of a minute;
-        # pip does it when uv cannot be had
-        if ! { "{{PY}}" -m pip install -q uv && "{{VENV}}/bin/uv" pip install -q --python "{{PY}}" -e '.[dev]'; }; then
+        # pip does it when uv cannot be had. Both write the byte code of what they install (uv only when asked:
+        # --compile-bytecode), so no command compiles numpy, polars or numba from source at start-up — which took
+        # 1.3 s of each `ztbp` command where byte code cannot be written (PYTHONDONTWRITEBYTECODE, sudo)
+        if ! { "{{PY}}" -m pip install -q uv \
+               && "{{VENV}}/bin/uv" pip install -q --compile-bytecode --python "{{PY}}" -e '.[dev]'; }; then
             echo "setup: uv could not install the environment; pip does it (slower)"
             "{{PY}}" -m pip install -q --upgrade pip
             "{{PY}}" -m pip install -q -e '.[dev]'
         fi
+        # what an earlier setup installed without byte code (the installers compile only what they install);
+        # a vendored file a Python 3 cannot compile is skipped, as both installers skip it
+        "{{PY}}" -m compileall -qq -j 0 "$("{{PY}}" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" || true
         echo "$want" > "$stamp"
         bash tools/hand-over.sh "{{VENV}}" pipelines/ztbp.egg-info build  # under sudo: still the user's
     fi
+    # the package itself is installed editable (its source, not a copy): its byte code, brought up to date
+    # (a module changed since is compiled again; an unchanged one is only looked at)
+    "{{PY}}" -m compileall -q -j 0 pipelines/ztbp
+    bash tools/hand-over.sh pipelines/ztbp
     echo "setup: .venv ready ($("{{PY}}" --version))"
 
 # install the system packages the VM path needs (qemu, mmdebstrap, ...; apt, as root; waits up to 10 min for another apt to finish)
@@ -100,7 +111,7 @@ test-host-path INSTALL="wheelhouse": setup
 lint: setup
     {{VENV}}/bin/ruff check pipelines tests
 
-# every benchmark: CLI start-up, the analysis on N synthetic events, hot-zone clustering on 4,096 zones, then the NVMe and layer probe overheads in the VM
+# every benchmark: CLI start-up, the analysis on N synthetic events, hot-zone clustering on up to 16,384 zones, then the NVMe and layer probe overheads in the VM
 [group('test')]
 bench N="10000000": bench-cli (bench-analysis N) bench-cluster bench-probe bench-layers
 
@@ -114,9 +125,9 @@ bench-cli ROUNDS="5": setup
 bench-analysis N="10000000": setup
     {{PY}} pipelines/benchmarks/bench.py --events {{quote(N)}}
 
-# hot-zone clustering time on ZONES devices of 32 MiB zones read all over (READS reads; target: 4,096 zones in ≤ 10 s) and the cache policies' speed, the project's LRU and Belady against libCacheSim's
+# hot-zone clustering time on ZONES devices of 32 MiB zones read all over (READS reads each, comma-separated; above 20 M counted on the fly as `ztbp stream` counts; target: 16,384 zones in ≤ 10 s, e.g. READS=1000000,100000000) and the cache policies' speed, the project's LRU and Belady against libCacheSim's
 [group('test')]
-bench-cluster ZONES="1024,4096" READS="1000000": setup
+bench-cluster ZONES="1024,4096,16384" READS="1000000": setup
     {{PY}} pipelines/benchmarks/bench_cluster.py --zones {{quote(ZONES)}} --reads {{quote(READS)}}
 
 # how many reads the device's cache needs to turn over after the configuration switches (paper80, paper60 and uniform reads through the fork's cache, zone-LRU and LRU of ENTRIES entries): the A/B block length each asks for
@@ -124,7 +135,7 @@ bench-cluster ZONES="1024,4096" READS="1000000": setup
 bench-turnover READS="200000" ENTRIES="16384": setup
     {{PY}} pipelines/benchmarks/bench_turnover.py --reads {{quote(READS)}} --entries {{quote(ENTRIES)}}
 
-# ztbp watch's memory over a long session: N synthetic commands (hot set A, B, Zipf, over and over) through the session's pipeline, RSS every INTERVAL commands (flat), commands/s
+# ztbp watch's memory over a long session: N synthetic commands (hot set A, B, Zipf, over and over; two CPUs' rows printed in turn, out of time order) through the session's pipeline with its reorder buffer, RSS every INTERVAL commands (flat), commands/s of the whole and of the pipeline alone
 [group('test')]
 bench-watch N="10000000" INTERVAL="1000000": setup
     {{PY}} pipelines/benchmarks/bench_watch.py --commands {{quote(N)}} --interval {{quote(INTERVAL)}}

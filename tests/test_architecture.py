@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -375,3 +376,22 @@ def test_the_cli_imports_its_stages_when_a_command_runs(path: Path) -> None:
     heavy = sorted(m for m in module_level_imports(path)
                    if m.split(".")[0] in HEAVY or (m.startswith("ztbp") and not is_light(m)))
     assert heavy == [], f"cli/{path.name} imports at module level: {heavy} (import it in the command's function)"
+
+
+#: what a command that reads the events but neither clusters nor simulates a cache must not load (numba's import
+#: alone took about a second of `ztbp ingest`, through the cache simulator's text view)
+NOT_FOR_TABLES = ("numba", "sklearn", "scipy", "plotly", "libcachesim", "dask", "papermill")
+
+
+@pytest.mark.parametrize("command", ["ingest", "zones", "opcodes"])
+def test_a_table_command_loads_no_simulator(command: str, tmp_path: Path) -> None:
+    """`ztbp ingest`, `zones` and `opcodes` on the committed sample run import only what they use: the views of
+    present/text.py import the cache simulator and frag when they show their results."""
+    run = tmp_path / "run"
+    shutil.copytree(PKG.parents[1] / "tests" / "data" / "runs" / "sample-paper80", run)
+    code = ("import contextlib, io, sys\nfrom ztbp.cli import main\n"
+            f"with contextlib.redirect_stdout(io.StringIO()):\n    rc = main([{command!r}, {str(run)!r}])\n"
+            "print(rc, ' '.join(sorted({m.split('.')[0] for m in sys.modules})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == "0" and "polars" in out  # the command ran and read the events
+    assert sorted(set(out[1:]) & set(NOT_FOR_TABLES)) == []

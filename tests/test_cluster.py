@@ -18,10 +18,10 @@ from ztbp.analysis.cluster import (
     kfold_labels,
     run_cluster,
     time_windows,
-    weighted_silhouette,
     zone_p_values,
 )
 from ztbp.analysis.params import PAPER_EPS, PAPER_MIN_SAMPLES, ClusterParams
+from ztbp.analysis.tuning import weighted_silhouette
 from ztbp.cli import main
 from ztbp.paths import ROOT
 

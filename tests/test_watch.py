@@ -656,22 +656,63 @@ def test_time_order_lets_rows_out_in_their_own_order() -> None:
             assert got["ts_ns"].is_sorted()
 
 
-def test_merged_equals_a_stable_sort_of_both() -> None:
-    # oracle: concatenate, then sort keeping the order of equal times; batches in order, overlapping, older, with
+def test_merged_pieces_equal_a_stable_sort_of_all() -> None:
+    # oracle: concatenate, then sort keeping the order of equal times; pieces in order, overlapping, older, with
     # ties, empty, and with a column of another type (the general way)
     rng = np.random.default_rng(3)
     for case in range(200):
-        n, m = int(rng.integers(0, 30)), int(rng.integers(1, 30))
-        lo = int(rng.integers(-5, 40)) if case % 3 else 25
-        held = pl.DataFrame({"ts_ns": np.sort(rng.integers(0, 25, n)).astype(np.uint64), "src": ["held"] * n})
-        new = pl.DataFrame({"ts_ns": np.sort(rng.integers(max(0, lo), max(0, lo) + 25, m)).astype(np.uint64),
-                            "src": [f"new{i}" for i in range(m)]})
+        frames = []
+        for k in range(int(rng.integers(1, 5))):
+            n, lo = int(rng.integers(0 if k else 1, 30)), int(rng.integers(0, 40)) if case % 3 else 25
+            frames.append(pl.DataFrame({"ts_ns": np.sort(rng.integers(lo, lo + 25, n)).astype(np.uint64),
+                                        "src": [f"{k}.{i}" for i in range(n)]}))
         if case % 7 == 0:
-            new = new.with_columns(pl.col("ts_ns").cast(pl.Int64))
-        want = pl.concat([held, new], how="diagonal_relaxed").sort("ts_ns", maintain_order=True)
-        got = pls.merged(held, new)
+            frames[-1] = frames[-1].with_columns(pl.col("ts_ns").cast(pl.Int64))
+        frames = [f for f in frames if f.height] or frames[:1]
+        want = pl.concat(frames, how="diagonal_relaxed").sort("ts_ns", maintain_order=True)
+        got, ts = pls.merged_pieces(frames, [f["ts_ns"].to_numpy().astype(np.int64) for f in frames])
         assert got.select(pl.col("ts_ns").cast(pl.Int64), "src").equals(
             want.select(pl.col("ts_ns").cast(pl.Int64), "src")), case
+        assert ts.tolist() == want["ts_ns"].cast(pl.Int64).to_list(), case
+
+
+def held_oracle(arrivals: list[tuple[int, pls.Batch]], hold_ns: int, max_rows: int) -> list[list[tuple[int, str]]]:
+    """What a reorder buffer with a fixed hold lets out at each arrival, by the definition: everything held stable-
+    sorted by time (ties in arrival order), the rows issued by the clock minus the hold out, and at least enough of
+    the oldest that at most max_rows stay; at the end the rest."""
+    held = pl.DataFrame(schema={"ts_ns": pl.Int64, "src": pl.String})
+    out = []
+    for now, b in arrivals:
+        if b.frame.height:
+            held = pl.concat([held, b.frame.select(pl.col("ts_ns").cast(pl.Int64), "src")]).sort(
+                "ts_ns", maintain_order=True)
+        cut = max(int(held["ts_ns"].search_sorted(max(0, now - hold_ns), side="right")), held.height - max_rows)
+        out.append(list(held.head(cut).iter_rows()))
+        held = held.slice(cut)
+    return out + ([list(held.iter_rows())] if held.height else [])
+
+
+def test_time_order_lets_out_what_a_stable_sort_of_everything_held_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+    # oracle: held_oracle; batches in order, overlapping, older than what went out, with ties within and between
+    # batches, empty, a column of another type, max_rows from tiny to none, and every third case with at most two
+    # batches held apart (more are merged into one)
+    rng = np.random.default_rng(11)
+    for case in range(120):
+        arrivals, now, n = [], 10**9, 0
+        for _ in range(int(rng.integers(1, 12))):
+            m = int(rng.integers(0, 40))
+            ts = rng.integers(max(0, now - 3 * 10**8), now, m) // 10**7 * 10**7  # ties on a 10 ms grid
+            frame = pl.DataFrame({"ts_ns": ts.astype(np.uint64), "src": [f"r{n + i}" for i in range(m)]})
+            if case % 9 == 0 and m % 2:
+                frame = frame.with_columns(pl.col("ts_ns").cast(pl.Int64))
+            arrivals.append((now, pls.Batch(frame)))
+            now, n = now + int(rng.integers(0, 2 * 10**8)), n + m
+        max_rows = int(rng.choice([1, 5, 30, 10**6]))
+        monkeypatch.setattr(pls.TimeOrder, "MAX_PIECES", 2 if case % 3 == 0 else 64)
+        got, _ = through_time_order(arrivals, min_s=0.1, max_s=0.1, max_rows=max_rows)
+        rows = [list(b.frame.select(pl.col("ts_ns").cast(pl.Int64), "src").iter_rows()) if b.frame.height else []
+                for b in got]
+        assert rows == held_oracle(arrivals, 10**8, max_rows), case
 
 
 @pytest.mark.parametrize("lag_s", [0.5, 20.0])

@@ -192,6 +192,7 @@ LIMITS: dict[str, Bound] = {
     "window-s": Bound(1e-6, 31_536_000),                       # time window of a partition, s (1 us to a year)
     "zone-parts": Bound(1, 4096, integer=True),
     "chunk-mib": Bound(1, 65_536, integer=True),
+    "split-at": Bound(4096, (4 << 30) - 1, integer=True),        # a Perfetto trace file's limit, bytes (under 4 GiB)
     "workers": Bound(1, 1024, integer=True),
     # runs, devices and workloads
     "synth-reads": Bound(1, 10**8, integer=True),              # commands of a synthetic run (held in memory)

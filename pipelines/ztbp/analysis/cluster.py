@@ -10,7 +10,8 @@ The scaler is fitted once on the whole run (Alg. 3: X <- scale_data), and a spli
 whole run's size before scaling, so train and test points share one feature space. DBSCAN is analysis/dbscan.py's
 grid implementation: scikit-learn's labels in time linear in the cells.
 
-Tuning. Every (eps, min_samples) of the grid is scored by two validations, each of five splits:
+Tuning (analysis/tuning.py). Every (eps, min_samples) of the grid is scored by two validations, each of five
+splits:
   kfold — the paper's KFold(5, shuffled, seeded) over the accesses. Every held-out cell has training twins at the
           same position, so this measures stability under subsampling, not generalisation.
   time  — forward chaining over time: the reads in time order are cut into six equal windows (the blocks of
@@ -41,52 +42,21 @@ uniform reads) there is no hot zone.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-import numba
 import numpy as np
 import polars as pl
 from scipy.special import bdtrc
 
 from ..errors import ZtbpError
 from ..units import check_limit
-from .dbscan import Grid, dbscan, predict
+from .dbscan import dbscan
 from .hashing import mix64
 from .params import VALIDATIONS, ClusterParams
+from .tuning import N_SPLITS, SCORE_KEY, Cells, best_pair, tune_widening
 
-N_SPLITS = 5
-SILHOUETTE_MAX_POINTS = 2000
-MAX_WIDEN = 3
-#: An edge value must beat its inner neighbour by more than this silhouette to widen the grid.
-EDGE_MARGIN = 1e-3
 #: zone_tests lists at most this many zones (the significant or dense ones with the most reads).
 ZONE_TESTS_SHOWN = 64
-
-
-@dataclass
-class Cells:
-    """Read accesses aggregated per cell, with the KFold fold and the time window of every access."""
-
-    cell: np.ndarray          # cell index of each read cell (sorted)
-    counts: np.ndarray        # reads per read cell (whole run)
-    fold_counts: np.ndarray   # [N_SPLITS, cells] reads per held-out KFold fold
-    window_counts: np.ndarray  # [N_SPLITS + 1, cells] reads per time window
-    n_cells: int              # cells of the device
-    cell_lba: int
-    log_max: float
-
-    def features(self, mask: np.ndarray, counts: np.ndarray, scale: float) -> np.ndarray:
-        """(x, y) of the read cells selected by `mask` with `counts` reads, rescaled by `scale` to the run's size."""
-        y = np.log1p(counts[mask] * scale) / self.log_max if self.log_max > 0 else np.zeros(int(mask.sum()))
-        return np.column_stack([self.cell[mask] / self.n_cells, y])
-
-    def split(self, validation: str, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(train, test) reads per read cell of split k of a validation."""
-        if validation == "kfold":
-            test = self.fold_counts[k]
-            return self.counts - test, test
-        return self.window_counts[: k + 1].sum(0), self.window_counts[k + 1]
 
 
 def kfold_labels(n: int, seed: int) -> np.ndarray:
@@ -169,160 +139,6 @@ def read_cells(events: pl.DataFrame, meta: dict[str, Any], params: ClusterParams
     else:
         raise ZtbpError(f"folds {folds!r}: kfold or hash")
     return cells_from_tables(*split_tables(cell_of, fold, time_windows(cell_of.size), n_cells), cell_lba)
-
-
-@numba.njit(cache=True)
-def _silhouette(x: np.ndarray, lab: np.ndarray, w: np.ndarray, n_labels: int) -> float:
-    n = x.shape[0]
-    sums = np.zeros((n, n_labels))
-    wsum = np.zeros(n_labels)
-    for i in range(n):
-        wsum[lab[i]] += w[i]
-        for j in range(i + 1, n):
-            dx = x[i, 0] - x[j, 0]
-            dy = x[i, 1] - x[j, 1]
-            d = np.sqrt(dx * dx + dy * dy)
-            sums[i, lab[j]] += w[j] * d
-            sums[j, lab[i]] += w[i] * d
-    total = 0.0
-    for i in range(n):
-        own = lab[i]
-        own_w = wsum[own] - 1.0
-        if own_w <= 0:
-            continue  # a lone access scores 0
-        a = sums[i, own] / own_w
-        b = np.inf
-        for m in range(n_labels):
-            if m != own and wsum[m] > 0:
-                b = min(b, sums[i, m] / wsum[m])
-        top = max(a, b)
-        if top > 0:
-            total += w[i] * (b - a) / top
-    return total / w.sum()
-
-
-def weighted_silhouette(x: np.ndarray, labels: np.ndarray, w: np.ndarray) -> float:
-    """Silhouette of the accesses behind weighted points (w identical accesses per point)."""
-    _, lab = np.unique(labels, return_inverse=True)
-    return float(_silhouette(np.ascontiguousarray(x, dtype=np.float64), lab.astype(np.int64),
-                             np.asarray(w, dtype=np.float64), int(lab.max()) + 1))
-
-
-def _score(x_te: np.ndarray, labels: np.ndarray, w: np.ndarray, rng: np.random.Generator) -> float | None:
-    """Weighted silhouette of the held-out labels; above SILHOUETTE_MAX_POINTS cells, of that many accesses drawn
-    by weight (with replacement: an unbiased estimate). None when fewer than two labels."""
-    if np.unique(labels).size < 2:
-        return None
-    if x_te.shape[0] > SILHOUETTE_MAX_POINTS:
-        pick = rng.choice(x_te.shape[0], SILHOUETTE_MAX_POINTS, replace=True, p=w / w.sum())
-        idx, times = np.unique(pick, return_counts=True)
-        x_te, labels, w = x_te[idx], labels[idx], times.astype(float)
-        if np.unique(labels).size < 2:
-            return None
-    return weighted_silhouette(x_te, labels, w)
-
-
-def tune(c: Cells, eps_values: list[float], ms_values: list[int], seed: int,
-         on_fit: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
-    """Score every (eps, min_samples) pair by both validations; on_fit(done, total) is called after every fit."""
-    rng = np.random.default_rng(seed)
-    n_total = c.counts.sum()
-    acc: dict[tuple[float, int], dict[str, list]] = {(e, m): {"kfold": [], "time": [], "clusters": []}
-                                                     for e in eps_values for m in ms_values}
-    total, done = len(acc) * N_SPLITS * len(VALIDATIONS), 0
-    for eps in eps_values:
-        for validation in ("kfold", "time"):
-            for k in range(N_SPLITS):
-                train, test = c.split(validation, k)
-                tr, te = train > 0, test > 0
-                x_tr = c.features(tr, train, n_total / max(1, train.sum()))
-                x_te = c.features(te, test, n_total / max(1, test.sum()))
-                grid = Grid(x_tr, eps) if x_tr.shape[0] else None
-                for ms in ms_values:
-                    a = acc[(eps, ms)]
-                    if grid is not None and x_te.shape[0]:
-                        fit = dbscan(x_tr, train[tr], eps, ms, grid)
-                        a["clusters"].append(int(fit.labels.max()) + 1 if fit.labels.size else 0)
-                        held = predict(fit, x_te, eps)
-                        s = _score(x_te, held, test[te].astype(float), rng)
-                        if s is not None:
-                            a[validation].append(s)
-                    done += 1
-                    if on_fit is not None:
-                        on_fit(done, total)
-    return [{"eps": e, "min_samples": m,
-             "silhouette": float(np.mean(a["kfold"])) if a["kfold"] else None, "folds_scored": len(a["kfold"]),
-             "silhouette_time": float(np.mean(a["time"])) if a["time"] else None,
-             "windows_scored": len(a["time"]),
-             "clusters_mean": float(np.mean(a["clusters"])) if a["clusters"] else 0.0}
-            for (e, m), a in acc.items()]
-
-
-SCORE_KEY = {"kfold": "silhouette", "time": "silhouette_time"}
-
-
-def best_pair(grid: list[dict[str, Any]], validation: str) -> dict[str, Any] | None:
-    """The grid row with the best mean silhouette of `validation`; the first in grid order wins ties."""
-    key = SCORE_KEY[validation]
-    scored = [g for g in grid if g[key] is not None]
-    return max(scored, key=lambda g: g[key]) if scored else None
-
-
-def _beyond(values: list, won: Any, integer: bool) -> tuple[Any, str] | None:
-    """One step past the edge the winner sits on: (new value, which edge), or None when it is inside."""
-    vs = sorted(values)
-    if len(vs) < 2 or won not in (vs[0], vs[-1]):
-        return None
-    if won == vs[-1]:
-        step = vs[-1] - vs[-2]
-        new = vs[-1] + step
-        return (int(new) if integer else round(new, 10)), "upper"
-    step = vs[1] - vs[0]
-    new = vs[0] - step if vs[0] - step > 0 else vs[0] / 2
-    new = max(1, int(new)) if integer else round(new, 10)
-    return (new, "lower") if new != vs[0] else None
-
-
-def _edge_wins(grid: list[dict[str, Any]], dim: str, won: Any, score: str) -> bool:
-    """True when the winning value of `dim` beats its inner neighbour's best by more than EDGE_MARGIN."""
-    vs = sorted({g[dim] for g in grid})
-    inner = vs[1] if won == vs[0] else vs[-2]
-
-    def best(v: Any) -> float:
-        return max((g[score] for g in grid if g[dim] == v and g[score] is not None), default=-np.inf)
-
-    return best(won) > best(inner) + EDGE_MARGIN
-
-
-def tune_widening(c: Cells, params: ClusterParams, on_fit: Callable[[int, int], None] | None = None
-                  ) -> tuple[list[dict[str, Any]], list[str]]:
-    """tune() over the parameter grid, widened one step at a time while the winner sits on an edge."""
-    eps, ms = list(params.eps), list(params.min_samples)
-    grid = tune(c, eps, ms, params.seed, on_fit)
-    notes: list[str] = []
-    for _ in range(MAX_WIDEN if params.widen else 0):
-        best = best_pair(grid, params.validation)
-        if best is None:
-            break
-        score = SCORE_KEY[params.validation]
-        new_eps, new_ms = [], []
-        for dim, values, integer, out in (("eps", eps, False, new_eps), ("min_samples", ms, True, new_ms)):
-            step = _beyond(values, best[dim], integer)
-            if step is not None and _edge_wins(grid, dim, best[dim], score):
-                out.append(step[0])
-                notes.append(f"{dim} {best[dim]} won at the {step[1]} edge of the grid ({score} "
-                             f"{best[score]:.4f}): added {dim} {step[0]}")
-        if not new_eps and not new_ms:
-            break
-        seed = params.seed + len(notes)
-        if new_eps:
-            grid += tune(c, new_eps, ms, seed, on_fit)
-            eps += new_eps
-        if new_ms:
-            grid += tune(c, eps, new_ms, seed, on_fit)
-            ms += new_ms
-    return grid, notes
-
 
 def cluster_cells(c: Cells, eps: float, min_samples: int) -> np.ndarray:
     x = c.features(c.counts > 0, c.counts, 1.0)

@@ -1,5 +1,6 @@
-"""Perfetto's TrackEvent protos in and out: `Writer` puts TracePackets on one sequence (tracks, slices, counters,
-strings interned), `read_trace` reads a trace file back with the same protos into a `TraceReadback`.
+"""Perfetto's TrackEvent protos in and out: `Writer` puts TracePackets on one sequence (track descriptors from
+their `TrackSpec`, slices, counters, strings interned), `read_trace` reads a trace file back with the same protos
+into a `TraceReadback`, a block of the file at a time.
 
 present/perfetto.py decides what the trace holds (`export`) and checks a trace against its run (`verify`).
 """
@@ -7,11 +8,12 @@ present/perfetto.py decides what the trace holds (`export`) and checks a trace a
 from __future__ import annotations
 
 import os
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackDescriptor, TrackEvent
 from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 
@@ -21,13 +23,31 @@ from ..errors import ZtbpError
 SEQUENCE_ID = 7
 #: Packets per serialized chunk of the trace (memory stays bounded; concatenated Trace messages are one trace).
 CHUNK_PACKETS = 50_000
+#: Bytes read from a trace file at a time when it is read back.
+READ_BLOCK = 8 << 20
 BEGIN, END, COUNTER = TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END, TrackEvent.TYPE_COUNTER
 CLEARED = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 NEEDS_STATE = TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
 
 
+@dataclass(frozen=True)
+class TrackSpec:
+    """A track as its TrackDescriptor says it (declared in each file that uses it: Writer.declare)."""
+
+    uuid: int
+    name: str
+    parent: int = 0
+    rank: int | None = None
+    merge_key: str | None = None
+    counter_unit: str | None = None
+    ordered: bool = False
+    description: str = ""
+
+
 class Writer:
-    """TracePackets on one sequence, serialized in chunks through TraceProtoBuilder; strings interned on demand."""
+    """TracePackets on one sequence, serialized in chunks through TraceProtoBuilder; strings interned on demand.
+    Its first packet clears the sequence's interning state, so what one Writer writes stands on its own (with the
+    tracks it uses declared): `used` holds those tracks."""
 
     def __init__(self, f: IO[bytes], intern: bool = True) -> None:
         self.f, self.intern = f, intern
@@ -36,7 +56,7 @@ class Writer:
         self.names: dict[str, int] = {}
         self.arg_names: dict[str, int] = {}
         self.strings: dict[str, int] = {}
-        self.next_uuid = 1
+        self.used: set[int] = set()
         self.last = TracePacket()
         first = self.packet()
         first.sequence_flags = CLEARED | NEEDS_STATE  # starts the sequence's interning state
@@ -53,29 +73,22 @@ class Writer:
         self.f.write(self.builder.serialize())
         self.builder = TraceProtoBuilder()
 
-    def uuid(self) -> int:
-        self.next_uuid += 1
-        return self.next_uuid
-
-    def track(self, name: str, parent: int = 0, rank: int | None = None, merge_key: str | None = None,
-              counter_unit: str | None = None, ordered: bool = False, description: str = "") -> int:
-        uid = self.uuid()
+    def declare(self, spec: TrackSpec) -> None:
         d = self.packet().track_descriptor
-        d.uuid, d.name = uid, name
-        if parent:
-            d.parent_uuid = parent
-        if rank is not None:
-            d.sibling_order_rank = rank
-        if ordered:
+        d.uuid, d.name = spec.uuid, spec.name
+        if spec.parent:
+            d.parent_uuid = spec.parent
+        if spec.rank is not None:
+            d.sibling_order_rank = spec.rank
+        if spec.ordered:
             d.child_ordering = TrackDescriptor.EXPLICIT
-        if merge_key is not None:
+        if spec.merge_key is not None:
             d.sibling_merge_behavior = TrackDescriptor.SIBLING_MERGE_BEHAVIOR_BY_SIBLING_MERGE_KEY
-            d.sibling_merge_key = merge_key
-        if counter_unit is not None:
-            d.counter.unit_name = counter_unit
-        if description:
-            d.description = description
-        return uid
+            d.sibling_merge_key = spec.merge_key
+        if spec.counter_unit is not None:
+            d.counter.unit_name = spec.counter_unit
+        if spec.description:
+            d.description = spec.description
 
     def _iid(self, p: TracePacket, table: dict[str, int], value: str, kind: str) -> int:
         iid = table.get(value)
@@ -94,6 +107,7 @@ class Writer:
         p.timestamp = ts
         te = p.track_event
         te.type, te.track_uuid = kind, track
+        self.used.add(track)
         if name is not None:
             if self.intern:
                 p.sequence_flags = NEEDS_STATE
@@ -124,25 +138,44 @@ class Writer:
         self.event(ts, COUNTER, track).counter_value = value
 
 
-def packets(path: str | os.PathLike[str]) -> Iterator[TracePacket]:
-    """The TracePackets of a trace file one at a time (a Trace is a stream of field-1 packets)."""
-    data = memoryview(Path(path).read_bytes())
-    i, n = 0, len(data)
-    while i < n:
-        tag = data[i]
-        i += 1
-        if tag != 0x0A:
-            raise ZtbpError(f"{path}: not a Perfetto protobuf trace (unexpected byte {tag:#x} at {i - 1})")
-        size = shift = 0
+def packets(path: str | os.PathLike[str], block: int = READ_BLOCK) -> Iterator[TracePacket]:
+    """The TracePackets of a trace file one at a time (a Trace is a stream of field-1 packets), read a block at a
+    time: a trace of any size is read in bounded memory."""
+    with open(path, "rb") as f:
+        buf, pos, done = b"", 0, False
         while True:
-            b = data[i]
-            i += 1
-            size |= (b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                break
-        yield TracePacket.FromString(data[i:i + size])
-        i += size
+            head = _packet_at(buf, pos, path)
+            if head is None:  # the next packet is not whole in the buffer: read on
+                more = b"" if done else f.read(max(block, (len(buf) - pos) * 2))
+                done = not more
+                if done and pos == len(buf):
+                    return
+                if done:
+                    raise ZtbpError(f"{path}: not a Perfetto protobuf trace (it ends inside a packet)")
+                buf, pos = buf[pos:] + more, 0
+                continue
+            start, end = head
+            yield TracePacket.FromString(buf[start:end])
+            pos = end
+
+
+def _packet_at(buf: bytes, pos: int, path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """Where the packet at `pos` lies (its first and past-last byte), or None when it is not all in `buf`."""
+    if pos >= len(buf):
+        return None
+    if buf[pos] != 0x0A:
+        raise ZtbpError(f"{path}: not a Perfetto protobuf trace (unexpected byte {buf[pos]:#x} in a packet's place)")
+    i, size, shift = pos + 1, 0, 0
+    while True:
+        if i >= len(buf):
+            return None
+        b = buf[i]
+        i += 1
+        size |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            break
+    return (i, i + size) if i + size <= len(buf) else None
 
 
 @dataclass
@@ -158,6 +191,7 @@ class TraceReadback:
     flows_in: list[int] = field(default_factory=list)
     args: list[dict[str, Any]] = field(default_factory=list)
     packets: int = 0
+    undeclared: set[int] = field(default_factory=set)
 
     def children(self, uuid: int) -> list[int]:
         return [u for u, t in self.tracks.items() if t["parent"] == uuid]
@@ -183,14 +217,35 @@ class TraceReadback:
                 if t["name"].endswith(suffix) and self.counters.get(u)}
 
 
+class _Marks:
+    """The begin and end marks of one track's slices, compactly (a trace's worth of them stays small)."""
+
+    def __init__(self) -> None:
+        self.ts, self.seq, self.kind, self.name = array("q"), array("q"), array("b"), array("l")
+
+    def add(self, ts: int, seq: int, kind: int, name: int) -> None:
+        self.ts.append(ts)
+        self.seq.append(seq)
+        self.kind.append(kind)
+        self.name.append(name)
+
+    def in_order(self) -> Iterator[tuple[int, int]]:
+        """(kind, name id) in the order of (time, packet)."""
+        order = np.lexsort((np.frombuffer(self.seq, dtype=np.int64), np.frombuffer(self.ts, dtype=np.int64)))
+        kinds, names = np.frombuffer(self.kind, dtype=np.int8), np.frombuffer(self.name, dtype=np.int64)
+        return zip(kinds[order].tolist(), names[order].tolist(), strict=True)
+
+
 def read_trace(path: str | os.PathLike[str], keep_args: int = 0) -> TraceReadback:
     """Parse a trace with the package's protos: every track, the slices per track and how they nest (name, depth,
-    parent name), counter values, flow ends; with keep_args > 0 also the first slices' names and arguments."""
+    parent name), counter values, flow ends, the tracks events use without the file declaring them; with keep_args
+    > 0 also the first slices' names and arguments."""
     rb = TraceReadback()
     names: dict[int, str] = {}
     arg_names: dict[int, str] = {}
     strings: dict[int, str] = {}
-    marks: dict[int, list[tuple[int, int, int, str]]] = {}
+    marks: dict[int, _Marks] = {}
+    slice_names: dict[str, int] = {}
     for i, p in enumerate(packets(path)):
         rb.packets += 1
         if p.sequence_flags & CLEARED:
@@ -209,11 +264,14 @@ def read_trace(path: str | os.PathLike[str], keep_args: int = 0) -> TraceReadbac
         if not p.HasField("track_event"):
             continue
         te = p.track_event
+        if te.track_uuid not in rb.tracks:
+            rb.undeclared.add(te.track_uuid)
         if te.type == COUNTER:
             rb.counters.setdefault(te.track_uuid, []).append((p.timestamp, i, te.counter_value))
             continue
         name = te.name or names.get(te.name_iid, "")
-        marks.setdefault(te.track_uuid, []).append((p.timestamp, i, te.type, name))
+        marks.setdefault(te.track_uuid, _Marks()).add(p.timestamp, i, te.type,
+                                                      slice_names.setdefault(name, len(slice_names)))
         if te.type == BEGIN:
             rb.slices[te.track_uuid] = rb.slices.get(te.track_uuid, 0) + 1
             rb.flows_out.extend(te.flow_ids)
@@ -226,11 +284,13 @@ def read_trace(path: str | os.PathLike[str], keep_args: int = 0) -> TraceReadbac
                     args[key] = strings.get(a.string_value_iid) if which == "string_value_iid" else getattr(a, which)
                 rb.args.append({"track": te.track_uuid, "ts": p.timestamp, "name": name, "args": args,
                                 "flow_ids": list(te.flow_ids), "terminating_flow_ids": list(te.terminating_flow_ids)})
+    named = {v: k for k, v in slice_names.items()}
     for track, ms in marks.items():
         stack: list[str] = []
         deepest = 0
-        for _, _, kind, name in sorted(ms):
+        for kind, nid in ms.in_order():
             if kind == BEGIN:
+                name = named[nid]
                 key = (name, len(stack), stack[-1] if stack else "")
                 rb.nesting[key] = rb.nesting.get(key, 0) + 1
                 stack.append(name)

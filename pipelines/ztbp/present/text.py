@@ -1,22 +1,23 @@
 """Text views of analysis results: what the CLI prints and what the notebooks' summary cells show.
 
 Each function takes a result (a dict or a frame from the analysis room) and returns stable lines of text;
-none computes a figure of its own beyond formatting.
+none computes a figure of its own beyond formatting. The cache simulator and frag (numba kernels: about a second
+to import) are imported by the views that show their results, so `ztbp ingest` or `ztbp zones` never loads them.
 """
 
 from __future__ import annotations
 
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ..analysis.cachesim import GENERAL, POLICIES
-from ..analysis.frag import frag_summary
-from ..io.nvme import IngestReport
 from ..units import MIB
 from ..writeback.config import DEVICE_MAX_ZONES
+
+if TYPE_CHECKING:
+    from ..io.nvme import IngestReport
 
 
 def ingest_text(rep: IngestReport) -> str:
@@ -122,6 +123,8 @@ def cluster_text(r: dict[str, Any]) -> str:
 
 
 def cachesim_text(r: dict[str, Any]) -> str:
+    from ..analysis.cachesim import GENERAL, POLICIES
+
     lines = [f"cachesim: {r['requests']} page requests from {r['read_commands']} reads; cache {r['cache_mib']} MiB "
              f"= {r['cache_pages']} pages of {r['page_kib']} KiB; hot zones {r['hot_zones']} "
              f"(from {r.get('hot_zones_source', '?')})"]
@@ -303,6 +306,8 @@ def chains_headline(cr: dict[str, Any]) -> str:
 
 def frag_headline(ft: pl.DataFrame) -> str:
     """The headline lines of `ztbp frag` (per direction: zones touched, fragments per zone)."""
+    from ..analysis.frag import frag_summary
+
     s = frag_summary(ft)
     return "\n".join(frag_text(ft, s).splitlines()[: len(s)])
 
@@ -337,7 +342,10 @@ def config_text(cfg: dict[str, Any]) -> str:
 
 def perfetto_text(res: dict[str, Any]) -> str:
     """What `ztbp perfetto` wrote (and, with --check, what reading it back found)."""
-    lines = [f"perfetto: wrote {res['path']} ({res['bytes'] / MIB:.1f} MiB, {res['seconds']:.1f} s)",
+    files = res.get("files") or [res["path"]]
+    parts = (f" in {len(files)} files of at most {res['split_bytes'] / MIB:g} MiB, each opening alone: "
+             + ", ".join(Path(f).name for f in files[1:]) + " beside it") if len(files) > 1 else ""
+    lines = [f"perfetto: wrote {res['path']} ({res['bytes'] / MIB:.1f} MiB{parts}, {res['seconds']:.1f} s)",
              f"  {res['commands']} commands in {res['zones']} zones on {res['lanes']} lanes (at most "
              f"{res['max_lanes_per_zone']} in one zone); {res['wp_points']} write-pointer and {res['qd_points']} "
              "queue-depth counter values"]
@@ -351,7 +359,9 @@ def perfetto_text(res: dict[str, Any]) -> str:
         verdict = {True: "ok", False: "MISMATCH"}
         lines.append(f"  check: commands per zone {verdict[chk['commands_per_zone_equal']]}, final write pointers "
                      f"{verdict[chk['wp_final_equal']]} ({chk['wp_zones']} zones), flows with both ends "
-                     f"{verdict[chk['flows_with_both_ends']]} ({chk['flows']})")
+                     f"{verdict[chk['flows_with_both_ends']]} ({chk['flows']}), every track declared in its file "
+                     f"{verdict[chk['undeclared_tracks'] == 0]}, files within the limit "
+                     f"{verdict[chk['files_within_limit']]} (read back one by one)")
     lines.append("  open it at https://ui.perfetto.dev (Open trace file; the file stays in the browser) "
                  "or offline with Perfetto's trace_processor")
     return "\n".join(lines)

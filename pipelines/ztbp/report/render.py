@@ -296,7 +296,8 @@ def timeline_trace(run: Any, out: Path, log: Callable[[str], None] = print) -> d
         log(f"report: {run.run_id}: no Perfetto trace: {e}")
         return {"file": None, "error": str(e)}
     log(f"report: {run.run_id}: {path.name} ({res.bytes / MIB:.1f} MiB, {res.seconds:.1f} s)")
-    return {"file": path.name, "mib": res.bytes / MIB, "commands": res.commands, "requests": res.requests}
+    return {"file": path.name, "more": [Path(f).name for f in res.files[1:]], "mib": res.bytes / MIB,
+            "commands": res.commands, "requests": res.requests}
 
 
 def run_source(run_id: str, meta: dict[str, Any]) -> str:
