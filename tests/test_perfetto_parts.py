@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_perfetto import LAY, layer_line, make_layers_run
 
 from conftest import make_run
-from test_perfetto import LAY, layer_line, make_layers_run
 from ztbp.io.run import load
 from ztbp.paths import ROOT
 from ztbp.present.perfetto import export, verify
