@@ -108,14 +108,24 @@ def gains_text(doc: dict[str, Any]) -> str:
             f"{_f(_get(e, 'fio', 'read_iops'), ',.0f')}; p50 {_f(_get(first, 'fio', 'p50_us'), ',.0f')} -> "
             f"{_f(_get(e, 'fio', 'p50_us'), ',.0f')} us; listed-zone device p50 "
             f"{_f(_get(e, 'latency', 'listed', 'p50_us'), ',.0f')} us vs unlisted "
-            f"{_f(_get(e, 'latency', 'unlisted', 'p50_us'), ',.0f')} us; device hit ratio "
-            f"{_f(_get(first, 'device', 'hit_ratio'), '.4f')} -> {_f(_get(e, 'device', 'hit_ratio'), '.4f')} "
-            f"(replay of its cache {_f(_get(first, 'device', 'replay_hit_ratio'), '.4f')} -> "
-            f"{_f(_get(e, 'device', 'replay_hit_ratio'), '.4f')}); model hit ratio "
+            f"{_f(_get(e, 'latency', 'unlisted', 'p50_us'), ',.0f')} us; {_device_gain(first, e)}; model hit ratio "
             f"{_f(_get(first, 'model', 'sent_hit_ratio'), '.4f')} -> {_f(_get(e, 'model', 'sent_hit_ratio'), '.4f')}"
             f"; predicted {_f(oos.get('predicted_zone_lru'), '.4f')} vs replayed "
             f"{_f(oos.get('replayed_zone_lru'), '.4f')}")
     return "\n".join(lines) if lines else "one round only: nothing to compare"
+
+
+def _device_gain(first: dict[str, Any], e: dict[str, Any]) -> str:
+    """The device's hit ratio, round 1 against round e: from STATUS's counters with the replay of its cache beside;
+    for a loop from before STATUS's hits were carried, from the counters the device printed in its kernel log."""
+    keys = ("hit_ratio", "replay_hit_ratio")
+    if all(_get(r, "device", k) is None for r in (first, e) for k in keys):
+        return (f"device hit ratio {_f(_get(first, 'device', 'kernel_log_counters', 'hit_ratio'), '.4f')} -> "
+                f"{_f(_get(e, 'device', 'kernel_log_counters', 'hit_ratio'), '.4f')}")
+    return (f"device hit ratio {_f(_get(first, 'device', 'hit_ratio'), '.4f')} -> "
+            f"{_f(_get(e, 'device', 'hit_ratio'), '.4f')} (replay of its cache "
+            f"{_f(_get(first, 'device', 'replay_hit_ratio'), '.4f')} -> "
+            f"{_f(_get(e, 'device', 'replay_hit_ratio'), '.4f')})")
 
 
 def rounds_figure(frame: pl.DataFrame) -> go.Figure:
