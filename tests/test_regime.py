@@ -14,7 +14,6 @@ from loop_fixture import ab_blocks
 
 from ztbp.acquire.vm import nvmevirt_build
 from ztbp.acquire.workload import WorkloadOptions
-from ztbp.analysis.compare import ab_effects
 from ztbp.analysis.regime import regime_summary
 from ztbp.cli import main as cli
 from ztbp.contract import LOOP_FORMAT
@@ -35,7 +34,7 @@ def loop_doc(slow: int, jobs: int, iodepth: int, gain: float, share: float | Non
     return {"format": LOOP_FORMAT, "complete": complete, "rounds": [{"round": 1, "run": "round-01"}],
             "workload": {"name": "paper80", "reads": reads, "jobs": jobs, "iodepth": iodepth},
             "emulator": {"read_service_model": {"profile": "zn540", "slow": slow}},
-            "ab": {"pairs": pairs, "reads_per_block": ab_reads, "effects": ab_effects(ab_blocks(gain, pairs)),
+            "ab": {"pairs": pairs, "reads_per_block": ab_reads, "blocks": ab_blocks(gain, pairs),
                    "service_model": model}}
 
 
