@@ -214,9 +214,14 @@ def test_a_tampered_cell_time_is_read_as_untimed(tmp_path: Path, bad: object) ->
     saved = json.loads((req.out / REGIME_FILE).read_text())
     for c in saved["cells"]:
         c["seconds"] = bad
-    (req.out / REGIME_FILE).write_text(json.dumps(saved))
-    again = run_regime(req, run=_no_loop, say=lambda s: None)
+    (req.out / REGIME_FILE).write_text(json.dumps(saved, indent=1))
+    said: list[str] = []
+    again = run_regime(req, run=_no_loop, say=said.append)
     assert [c["how"] for c in again["cells"]] == ["reused"] * 4 and [c["seconds"] for c in again["cells"]] == [None] * 4
+    if bad is not None:  # None is a cell not run: untimed, nothing to say
+        line = next(s for s in said if "not read" in s)
+        assert line.startswith(f"4 cell record(s) of the earlier {REGIME_FILE} not read")
+        assert "'cells[0].seconds'" in line
 
 
 def test_a_finished_cell_of_other_settings_stops_the_sweep_before_any_boot(tmp_path: Path) -> None:
