@@ -282,6 +282,23 @@ def write_json(path: Path, obj: Any) -> None:
     write_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")
 
 
+def bounded_lines(f: BinaryIO, max_bytes: int) -> Iterator[tuple[int, bytes | None]]:
+    """The lines of a binary file as (line number from 1, the line), never more than `max_bytes` of one held: a
+    line longer than that is read past in pieces and given as None (for the reader to skip and count)."""
+    n = 0
+    while True:
+        line = f.readline(max_bytes + 1)
+        if not line:
+            return
+        n += 1
+        if len(line) > max_bytes:
+            while line and not line.endswith(b"\n"):
+                line = f.readline(1 << 20)
+            yield n, None
+        else:
+            yield n, line
+
+
 def read_env(path: Path) -> dict[str, str]:
     """KEY=VALUE lines of a file the guest wrote ({} when it is missing); lines without '=' are skipped."""
     if not path.is_file():

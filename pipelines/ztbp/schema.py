@@ -158,6 +158,18 @@ class ListOf(Spec):
 
 
 @dataclass(frozen=True)
+class Tuple(Spec):
+    """A list of exactly len(items) values, each what its spec takes (a pair: [zones, until])."""
+
+    items: tuple[Spec, ...]
+
+    def check(self, value: Any, where: Where = ()) -> Any:
+        if not isinstance(value, list) or len(value) != len(self.items):
+            raise Invalid(where, f"must be a list of {len(self.items)} items, found {shown(value)}")
+        return [spec.check(v, (*where, i)) for i, (spec, v) in enumerate(zip(self.items, value, strict=True))]
+
+
+@dataclass(frozen=True)
 class MapOf(Spec):
     """An object of at most `max_len` keys, each value what `value` takes."""
 

@@ -111,8 +111,9 @@ def render_watch(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str]
     if skipped:
         shown = ", ".join(map(str, skipped[:SHOW_SKIPPED])) + (", …" if len(skipped) > SHOW_SKIPPED else "")
         notes.append(f"{len(skipped)} line{'' if len(skipped) == 1 else 's'} of {JOURNAL} skipped: not a JSON record "
-                     f"(line {shown}); the page reads the {len(records)} others")
-        log(f"report: watch {src.name}: {len(skipped)} line(s) of {JOURNAL} are not JSON records and were skipped")
+                     f"that checks (line {shown}); the page reads the {len(records)} others")
+        log(f"report: watch {src.name}: {len(skipped)} line(s) of {JOURNAL} are not JSON records that check and were "
+            "skipped")
     if bad_parts:
         notes.append(f"{len(bad_parts)} Parquet part{'' if len(bad_parts) == 1 else 's'} of {ROWS}/ could not be "
                      f"read ({', '.join(bad_parts[:SHOW_SKIPPED])}): those windows' commands/s come from the "
