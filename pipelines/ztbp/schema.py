@@ -171,16 +171,22 @@ class Tuple(Spec):
 
 @dataclass(frozen=True)
 class MapOf(Spec):
-    """An object of at most `max_len` keys, each value what `value` takes."""
+    """An object of at most `max_len` keys, each value what `value` takes; `zone_keys`: each key a zone id (a
+    profile's zone-to-group table, its solo bandwidths)."""
 
     value: Spec
     max_len: int = 1 << 16
+    zone_keys: bool = False
 
     def check(self, value: Any, where: Where = ()) -> Any:
         if not isinstance(value, dict):
             raise Invalid(where, f"must be an object, found {shown(value)}")
         if len(value) > self.max_len:
             raise Invalid(where, f"holds {len(value)} keys, more than {self.max_len}")
+        if self.zone_keys:
+            bad = next((k for k in value if not (k.isascii() and k.isdigit() and int(k) < MAX_ZONES)), None)
+            if bad is not None:
+                raise Invalid(where, f"has the key {shown(bad)}, not a zone id in [0, {MAX_ZONES - 1}]")
         return {k: self.value.check(v, (*where, k)) for k, v in value.items()}
 
 
