@@ -282,6 +282,79 @@ def write_json(path: Path, obj: Any) -> None:
     write_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")
 
 
+#: The longest line a reader of a trace or a probe file takes (a line of any of them holds under 200 bytes): a longer
+#: one is skipped and counted, never held whole, so the memory a reader needs stays bounded on any input.
+MAX_LINE_BYTES = 1 << 20
+LONG_LINE = f"line longer than {MAX_LINE_BYTES >> 20} MiB"
+#: The most lines one chunk of byte_chunks holds: a reader's memory grows with the lines of a chunk (a frame row, a
+#: regex match per line), so a file of short lines (a gigabyte of newlines) is cut finer than its bytes alone say.
+MAX_CHUNK_LINES = 1 << 20
+
+
+def byte_chunks(path: Path, chunk_bytes: int, skip_lines: int = 0, digest: Any = None,
+                on_long: Callable[[int], None] | None = None, max_line: int = MAX_LINE_BYTES,
+                max_lines: int = MAX_CHUNK_LINES) -> Iterator[tuple[bytes, int]]:
+    """Chunks of whole lines of a file (about chunk_bytes each, at most `max_lines` lines) and the 1-based line
+    number each starts at; `digest` (a hashlib object), when given, is fed every byte of the file read. A line that
+    outgrows `max_line` before its newline arrives is dropped as it is read, never held whole (at most chunk_bytes +
+    max_line of the file are held), and on_long(its line number) is called; a line of that length inside one chunk
+    is left to the reader, which skips it by its length. The `skip_lines` first lines (a header) are read past the
+    same way.
+
+    Only the file's last chunk can lack a trailing newline (a truncated last line)."""
+    feed = digest.update if digest is not None else (lambda _b: None)
+    dropped = on_long or (lambda _n: None)
+    with path.open("rb") as f:
+        line_no = 1
+        for _ in range(skip_lines):
+            got = False
+            while piece := f.readline(max_line):
+                feed(piece)
+                got = True
+                if piece.endswith(b"\n"):
+                    break
+            line_no += got
+        rest, dropping = b"", False
+        while True:
+            buf = f.read(chunk_bytes)
+            feed(buf)
+            if not buf:
+                if dropping:
+                    dropped(line_no)
+                elif rest:
+                    yield rest, line_no
+                return
+            if dropping:  # the rest of a line too long: up to its newline
+                nl = buf.find(b"\n")
+                if nl < 0:
+                    continue
+                dropped(line_no)
+                line_no, dropping, buf = line_no + 1, False, buf[nl + 1:]
+            buf = rest + buf if rest else buf
+            cut = buf.rfind(b"\n")
+            chunk, rest = buf[: cut + 1], buf[cut + 1:]
+            if len(rest) > max_line:
+                rest, dropping = b"", True
+            if chunk:
+                yield from _pieces(chunk, line_no, max_lines)
+                line_no += chunk.count(b"\n")
+
+
+def _pieces(chunk: bytes, first: int, max_lines: int, start: int = 0, end: int | None = None
+            ) -> Iterator[tuple[bytes, int]]:
+    """chunk[start:end] (whole lines starting at line `first`) in pieces of at most `max_lines` lines, halved at a
+    line's end until each holds no more."""
+    end = len(chunk) if end is None else end
+    if chunk.count(b"\n", start, end) <= max_lines:
+        yield (chunk if (start, end) == (0, len(chunk)) else chunk[start:end]), first
+        return
+    mid = chunk.rfind(b"\n", start, (start + end) // 2) + 1
+    if mid <= start:  # the first line reaches past the middle
+        mid = chunk.find(b"\n", start, end) + 1
+    yield from _pieces(chunk, first, max_lines, start, mid)
+    yield from _pieces(chunk, first + chunk.count(b"\n", start, mid), max_lines, mid, end)
+
+
 def bounded_lines(f: BinaryIO, max_bytes: int) -> Iterator[tuple[int, bytes | None]]:
     """The lines of a binary file as (line number from 1, the line), never more than `max_bytes` of one held: a
     line longer than that is read past in pieces and given as None (for the reader to skip and count)."""
