@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import time
 from pathlib import Path
@@ -20,24 +19,18 @@ if TYPE_CHECKING:
 def _watch(args: argparse.Namespace) -> int:
     from ..control.probe_process import start_stream
     from ..io.journal import journal_dir
-    from . import on_sigint
 
     module = device_module(args)  # a bad --module / --module-params: one line, before anything is touched
-    journal_dir(Path(args.journal), args.journal_follow_link)  # a link where the journal goes: refused here too
-    # SIGTERM while the analysis loads and warms up (a minute under emulation): an interruption like Ctrl-C, so the
-    # finally below detaches bpftrace (its own session: it outlives a process killed by the default action);
-    # watch_device has handlers of its own from then on
-    previous = signal.signal(signal.SIGTERM, on_sigint)
+    journal_dir(Path(args.journal), args.journal_follow_link, make=False)  # a link where the journal goes: refused
+    # SIGTERM while the analysis loads and warms up (a minute under emulation) is an interruption like Ctrl-C (the
+    # CLI's handler), so the finally below detaches bpftrace (its own session: it outlives a process killed by the
+    # default action); watch_device has handlers of its own from then on.
+    # The device checked and bpftrace started before the analysis loads (numpy, polars, numba): it compiles meanwhile
+    started = start_stream(args.device, module)
     try:
-        # the device checked and bpftrace started before the analysis loads (numpy, polars, numba): it compiles
-        # meanwhile
-        started = start_stream(args.device, module)
-        try:
-            return _session(args, started)
-        finally:
-            started.probe.close()  # whatever happened (watch_device closes it too): never leave bpftrace running
+        return _session(args, started)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        started.probe.close()  # whatever happened (watch_device closes it too): never leave bpftrace running
 
 
 def _session(args: argparse.Namespace, started: Started) -> int:

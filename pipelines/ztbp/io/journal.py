@@ -135,16 +135,18 @@ def part_number(path: Path) -> int:
     return int(path.stem.split("-", 1)[1])
 
 
-def journal_dir(folder: Path, follow_links: bool = False) -> Path:
-    """The journal's folder with its rows/ folder, made where missing. Unless `follow_links`, the folder, any folder
-    given above it and rows/ must not be symbolic links (checked before and after they are made): a link planted
-    where the journal goes would send its writes to another place."""
+def journal_dir(folder: Path, follow_links: bool = False, make: bool = True) -> Path:
+    """The journal's folder with its rows/ folder, made where missing (`make`; else only checked). Unless
+    `follow_links`, the folder, any folder given above it and rows/ must not be symbolic links (checked before and
+    after they are made): a link planted where the journal goes would send its writes to another place."""
     def linked() -> Path | None:
         return next((p for p in (folder / ROWS, folder, *folder.parents) if p.is_symlink()), None)
 
     if not follow_links and (link := linked()) is not None:
         raise ZtbpError(f"--journal {folder}: {link} is a symbolic link; give a folder reached through none, or pass "
                         "--journal-follow-link to write where it leads")
+    if not make:
+        return folder
     make_dir(folder / ROWS)
     if not follow_links and (link := linked()) is not None:
         raise ZtbpError(f"--journal {folder}: {link} became a symbolic link while the journal's folder was made; "
