@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from .errors import FormatError, MissingRunError, ZtbpError
-from .files import make_dir, write_atomic
+from .files import hand_over_tree, make_dir, publish_new, sibling_tmp, write_atomic
 from .paths import RunPaths
 from .schema import (
     COUNT,
@@ -148,9 +150,37 @@ def check_new_run(run: RunPaths, replace: bool) -> None:
         raise ZtbpError(f"{run.root} already holds a run; choose a new directory or pass --force to replace it.")
 
 
+@contextmanager
+def new_run(run: RunPaths, replace: bool) -> Iterator[RunPaths]:
+    """Where a whole run is written (`ztbp synth`, `ztbp import`). With `replace` (--force), the run's own folder,
+    its files replaced. Else a folder beside it that becomes the run when the block ends (files.publish_new: its
+    raw/nvme.csv, then its meta.json, each created new), so a reader never sees half a run and, of two commands
+    that write one new run at the same time, one does and the other gets a ClaimError having written nothing; when
+    the block raises, nothing of it is left."""
+    import shutil
+
+    if replace:
+        yield run
+        return
+    make_dir(run.root.parent)
+    tmp = sibling_tmp(run.root, "new")
+    try:
+        yield RunPaths(tmp)
+        hand_over_tree(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    publish_new(tmp, run.root, ("raw/nvme.csv", "meta.json"))
+
+
+def meta_text(meta: dict[str, Any]) -> str:
+    """meta.json's text, as every writer of it writes it."""
+    return json.dumps(meta, indent=2, sort_keys=False) + "\n"
+
+
 def write_meta(run: RunPaths, meta: dict[str, Any]) -> None:
     make_dir(run.root)
-    write_atomic(run.meta, json.dumps(meta, indent=2, sort_keys=False) + "\n")
+    write_atomic(run.meta, meta_text(meta))
 
 
 def new_meta(*, device: str, lba_bytes: int, zone_size_lba: int, zone_cap_lba: int, nr_zones: int,

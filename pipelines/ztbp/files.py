@@ -27,6 +27,10 @@ LOCK_NOTICE_S = 3.0
 _HELD: dict[tuple[int, str], int] = {}
 
 
+class ClaimError(ZtbpError):
+    """Another command made the folder first (two commands raced for one name); this one wrote nothing."""
+
+
 # ---- the user behind sudo -----------------------------------------------------------------------------------
 def sudo_owner() -> tuple[int, int] | None:
     """(uid, gid) of the user who ran `sudo` when this process is root under sudo (SUDO_UID set, not 0), else None:
@@ -197,6 +201,28 @@ def locked(lock: Path, what: str, say: Callable[[str], None] = _say) -> Iterator
         os.close(fd)  # drops the flock
 
 
+@contextmanager
+def exclusive(lock: Path, what: str) -> Iterator[None]:
+    """Hold the flock on the file `lock` (made when missing) for the block, or refuse at once with a ClaimError when
+    another process (or thread) holds it: of two commands writing one folder at the same time (a report), the
+    second says so and writes nothing."""
+    import fcntl
+
+    fd = _open_lock(lock)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ClaimError(f"{what} is being written by another command now (it holds {lock}); this one wrote "
+                             "nothing: run it again once that one is done") from None
+        except OSError as e:
+            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP):  # a file system without locks: go on
+                _reraise(e, lock)
+        yield
+    finally:
+        os.close(fd)
+
+
 # ---- whole files --------------------------------------------------------------------------------------------
 def check_target(path: Path) -> Path:
     """`path` as a target an output may replace: missing, or a regular file. A link (even to a regular file) or
@@ -268,6 +294,71 @@ def _swap(new: Path, path: Path, old: Path) -> None:
         if old.exists() and not path.exists():
             os.rename(old, path)
         raise
+
+
+# ---- names two commands may race for --------------------------------------------------------------------------
+#: the mark a folder claimed with nothing of its own yet holds: a claimed folder is never empty, so no other claim
+#: can take it over (claim_dir)
+CLAIM_MARK = ".ztbp-claimed"
+
+
+def sibling_tmp(path: Path, kind: str = "tmp") -> Path:
+    """A unique, not yet existing name beside `path`: .NAME.<pid>-<random>.KIND."""
+    import secrets
+
+    return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.{kind}")
+
+
+def publish_new(tmp: Path, path: Path, files: tuple[str, ...] = ()) -> None:
+    """Make the folder `tmp` (built beside `path`) appear as `path`, exclusively: in one rename when `path` is
+    missing or an empty folder; when it holds other entries, by linking tmp's `files` (paths inside it, in order)
+    into it, each created new. When another command made `path` (or one of the files) first, a ClaimError and
+    nothing of tmp left in `path`. tmp is removed either way."""
+    import shutil
+
+    try:
+        try:
+            os.rename(tmp, path)
+            return
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                _reraise(e, path, tmp)
+            if not files or not path.is_dir():
+                raise ClaimError(f"{path} was made by another command meanwhile; this one wrote nothing: "
+                                 "choose another name") from None
+        made: list[Path] = []
+        try:
+            for rel in files:
+                make_dir((path / rel).parent)
+                os.link(tmp / rel, path / rel)
+                made.append(path / rel)
+        except FileExistsError:
+            for p in made:
+                p.unlink(missing_ok=True)
+            raise ClaimError(f"{path / rel} was made by another command meanwhile; this one wrote nothing") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def claim_dir(path: Path, first: dict[str, str] | None = None) -> Path:
+    """`path` as a new folder that this command alone owns, holding the files `first` (name -> text) from the moment
+    it appears (CLAIM_MARK when there are none: a claimed folder is never empty); a missing folder or an empty one
+    is taken, one that holds anything is a ClaimError. Of two commands that claim one path at once, exactly one
+    gets it and the other writes nothing."""
+    make_dir(path.parent)
+    tmp = sibling_tmp(path, "claim")
+    try:
+        tmp.mkdir()
+        for name, text in (first or {CLAIM_MARK: ""}).items():
+            (tmp / name).write_text(text)
+        hand_over_tree(tmp)
+    except OSError as e:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        _reraise(e, path, tmp)
+    publish_new(tmp, path)
+    return path
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import polars as pl
 
-from ..contract import NVME_COLUMNS, NVME_VERSION_LINE, check_new_run, new_meta, write_meta
+from ..contract import NVME_COLUMNS, NVME_VERSION_LINE, check_new_run, new_meta, new_run, write_meta
 from ..errors import FormatError, MissingRunError, ZtbpError
 from ..files import LONG_LINE, atomic_path, byte_chunks, make_dir
 from ..paths import RunPaths
@@ -75,6 +75,14 @@ def import_trace(src: str | Path, run: RunPaths, fmt: str, *, zone_size_bytes: i
         raise ZtbpError(f"--zone-size {zone_size_bytes}: must be a positive multiple of the LBA size ({lba_bytes})")
     check_new_run(run, overwrite)
     report = ImportReport(format=fmt, source=str(src))
+    with new_run(run, overwrite) as out:  # without --force: the run appears whole, for this command alone
+        _write(src, out, fmt, report, zone_size_bytes, lba_bytes, nr_zones, device, chunk_bytes)
+    return report
+
+
+def _write(src: Path, run: RunPaths, fmt: str, report: ImportReport, zone_size_bytes: int, lba_bytes: int,
+           nr_zones: int | None, device: str | None, chunk_bytes: int) -> None:
+    """raw/nvme.csv and meta.json of the import into the folder `run`."""
     make_dir(run.raw)
     with atomic_path(run.nvme_csv) as tmp:
         with tmp.open("w") as f:
@@ -100,4 +108,3 @@ def import_trace(src: str | Path, run: RunPaths, fmt: str, *, zone_size_bytes: i
     if nr_zones is not None and nr_zones < needed:
         meta["import"]["beyond_nr_zones"] = True
     write_meta(run, meta)
-    return report

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ZtbpError
-from ..files import make_dir, write_atomic
+from ..files import write_atomic
 from ..io.journal import JOURNAL, ROWS, part_stats, read_records
 from ..paths import REPORTS
 from ..units import MIB
-from .pages import render_page, write_plotlyjs
+from .pages import render_page, write_plotlyjs, writing
 
 #: skipped line numbers named on the page, at most
 SHOW_SKIPPED = 20
@@ -128,12 +128,12 @@ def render_watch(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str]
                pw.rate_figure(rates), pw.lost_figure(windows)]
     name = src.resolve().name
     out = Path(out_dir) if out_dir else REPORTS / f"watch-{name}"
-    make_dir(out)
-    write_plotlyjs(out)
     index = out / "index.html"
     page = watch_page(name, meta_line(src, summary, recs), pw.watch_headline(summary, rates, len(skipped)),
                       [figure_item(f) for f in figures], list(events.iter_rows(named=True)), notes)
-    write_atomic(index, page)
+    with writing(out):
+        write_plotlyjs(out)
+        write_atomic(index, page)
     return {"run": f"watch-{name}", "out": str(out), "index": str(index), "ok": True, "trace": None, "pages": [],
             "skipped_lines": skipped, "unread_parts": bad_parts,
             "summary": {k: v for k, v in summary.items() if k not in ("meta", "rollback_records")}}
