@@ -14,6 +14,7 @@ from loop_fixture import ab_blocks
 
 from ztbp.acquire.vm import nvmevirt_build
 from ztbp.acquire.workload import WorkloadOptions
+from ztbp.analysis.compare import ab_effects
 from ztbp.analysis.regime import regime_summary
 from ztbp.cli import main as cli
 from ztbp.contract import LOOP_FORMAT
@@ -259,3 +260,46 @@ def test_a_loop_that_recommended_nothing_is_not_measured_with_its_reason(tmp_pat
     doc = run_regime(req, run=plain, say=lambda s: None)
     row = next(r for r in doc["rows"] if r["cell"] == "slow1-4x1")
     assert row["outcome"] == "not measured" and row["error"] == f"no A/B effects (the loop stopped: {stopped})"
+
+
+# ---- a cell's loop.json tampered: its verdict is computed, never read back -----------------------------------------
+NAN_EFFECT = {"mean_a": float("nan"), "mean_b": float("nan"), "change": float("nan"), "change_unit": "%",
+              "ci": [float("nan"), float("nan")], "verdict": "faster", "improved": True}
+CONTRADICTED = {**NAN_EFFECT, "mean_a": 1000.0, "mean_b": 500.0, "change": -50.0, "ci": [-90.0, -10.0]}
+
+
+@pytest.mark.parametrize(("stored", "gain", "outcome"), [
+    ({"effects": {"read_iops": NAN_EFFECT}, "verdict": {"verdict": "faster"}}, 0.0, "vanishes"),
+    ({"effects": {"read_iops": CONTRADICTED}, "verdict": {"verdict": "faster"}}, 0.0, "vanishes"),
+    ({"effects": {"read_iops": CONTRADICTED}, "verdict": {"verdict": "slower"}}, 0.5, "appears"),
+    ({"effects": {"read_iops": "faster"}, "verdict": "appears"}, 0.0, "vanishes"),
+    ("faster", 0.5, "appears"),
+], ids=["nan-effects-said-faster", "minus-50-said-faster", "a-gain-said-slower", "effects-strings",
+        "effects-a-string"])
+def test_a_reused_cell_s_stored_verdict_is_never_printed(tmp_path: Path, stored: Any, gain: float,
+                                                         outcome: str) -> None:
+    req = replace(_request(tmp_path), run_cells=False)
+    doc = loop_doc(10, 4, 1, gain, 0.4)
+    doc["ab"]["effects"] = stored
+    (req.out / "slow10-4x1").mkdir(parents=True)
+    (req.out / "slow10-4x1" / "loop.json").write_text(json.dumps(doc))
+    summary = run_regime(req, run=_no_loop, say=lambda s: None)
+    row = summary["rows"][0]
+    truth = ab_effects(doc["ab"]["blocks"])
+    assert row["outcome"] == outcome and row["verdict"] == truth["verdict"]["verdict"]
+    assert row["read_iops"]["change"] == truth["effects"]["read_iops"]["change"]
+    text = regime_text(summary)
+    assert "-50.0 %" not in text and "nan" not in text
+
+
+def test_a_cell_whose_blocks_are_tampered_is_said_and_not_reused(tmp_path: Path) -> None:
+    req = replace(_request(tmp_path), run_cells=False)
+    doc = loop_doc(10, 4, 1, 0.5, 0.4)
+    doc["ab"]["blocks"][2]["fio"]["read_iops"] = float("nan")
+    (req.out / "slow10-4x1").mkdir(parents=True)
+    (req.out / "slow10-4x1" / "loop.json").write_text(json.dumps(doc, indent=1))
+    said: list[str] = []
+    summary = run_regime(req, run=_no_loop, say=said.append)
+    line = next(s for s in said if s.startswith("cell slow10-4x1: "))
+    assert "loop.json:" in line and "'ab.blocks[2].fio.read_iops' is nan, not a finite number" in line
+    assert summary["rows"] == [] and [c["how"] for c in summary["cells"]][0] == "not run"

@@ -76,9 +76,10 @@ def _two_runs(args: argparse.Namespace) -> dict[str, Any]:
 
 def _loop_blocks(path: str, repeats: int | None = None) -> dict[str, Any]:
     from ..analysis.compare import ab_effects, ab_repeats
-    from ..io.loop import is_loop_dir, read_loop
+    from ..io.loop import LOOP_FILE, read_loop
+    from ..paths import resolve_run
 
-    if not is_loop_dir(path):
+    if not (resolve_run(path).root / LOOP_FILE).is_file():  # a loop.json that does not check: read_loop says why
         raise ZtbpError(f"{path} is not a loop directory: give two runs (ztbp compare A B), or one loop directory "
                         "whose loop.json has A/B blocks")
     doc = read_loop(path)

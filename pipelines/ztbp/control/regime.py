@@ -117,15 +117,18 @@ def plan(req: RegimeRequest) -> list[Cell]:
     return cells
 
 
-def reusable(cell: Cell, root: Path) -> dict[str, Any] | None:
+def reusable(cell: Cell, root: Path, unread: list[str] | None = None) -> dict[str, Any] | None:
     """The cell's finished loop (loop.json's content) when `root` holds one of the same settings; None when there is
-    nothing or a loop left half done; a RegimeError when it holds a finished loop of other settings (a sweep of
-    other settings in the same folder)."""
+    nothing, a loop left half done or a loop.json that cannot be read or does not check (its one line appended to
+    `unread`: the cell is run again, or, summary only, not shown); a RegimeError when it holds a finished loop of
+    other settings (a sweep of other settings in the same folder)."""
     if not (root / LOOP_FILE).is_file():
         return None
     try:
         doc = read_loop(root)
-    except LoopFileError:
+    except LoopFileError as e:
+        if unread is not None:
+            unread.append(f"cell {cell.name}: {e}")
         return None
     if not cell_finished(doc):
         return None
@@ -198,7 +201,10 @@ def run_regime(req: RegimeRequest, run: Callable[[LoopRequest], dict[str, Any]] 
     loop (control.loop.run_loop; a test passes its own)."""
     cells = plan(req)
     make_dir(req.out)
-    found = {c.name: reusable(c, req.out / c.name) for c in cells}  # a conflicting folder stops before any boot
+    bad_cells: list[str] = []
+    found = {c.name: reusable(c, req.out / c.name, bad_cells) for c in cells}  # other settings: stop before a boot
+    for line in bad_cells:
+        say(f"{line} (not reused)")
     before, unread = _earlier_runs(req.out / REGIME_FILE)
     if unread:
         say(f"{len(unread)} cell record(s) of the earlier {REGIME_FILE} not read, their cells untimed: {unread[0]}")

@@ -134,8 +134,8 @@ def read_loop(path: str | os.PathLike[str]) -> dict[str, Any]:
                             "version's `ztbp loop`")
     rounds = doc.get("rounds")
     if not isinstance(rounds, list) or not rounds:
-        raise LoopFileError(f"{f} holds no finished round (stopped: {doc.get('stopped')!r}); see console.log "
-                            "in that folder for what the guest did")
+        raise LoopFileError(f"{f}: 'rounds' holds no finished round (stopped: {doc.get('stopped')!r}); see "
+                            "console.log in that folder for what the guest did")
     for i, e in enumerate(rounds, start=1):
         if not isinstance(e, dict) or e.get("round") != i:
             raise LoopFileError(f"{f}: entry {i} of `rounds` is not round {i}; the file was edited by hand?")
