@@ -356,7 +356,7 @@ BROKEN_APP: dict[str, tuple[str, Callable[[Path], None], tuple[str, ...] | None]
                          ("no tid column",)),
     "meta-phases-a-string": ("meta.json", lambda r: _meta(r, app={"phases": "readrandom"}), ("'app.phases'",)),
     "meta-phase-without-times": ("meta.json", lambda r: _meta(r, app={"phases": [{"phase": "readrandom"}]}),
-                                 ("'app.phases'",)),
+                                 ("meta.json:1: 'app.phases[0].start_ns' is missing",)),
 }
 #: the files each application command reads
 APP_READS = {"appops": ("meta.json", "appops.csv", "cachestat.csv", "nvme.csv"),
@@ -652,7 +652,7 @@ PROFILE_DOC = {"format": "ztbp-profile/1", "zones": [0, 1, 2], "groups": {"0": 0
                           "fresh_wraps": 0, "budget_exhausted": False},
                "verdict": {"structure": True, "reason": "x"}, "threshold": 0.9, "threshold_mib": None,
                "reference": "median", "solo": {"0": 100.0, "1": 100.0, "2": 100.0},
-               "key": {"ari_channel": 0.5, "ari_die": 0.5}}
+               "key": {"name": "zn540", "ari_channel": 0.5, "ari_die": 0.5}}
 GROUPS_DOC = {"groups": {"0": 0, "1": 2}}
 
 
@@ -889,7 +889,7 @@ PROFILE_CASES = list(cases(PROFILE, PROFILE_DOC))
 def test_a_tampered_profile(tmp_path: Path, case: Case) -> None:
     """The device notebook's profile (present/device_study.profile_for_run): a tampered profile is not shown, and
     the reason is one line naming the file and the field."""
-    from ztbp.present.device_study import profile_for_run
+    from ztbp.present.device_study import profile_for_run, profile_text
 
     (tmp_path / "profile.json").write_text(json.dumps(tampered(PROFILE_DOC, case), indent=1))
     profile, why = profile_for_run(str(tmp_path), {"backend": "synth", "nr_zones": 32, "zone_size_lba": 8192,
@@ -899,6 +899,7 @@ def test_a_tampered_profile(tmp_path: Path, case: Case) -> None:
         assert_names_the_field(why, "profile.json", case)
     else:
         assert profile is not None or "another device" in why
+        assert profile is None or "interference profile of nvme0n1" in profile_text(profile)  # the notebook's text
 
 
 GROUPS_CASES = list(cases(Z2C, GROUPS_DOC))

@@ -292,7 +292,10 @@ def line_of(text: str, where: Where) -> int | None:
 def refusal(path: Path | str, err: Invalid, text: str | None = None, line: int | None = None,
             what: str = "") -> str:
     """The one line that refuses a file: FILE:LINE: FIELD REASON, and what to do (`what`)."""
-    n = line if line is not None else (line_of(text, err.where) if text is not None else None)
+    n = line
+    if n is None and text is not None:  # a missing field: the line of the object that lacks it
+        n = next((got for k in range(len(err.where), -1, -1) if (got := line_of(text, err.where[:k])) is not None),
+                 None)
     at = f"{path}:{n}" if n is not None else str(path)
     return f"{at}: '{err.field}' {err.reason}" + (f"; {what}" if what else "")
 

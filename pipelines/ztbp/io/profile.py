@@ -64,21 +64,22 @@ def _square(doc: dict[str, Any]) -> tuple[str, str] | None:
 
 _GROUP = Integer(-1, 2**31 - 1)  # -1: unclassified
 _SECONDS = Number(Bound(0, 1e9))
-#: profile.json as control/profile.py writes it: the fields its readers show and compute with
+#: profile.json as control/profile.py writes it: the fields its readers (present/device_study.profile_text) show and
+#: compute with
 PROFILE = Record(
     {"format": Text((PROFILE_FORMAT,)), "zones": zone_ids(), "groups": MapOf(_GROUP, MAX_ZONES, zone_keys=True),
      "matrix": ListOf(ListOf(Maybe(Number(Bound(0, 1000))), MAX_PROFILE_ZONES), MAX_PROFILE_ZONES),
-     "device": Record(optional={"name": Text(), "backend": Text(), "nr_zones": Number(META_LIMITS["nr_zones"]),
-                                "zone_bytes": Integer(1, 2**48)})},
-    {"spec": Record(optional={"rw": Text(), "block_bytes": Integer(512, 1 << 30),
-                              "iodepth": Number(LIMITS["profile-iodepth"]), "seconds": Number(LIMITS["seconds"]),
-                              "fresh": Flag()}),
-     "timing": Record(optional={**{k: _SECONDS for k in ("boot_s", "fill_s", "measure_s", "total_s")},
-                                "measurements": COUNT, "fresh_wraps": COUNT, "budget_exhausted": Flag()}),
+     "device": Record({"name": Text(), "backend": Text(), "nr_zones": Number(META_LIMITS["nr_zones"]),
+                       "zone_bytes": Integer(1, 2**48)}),
+     "spec": Record({"rw": Text(), "block_bytes": Integer(512, 1 << 30), "iodepth": Number(LIMITS["profile-iodepth"]),
+                     "seconds": Number(LIMITS["seconds"])}, {"fresh": Flag()}),
+     "timing": Record({**{k: _SECONDS for k in ("boot_s", "fill_s", "measure_s", "total_s")}, "measurements": COUNT},
+                      {"fresh_wraps": COUNT, "budget_exhausted": Flag()}),
      "verdict": Record(optional={"structure": Flag(), "reason": Text()}),
-     "threshold": Maybe(Number(LIMITS["threshold"])), "threshold_mib": Maybe(Number(LIMITS["threshold-mib"])),
-     "reference": Text(), "solo": MapOf(Number(Bound(0, 1e7)), MAX_ZONES, zone_keys=True),
-     "key": Record(optional={"ari_channel": Maybe(Number(Bound(-1, 1))), "ari_die": Maybe(Number(Bound(-1, 1)))})},
+     "threshold": Maybe(Number(LIMITS["threshold"])), "solo": MapOf(Number(Bound(0, 1e7)), MAX_ZONES, zone_keys=True)},
+    {"threshold_mib": Maybe(Number(LIMITS["threshold-mib"])), "reference": Text(),
+     "key": Record({"name": Text(), "ari_channel": Maybe(Number(Bound(-1, 1))),
+                    "ari_die": Maybe(Number(Bound(-1, 1)))})},
     (_square,))
 #: a zone-to-group table (z2c.json, or the groups of a z2c.csv line by line): zones and non-negative groups
 Z2C = Record({"groups": MapOf(Integer(0, 2**31 - 1), MAX_ZONES, zone_keys=True)})
