@@ -14,7 +14,7 @@ from ztbp.control.ab import abba
 HOT = [1, 7, 11, 15, 19]
 
 
-def _round(r: int, backend: str, reads: int, in_force: list[int], iops: float) -> dict[str, Any]:
+def round_entry(r: int, backend: str, reads: int, in_force: list[int], iops: float) -> dict[str, Any]:
     nvmevirt = backend == "nvmevirt"
     hit = 0.27 if not in_force else 0.33
     entry: dict[str, Any] = {
@@ -65,7 +65,7 @@ def make_loop(root: Path, backend: str = "qemu", reads: int = 20_000) -> Path:
         meta.update(backend=backend, synthetic=False)  # a traced round of that device, as `ztbp loop` writes it
         (run / "meta.json").write_text(json.dumps(meta, indent=2))
         in_force = HOT if r > 1 and backend == "nvmevirt" else []
-        rounds.append(_round(r, backend, reads, in_force, 16000.0 if r == 1 else 15200.0))
+        rounds.append(round_entry(r, backend, reads, in_force, 16000.0 if r == 1 else 15200.0))
     doc = {"format": "ztbp-loop/1", "backend": backend,
            "workload": {"name": "paper80", "kind": "hotcold", "reads": reads}, "rounds_asked": 2, "min_gain": 0.01,
            "cache_mib": 64, "page_kib": 4, "rounds": rounds, "stopped": "rounds done (2 of 2)", "complete": True,

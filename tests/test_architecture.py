@@ -330,8 +330,8 @@ def test_the_doctor_verdicts_are_pure() -> None:
 # ---- the CLI imports the heavy rooms lazily -------------------------------------------------------------------
 #: package modules the parser is built from: defaults, choices and bounds the options show, importable without
 #: numpy or polars (their packages' __init__ files import nothing)
-CLI_LIGHT = ("ztbp.errors", "ztbp.units", "ztbp.paths", "ztbp.files", "ztbp.contract", "ztbp.cli", "ztbp.devices",
-             "ztbp.analysis.params", "ztbp.analysis.device_params", "ztbp.analysis.device_model",
+CLI_LIGHT = ("ztbp.errors", "ztbp.units", "ztbp.paths", "ztbp.files", "ztbp.schema", "ztbp.contract", "ztbp.cli",
+             "ztbp.devices", "ztbp.analysis.params", "ztbp.analysis.device_params", "ztbp.analysis.device_model",
              "ztbp.analysis.read_model", "ztbp.acquire.vm", "ztbp.acquire.patterns", "ztbp.acquire.workload",
              "ztbp.io.layout")
 #: third-party packages a command may import only when it runs

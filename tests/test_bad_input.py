@@ -1,5 +1,7 @@
 """Bad input, every user-facing command: broken runs (meta.json, raw/, derived/), broken application and layer
-files, broken traces to import, a run that is a file, and every numeric option at 0, negative, NaN, inf and huge.
+files, broken traces to import, a run that is a file, every numeric option at 0, negative, NaN, inf and huge, and
+every field of every file the workbench writes and reads back tampered (meta.json, loop.json, the watch journal,
+cache-config.json, the profile's files).
 
 For each case the command either refuses — a non-zero exit and exactly one `ztbp CMD: error: ...` line on stderr
 that names the problem — or it runs, exit 0, and counts what it skipped. Never a traceback, and never a half-written
@@ -16,20 +18,29 @@ Everything runs in-process through ztbp.cli.main.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
+import math
 import re
 import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from loop_fixture import ab_blocks, round_entry
+from tamper import Case, cases, expect_refused, tampered
 
 from ztbp.cli import build_parser, main
 from ztbp.cli.common import Bounded, BoundedList, BoundedSize
-from ztbp.contract import probe_header
+from ztbp.contract import META, probe_header
 from ztbp.errors import ZtbpError
+from ztbp.io.journal import DECISION, RECORDS, state_spec
+from ztbp.io.loop import LOOP
+from ztbp.io.profile import PROFILE, Z2C
 from ztbp.paths import TEST_DATA
+from ztbp.writeback.config import CONFIG as CONFIG_SPEC
 
 BAD_NUMBERS = ("0", "-1", "nan", "inf", "1e300")
 ERROR_LINE = re.compile(r"^ztbp [\w-]+: error: \S")
@@ -179,11 +190,11 @@ BROKEN_RUNS: dict[str, tuple[Callable[[Path], None], tuple[str, ...] | None]] = 
     "meta-zone-of-2^50-bytes": (lambda r: _meta(r, zone_size_lba=2**38, zone_cap_lba=2**38, lba_bytes=4096),
                                 ("beyond 2^48",)),
     "meta-lba-3-bytes": (lambda r: _meta(r, lba_bytes=3), ("'lba_bytes'", "[512, 65536]")),
-    "meta-nr-zones-a-float": (lambda r: _meta(r, nr_zones=64.5), ("'nr_zones' must be int",)),
+    "meta-nr-zones-a-float": (lambda r: _meta(r, nr_zones=64.5), ("'nr_zones' is 64.5, not a whole number",)),
     "meta-capacity-beyond-size": (lambda r: _meta(r, zone_cap_lba=10**6), ("'zone_cap_lba'",)),
     "meta-lost-events-a-string": (lambda r: _meta(r, lost_events="none"), ("'lost_events' must be an object",)),
-    "meta-lost-events-negative": (lambda r: _meta(r, lost_events={"nvme": -3}), ("'lost_events' of 'nvme'",)),
-    "meta-lost-events-a-list": (lambda r: _meta(r, lost_events={"nvme": [1]}), ("'lost_events' of 'nvme'",)),
+    "meta-lost-events-negative": (lambda r: _meta(r, lost_events={"nvme": -3}), ("'lost_events.nvme'",)),
+    "meta-lost-events-a-list": (lambda r: _meta(r, lost_events={"nvme": [1]}), ("'lost_events.nvme'",)),
     "meta-hot-zones-a-string": (lambda r: _meta(r, workload={"name": "x", "hot_zones": "1,2"}),
                                 ("'workload.hot_zones'",)),
     "meta-workload-a-list": (lambda r: _meta(r, workload=[1]), ("'workload' must be an object",)),
@@ -345,7 +356,7 @@ BROKEN_APP: dict[str, tuple[str, Callable[[Path], None], tuple[str, ...] | None]
                          ("no tid column",)),
     "meta-phases-a-string": ("meta.json", lambda r: _meta(r, app={"phases": "readrandom"}), ("'app.phases'",)),
     "meta-phase-without-times": ("meta.json", lambda r: _meta(r, app={"phases": [{"phase": "readrandom"}]}),
-                                 ("'app.phases'",)),
+                                 ("meta.json:1: 'app.phases[0].start_ns' is missing",)),
 }
 #: the files each application command reads
 APP_READS = {"appops": ("meta.json", "appops.csv", "cachestat.csv", "nvme.csv"),
@@ -536,16 +547,16 @@ CONFIG = {"format": "ztbp-cache-config/1", "hot_zones": [1]}
 
 @pytest.mark.parametrize(("command", "content", "words"), [
     ("cachesim", b"{not json", ("is not valid JSON",)),
-    ("cachesim", b"[" * 100_000, ("is not valid JSON", "RecursionError")),
+    ("cachesim", b"[" * 100_000, ("nested too deep",)),
     ("cachesim", b"\xff\xfe", ("is not valid JSON",)),
     ("cachesim", json.dumps({**CONFIG, "format": "x"}).encode(), ("'format' must be",)),
-    ("cachesim", json.dumps({**CONFIG, "hot_zones": [2**70]}).encode(), ("'hot_zones' must be",)),
-    ("cachesim", json.dumps({**CONFIG, "hot_zones": [1e300]}).encode(), ("'hot_zones' must be",)),
+    ("cachesim", json.dumps({**CONFIG, "hot_zones": [2**70]}).encode(), ("'hot_zones[0]' is",)),
+    ("cachesim", json.dumps({**CONFIG, "hot_zones": [1e300]}).encode(), ("'hot_zones[0]' is",)),
     ("cachesim", json.dumps({**CONFIG, "hot_zones": [40]}).encode(), ("beyond the device's 32 zones",)),
-    ("conflicts", b"{not json", ("not a zone-to-group table",)),
-    ("conflicts", b"{" * 100_000, ("not a zone-to-group table",)),
-    ("conflicts", json.dumps({"groups": {"1": 2**70}}).encode(), ("groups in [0, 2147483647]",)),
-    ("conflicts", json.dumps({"groups": {str(2**40): 1}}).encode(), ("zones are in [0, 16777215]",)),
+    ("conflicts", b"{not json", ("is not valid JSON",)),
+    ("conflicts", b"{" * 100_000, ("is not valid JSON",)),
+    ("conflicts", json.dumps({"groups": {"1": 2**70}}).encode(), ("'groups.1'", "outside [0, 2147483647]")),
+    ("conflicts", json.dumps({"groups": {str(2**40): 1}}).encode(), ("not a zone id in [0, 16777215]",)),
     ("conflicts", json.dumps({"groups": [1, 2]}).encode(), ("not a zone-to-group table",)),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_a_broken_side_file(base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str,
@@ -601,3 +612,307 @@ def test_the_stages_refuse_what_the_options_refuse(base: Path, tmp_path: Path, v
         with pytest.raises(ZtbpError, match="out of range: give"):
             call(run, value)
             pytest.fail(f"{name} took {value}")
+
+
+# --- tampered files the workbench wrote and reads back ------------------------------------------------------------
+# Every field each file's spec declares (tests/tamper.py): a wrong type, NaN, ±inf, 1e300, -5, removed, zone lists
+# outside the geometry. A tampered number is always refused with one line naming the file, its line and the field,
+# or, where the file can go on (a journal), its record is skipped and counted; never a traceback, and never a verdict
+# computed from a tampered number.
+META_DOC = {"format": "ztbp-run/1", "device": "nvme0n1", "lba_bytes": 4096, "zone_size_lba": 8192,
+            "zone_cap_lba": 8192, "nr_zones": 32, "synthetic": True, "backend": "synth", "complete": True,
+            "created": "2026-01-01T00:00:00Z", "lost_events": {"nvme": 0}, "versions": {"fio": "3.33"},
+            "probes": {"nvme": {"file": "raw/nvme.csv", "version": 1}},
+            "workload": {"name": "paper80", "hot_zones": [1, 7, 11]}, "loop": {"zones_in_force": [1, 7]},
+            "app": {"phases": [{"phase": "load", "start_ns": 1, "end_ns": 2, "db_bench": {}}]},
+            "fio": {"read_ios": 1500, "write_ios": 0, "read_iops": 12_500.0, "write_iops": 0.0, "runtime_ms": 120,
+                    "read_clat_p50_us": 80.0, "read_clat_p90_us": 90.0, "read_clat_p99_us": 120.0}}
+_ROUND = round_entry(1, "nvmevirt", 20_000, [], 16_000.0)
+_SERVICE = {"profile": "zn540", "slow": 10, "cache_entries": 4096, "decomposition": {"statement": "x"},
+            **{arm: {c: {"reads": 100, "hit_ratio": 0.3, "mean_us": 900.0, "measured_mean_us": 1000.0}
+                     for c in ("all", "listed", "other")} for arm in ("off", "on")}}
+LOOP_DOC = {"format": "ztbp-loop/1", "backend": "nvmevirt", "rounds_asked": 9, "min_gain": 0.01, "cache_mib": 64,
+            "page_kib": 4, "stopped": "A/B done", "complete": True, "interrupted": False, "guest_status": 0,
+            "workload": {"name": "paper80", "reads": 20_000, "jobs": 4, "iodepth": 1},
+            "emulator": {"read_service_model": {"profile": "zn540", "slow": 10}},
+            "session": {"setups": 1, "lost": 0}, "rounds": [_ROUND],
+            "ab": {"pairs": 4, "reads_per_block": 3000, "listed": [1, 7], "config": "round-01/c.json",
+                   "order": ["on", "off"], "device_acted": True, "blocks": ab_blocks(0.3), "effects": None,
+                   "service_model": _SERVICE}}
+CONFIG_DOC = {"format": "ztbp-cache-config/1", "hot_zones": [1, 7], "zone_size_lba": 8192, "lba_bytes": 4096,
+              "nr_zones": 32, "zone_scores": [{"zone": 1, "share": 0.3, "reads": 400}], "hot_zones_found": [1, 7],
+              "cache_mib": 64, "recommend": True, "recommend_reason": "x", "min_gain": 0.01, "source_run": "run",
+              "held_out": {"gain": 0.05, "train_share": 0.5, "train_reads": 700, "test_reads": 700},
+              "predicted": {}, "cluster": {}}
+PROFILE_DOC = {"format": "ztbp-profile/1", "zones": [0, 1, 2], "groups": {"0": 0, "1": 0, "2": 1},
+               "matrix": [[1.0, 0.5, None], [0.5, 1.0, 0.9], [None, 0.9, 1.0]],
+               "device": {"name": "nvme0n1", "backend": "synth", "nr_zones": 32, "zone_bytes": 32 << 20},
+               "spec": {"rw": "read", "block_bytes": 4096, "iodepth": 1, "seconds": 1.0, "fresh": False},
+               "timing": {"boot_s": 1.0, "fill_s": 1.0, "measure_s": 1.0, "total_s": 3.0, "measurements": 9,
+                          "fresh_wraps": 0, "budget_exhausted": False},
+               "verdict": {"structure": True, "reason": "x"}, "threshold": 0.9, "threshold_mib": None,
+               "reference": "median", "solo": {"0": 100.0, "1": 100.0, "2": 100.0},
+               "key": {"name": "zn540", "ari_channel": 0.5, "ari_die": 0.5}}
+GROUPS_DOC = {"groups": {"0": 0, "1": 2}}
+
+
+def _ids(cs: list[Case]) -> list[str]:
+    return [c.name for c in cs]
+
+
+def assert_names_the_field(line: str, file: str, case: Case) -> None:
+    """The refusal names the file (and its line, where the file is JSON the workbench wrote) and the field."""
+    assert file in line, (file, line)
+    key = next((str(k) for k in reversed(case.where) if isinstance(k, str)), None)
+    assert key is None or key in line, (key, line)
+
+
+META_CASES = list(cases(META, META_DOC))
+
+
+@pytest.mark.parametrize("case", META_CASES, ids=_ids(META_CASES))
+def test_a_tampered_meta_json(plain: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: Case) -> None:
+    run = fresh_copy(plain, tmp_path)
+    (run / "meta.json").write_text(json.dumps(tampered(META_DOC, case), indent=2))
+    rc, _, err = run_cli(capsys, ["zones", run, "--json"])
+    if expect_refused(META, META_DOC, case):
+        assert_names_the_field(assert_refused(rc, err, "meta.json"), "meta.json", case)
+    else:
+        assert_ok_or_refused(rc, err)
+
+
+LOOP_CASES = list(cases(LOOP, LOOP_DOC))
+
+
+@pytest.mark.parametrize("case", LOOP_CASES, ids=_ids(LOOP_CASES))
+def test_a_tampered_loop_json(tmp_path: Path, capsys: pytest.CaptureFixture[str], case: Case) -> None:
+    """`ztbp compare LOOPDIR` on its A/B blocks: a tampered figure is refused, never compared."""
+    loop = tmp_path / "loop"
+    loop.mkdir()
+    (loop / "loop.json").write_text(json.dumps(tampered(LOOP_DOC, case), indent=1))
+    rc, out, err = run_cli(capsys, ["compare", loop, "--json"])
+    if expect_refused(LOOP, LOOP_DOC, case):
+        assert_names_the_field(assert_refused(rc, err, "loop.json"), "loop.json", case)
+        assert out == ""  # no verdict
+    else:
+        assert_ok_or_refused(rc, err)
+
+
+@pytest.mark.parametrize(("off", "on", "words"), [  # block 0 is pair 1's "on" block (ABBA)
+    (1e-300, 1e300, "'ab.blocks[0].fio.read_iops' is 1e+300, outside [0.001, 1000000000]"),
+    (1e-300, 1000.0, "'ab.blocks[1].fio.read_iops' is 1e-300, outside [0.001, 1000000000]"),
+    (1000.0, True, "'ab.blocks[0].fio.read_iops' must be a number, found true"),
+    (1000.0, float("nan"), "'ab.blocks[0].fio.read_iops' is nan, not a finite number"),
+    (1000.0, "1200", "'ab.blocks[0].fio.read_iops' must be a number, found '1200'"),
+], ids=["1e-300-vs-1e300", "1e-300", "true", "nan", "a-string"])
+def test_compare_on_absurd_block_iops_says_no_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str], off: Any,
+                                                      on: Any, words: str) -> None:
+    doc = copy.deepcopy(LOOP_DOC)
+    for blk in doc["ab"]["blocks"]:
+        blk["fio"]["read_iops"] = on if blk["arm"] == "on" else off
+    (tmp_path / "loop.json").write_text(json.dumps(doc, indent=1))
+    rc, out, err = run_cli(capsys, ["compare", tmp_path])
+    line = assert_refused(rc, err, "loop.json", words)
+    assert re.search(r"loop\.json:\d+: '", line) and "faster" not in out + err and out == ""
+
+
+JOURNAL_T0 = 1.7e9
+
+
+def journal_records() -> list[dict[str, Any]]:
+    """A short session's records as control/watch.py writes them: a hold, an apply and its verify, a hold."""
+    def state(in_force: list[int], applies: list[float]) -> dict[str, Any]:
+        return {"in_force": in_force, "candidate": [], "candidate_streak": 0, "low_gain_streak": 0,
+                "applies": applies, "backoff": [[[2, 5], JOURNAL_T0 + 9000.0]]}
+
+    meta = {"lba_bytes": 4096, "zone_size_lba": 1024, "zone_cap_lba": 1024, "nr_zones": 128}
+    lat = {"in_force": {"reads": 10, "p50_us": 8.0, "p99_us": 9.0, "mean_us": 8.5}, "other": None}
+    recs: list[dict[str, Any]] = [{"kind": "start", "wall": JOURNAL_T0, "resumed": False, "window": 0, "meta": meta,
+                                   "state": state([], []), "window_commands": 10_000, "window_s": None,
+                                   "warm_up_s": 1.0}]
+    for w, (action, in_force) in enumerate((("hold", []), ("apply", [3, 17]), ("hold", [3, 17]))):
+        wall = JOURNAL_T0 + 600.0 * (w + 1)
+        recs.append({"kind": "window", "wall": wall, "window": w, "t_end": wall, "commands": 10_000, "reads": 9000,
+                     "lost": 0, "late_rows": 0, "hot": [3, 17], "previous_hot": [3, 17], "held_out_gain": 0.05,
+                     "in_force_gain": 0.04, "order_hold_s": 0.5, "read_lat": lat})
+        recs.append({"kind": "decision", "wall": wall, "window": w, "action": action, "reason": "x",
+                     "zones": [3, 17], "state": state(in_force, [JOURNAL_T0 + 1200.0] if in_force else [])})
+        if action == "apply":
+            recs.append({"kind": "apply", "wall": wall, "window": w, "zones": [3, 17], "sent": [3, 17], "ok": True,
+                         "exit_code": 0, "message": None})
+    recs.insert(-1, {"kind": "verify", "wall": JOURNAL_T0 + 1800.0, "window": 2, "zones": [3, 17],
+                     "measured_gain": 0.04, "status_reads_delta": 9000, "reads_traced": 9000, "span_s": 600.0,
+                     "status_matches": True})
+    recs.append({"kind": "rollback", "wall": JOURNAL_T0 + 1900.0, "window": 2, "zones": [3, 17], "reason": "x",
+                 "ok": True, "message": None})
+    recs.append({"kind": "stop", "wall": JOURNAL_T0 + 2000.0, "windows": 3, "commands": 30_000, "lost": 0,
+                 "late_rows": 0, "in_force": [], "why": "the source ended"})
+    return recs
+
+
+JOURNAL = journal_records()
+#: the last decision: what --resume starts from
+LAST_DECISION = max(i for i, r in enumerate(JOURNAL) if r["kind"] == DECISION)
+RESUME_CASES = [c for c in cases(RECORDS[DECISION], JOURNAL[LAST_DECISION]) if c.where[0] != "kind"]
+#: the other records, read by `ztbp report JOURNAL`: one record of each kind
+REPORT_CASES = [(i, c) for i, r in enumerate(JOURNAL) if i in {next(j for j, x in enumerate(JOURNAL)
+                                                                     if x["kind"] == r["kind"])}
+                for c in cases(RECORDS[r["kind"]], r) if c.where[0] != "kind" and c.what != "10000-zones"]
+
+
+def _write_journal(folder: Path, recs: list[Any]) -> None:
+    folder.mkdir()
+    (folder / "watch.jsonl").write_bytes(b"".join(json.dumps(r).encode() + b"\n" if isinstance(r, dict) else r
+                                                  for r in recs))
+
+
+@pytest.mark.parametrize("case", RESUME_CASES, ids=_ids(RESUME_CASES))
+def test_watch_resumes_from_a_tampered_decision(tmp_path: Path, case: Case) -> None:
+    """The last decision tampered: skipped and counted (the state of the decision before it is resumed), or, when
+    it checks as a record but its state does not fit the device, one line naming the file, its line and the
+    field; never a traceback, never a state taken from a tampered number."""
+    from ztbp.analysis.watch import WatchParams
+    from ztbp.control.watch import Session, WatchRequest
+
+    recs = [*JOURNAL[:LAST_DECISION], tampered(JOURNAL[LAST_DECISION], case)]
+    _write_journal(tmp_path / "j", recs)
+    meta = JOURNAL[0]["meta"]
+    record_refused = expect_refused(RECORDS[DECISION], JOURNAL[LAST_DECISION], case)
+    state_refused = not record_refused and expect_refused(state_spec(meta["nr_zones"]), JOURNAL[LAST_DECISION]["state"],
+                                                          Case(case.where[1:], case.what, case.value, None)) \
+        if case.where[0] == "state" and len(case.where) > 1 else False
+    try:
+        s = Session(WatchRequest(dict(meta), WatchParams(), tmp_path / "j", resume=True), _Device())
+    except ZtbpError as e:
+        assert state_refused, f"refused a resumable journal: {e}"
+        assert "\n" not in str(e) and re.search(r"watch\.jsonl:\d+: 'state", str(e)), str(e)
+        return
+    s.journal.close()
+    assert not state_refused
+    if record_refused:
+        assert s.resume_skipped == [len(recs)] and s.state.in_force == (3, 17) and s.window == 3
+    else:
+        assert s.resume_skipped == []
+
+
+def _last_decision(**change: Any) -> bytes:
+    """The last decision's line with `change` (a value None: the field removed)."""
+    rec = {**JOURNAL[LAST_DECISION], **change}
+    return json.dumps({k: v for k, v in rec.items() if v is not None}).encode() + b"\n"
+
+
+#: lines that are no record a session can resume from, in the place of the last decision
+NO_RECORD: dict[str, bytes] = {
+    "not-an-object": b"[1, 2]\n", "not-utf8": b"\xff\xfe\x00 not utf-8\n", "cut": b'{"kind": "decision", "wall": 1',
+    "window-a-string": _last_decision(window="7"), "window-nan": _last_decision(window=math.nan),
+    "window-inf": _last_decision(window=math.inf), "window-1e300": _last_decision(window=1e300),
+    "window-negative": _last_decision(window=-5), "state-a-string": _last_decision(state="none"),
+    "state-missing": _last_decision(state=None),
+    "a-zone-twice": _last_decision(state={**JOURNAL[LAST_DECISION]["state"], "in_force": [3, 3]}),
+}
+
+
+@pytest.mark.parametrize("bad", NO_RECORD.values(), ids=NO_RECORD.keys())
+def test_watch_resume_skips_a_line_that_is_no_record(tmp_path: Path, bad: bytes) -> None:
+    from ztbp.analysis.watch import WatchParams
+    from ztbp.control.watch import Session, WatchRequest
+
+    _write_journal(tmp_path / "j", [*JOURNAL[:LAST_DECISION + 1], bad])
+    s = Session(WatchRequest(dict(JOURNAL[0]["meta"]), WatchParams(), tmp_path / "j", resume=True), _Device())
+    s.journal.close()
+    assert s.resume_skipped == [LAST_DECISION + 2] and s.state.in_force == (3, 17) and s.window == 3
+
+
+@pytest.mark.parametrize(("zones", "words"), [
+    ([3, 200], "'state.in_force[1]' is 200, outside [0, 127]"),
+    (list(range(10_000)), "'state.in_force' holds 10000 items, more than 128"),
+])
+def test_watch_refuses_to_resume_a_set_in_force_outside_the_device(tmp_path: Path, zones: list[int],
+                                                                  words: str) -> None:
+    from ztbp.analysis.watch import WatchParams
+    from ztbp.control.watch import Session, WatchRequest
+
+    last = copy.deepcopy(JOURNAL[LAST_DECISION])
+    last["state"]["in_force"] = zones
+    _write_journal(tmp_path / "j", [*JOURNAL[:LAST_DECISION], last])
+    with pytest.raises(ZtbpError) as e:
+        Session(WatchRequest(dict(JOURNAL[0]["meta"]), WatchParams(), tmp_path / "j", resume=True), _Device())
+    line = str(e.value)
+    assert f"watch.jsonl:{LAST_DECISION + 1}: {words}" in line and "\n" not in line
+
+
+class _Device:
+    """A device that is never asked anything while a session is only opened."""
+
+    def set(self, zones: tuple[int, ...]) -> dict[str, Any]:
+        raise AssertionError("no SET while resuming")
+
+    stop = status = set  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize(("index", "case"), REPORT_CASES, ids=[f"{JOURNAL[i]['kind']}-{c.name}"
+                                                              for i, c in REPORT_CASES])
+def test_a_tampered_record_is_skipped_and_counted_by_the_report(tmp_path: Path, index: int, case: Case) -> None:
+    """What `ztbp report JOURNAL` reads (io/journal.read_records; the page says the lines skipped, as
+    tests/test_watch_report.py shows): the tampered record skipped and counted, every other one read."""
+    from ztbp.io.journal import read_records
+
+    recs = list(JOURNAL)
+    recs[index] = tampered(JOURNAL[index], case)
+    start = [JOURNAL[0]] if index == 0 else []  # a journal without a start is no session: keep one
+    _write_journal(tmp_path / "j", [*start, *recs])
+    records, skipped = read_records(tmp_path / "j")
+    refused = expect_refused(RECORDS[JOURNAL[index]["kind"]], JOURNAL[index], case)
+    assert skipped == ([index + 1 + len(start)] if refused else [])
+    assert len(records) == len(start) + len(recs) - refused
+
+
+CONFIG_CASES = list(cases(CONFIG_SPEC, CONFIG_DOC))
+
+
+@pytest.mark.parametrize("case", CONFIG_CASES, ids=_ids(CONFIG_CASES))
+def test_a_tampered_cache_config(base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: Case) -> None:
+    run = fresh_copy(base, tmp_path)
+    cfg = tmp_path / "cache-config.json"
+    cfg.write_text(json.dumps(tampered(CONFIG_DOC, case), indent=2))
+    rc, _, err = run_cli(capsys, ["cachesim", run, "--config", cfg, "--json", "--no-general"])
+    if expect_refused(CONFIG_SPEC, CONFIG_DOC, case):
+        assert_names_the_field(assert_refused(rc, err, "cache-config.json"), "cache-config.json", case)
+    else:
+        assert_ok_or_refused(rc, err)
+
+
+PROFILE_CASES = list(cases(PROFILE, PROFILE_DOC))
+
+
+@pytest.mark.parametrize("case", PROFILE_CASES, ids=_ids(PROFILE_CASES))
+def test_a_tampered_profile(tmp_path: Path, case: Case) -> None:
+    """The device notebook's profile (present/device_study.profile_for_run): a tampered profile is not shown, and
+    the reason is one line naming the file and the field."""
+    from ztbp.present.device_study import profile_for_run, profile_text
+
+    (tmp_path / "profile.json").write_text(json.dumps(tampered(PROFILE_DOC, case), indent=1))
+    profile, why = profile_for_run(str(tmp_path), {"backend": "synth", "nr_zones": 32, "zone_size_lba": 8192,
+                                                   "lba_bytes": 4096})
+    if expect_refused(PROFILE, PROFILE_DOC, case):
+        assert profile is None and "\n" not in why
+        assert_names_the_field(why, "profile.json", case)
+    else:
+        assert profile is not None or "another device" in why
+        assert profile is None or "interference profile of nvme0n1" in profile_text(profile)  # the notebook's text
+
+
+GROUPS_CASES = list(cases(Z2C, GROUPS_DOC))
+
+
+@pytest.mark.parametrize("case", GROUPS_CASES, ids=_ids(GROUPS_CASES))
+def test_a_tampered_zone_to_group_table(base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                       case: Case) -> None:
+    run = fresh_copy(base, tmp_path)
+    z2c = tmp_path / "z2c.json"
+    z2c.write_text(json.dumps(tampered(GROUPS_DOC, case), indent=1))
+    rc, _, err = run_cli(capsys, ["conflicts", run, "--groups", z2c, "--json", "--max-commands", "500"])
+    if expect_refused(Z2C, GROUPS_DOC, case):
+        assert_names_the_field(assert_refused(rc, err, "z2c.json"), "z2c.json", case)
+    else:
+        assert_ok_or_refused(rc, err)

@@ -280,3 +280,58 @@ def test_whole_cache_sizes_stay_integers_for_ztbp_ctl(paper_runs, tmp_path, caps
     assert main(["cachesim", str(paper_runs["paper80"]), "--cache-mib", "32.5", "--hot-zones", "1", "--json",
                  "--no-general"]) == 0
     assert json.loads(capsys.readouterr().out)["cache_mib"] == 32.5
+
+
+# ---- the cache model's temporary trace is never left behind ------------------------------------------------------
+#: a stand-in libcachesim whose reader says where the trace is and waits (the model running when SIGTERM comes)
+SLOW_LIBCACHESIM = """
+import sys, time, types
+fake = types.ModuleType("libcachesim")
+fake.TraceType = types.SimpleNamespace(ORACLE_GENERAL_TRACE=0)
+def reader(path, kind, **kw):
+    print("TRACE", path, flush=True)
+    time.sleep(60)
+fake.TraceReader = reader
+sys.modules["libcachesim"] = fake
+from ztbp.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_sigterm_removes_the_cache_model_s_temporary_trace(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    write_run(run, "paper80", 20_000, 1)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(Path(__file__).parents[1] / "pipelines")}
+    p = subprocess.Popen([sys.executable, "-c", SLOW_LIBCACHESIM, "cachesim", str(run), "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = p.stdout.readline()  # type: ignore[union-attr]
+        trace = Path(line.split()[1])
+        assert line.startswith("TRACE") and trace.is_file() and trace.parent.parent == tmp
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(60) == 130
+    finally:
+        p.kill()
+    assert "interrupted" in p.stderr.read() and list(tmp.iterdir()) == []  # type: ignore[union-attr]
+
+
+def test_the_next_trace_removes_what_a_killed_process_left(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left = tmp_path / f"{libcachesim.TRACE_DIR_PREFIX}{dead.pid}-abc"
+    left.mkdir()
+    (left / "pages.oracleGeneral.bin").write_bytes(b"x" * 24)
+    mine = tmp_path / f"{libcachesim.TRACE_DIR_PREFIX}{os.getpid()}-def"  # a live process's: kept
+    mine.mkdir()
+    assert libcachesim.sweep_leftovers(tmp_path) == [left]
+    assert not left.exists() and mine.exists()

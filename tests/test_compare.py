@@ -338,6 +338,23 @@ def test_cli_on_synthetic_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "no fio totals" in doc["absent"]["read_iops"]["reason"]
 
 
+@pytest.mark.parametrize("change", [{"zone_size_lba": 4096, "zone_cap_lba": 4096, "nr_zones": 128},
+                                    {"lba_bytes": 512}])
+def test_cli_refuses_runs_of_two_geometries_without_force(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         change: dict) -> None:
+    a, b = _cli_run(tmp_path / "a", 1, 1.0, 6898), _cli_run(tmp_path / "b", 2, 0.5, 5414)
+    meta = json.loads((b / "meta.json").read_text())
+    (b / "meta.json").write_text(json.dumps({**meta, **change}))
+    assert main(["compare", str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a zone id names other blocks in each" in err and "--force" in err
+    assert main(["compare", str(a), str(b), "--force", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["effects"] and "ztbp compare: warning: A has zones of 8192 LBAs" in err
+    assert main(["compare", str(a), "--force"]) == 2  # a loop's A/B blocks share one geometry: no --force there
+    assert "--force: options of two runs" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("args,msg", [(["--blocks", "1"], "--blocks"), (["--blocks", "x"], "--blocks"),
                                       (["--noise-cv", "inf"], "--noise-cv"), (["--noise-cv", "-1"], "--noise-cv"),
                                       (["--listed", "a,b"], "--listed")])

@@ -128,7 +128,19 @@ def test_load_waits_for_the_device_and_unload_removes_it(ko: Path, fake: FakeMac
     with m.loaded(DEV) as appeared:
         assert appeared == 0 and fake.machine.is_block(Path(DEV))
     assert not fake.present.exists()
-    assert fake.lines() == ["modprobe nvme", f"insmod {ko.resolve()} {PARAMS}", "rmmod nvmev"]
+    assert fake.lines() == ["modprobe -- nvme", f"insmod -- {ko.resolve()} {PARAMS}", "rmmod -- nvmev"]
+
+
+def test_a_module_named_like_an_option_reaches_every_command_after_a_double_dash(tmp_path: Path,
+                                                                                fake: FakeMachine) -> None:
+    """`--module ./-f.ko` once ran `rmmod -f` (force-unload every module it names); a `--` ends the options."""
+    ko = tmp_path / "-f.ko"
+    ko.write_bytes(b"\x7fELF")
+    m = DeviceModule(ko).validate()
+    with m.loaded(DEV):
+        pass
+    assert fake.lines() == ["modprobe -- nvme", f"insmod -- {ko.resolve()}", "rmmod -- -f"]
+    assert all(line.split()[1] == "--" for line in fake.lines())
 
 
 def test_a_device_that_never_appears_is_one_error_and_the_module_is_unloaded(ko: Path, tmp_path: Path) -> None:
@@ -139,7 +151,7 @@ def test_a_device_that_never_appears_is_one_error_and_the_module_is_unloaded(ko:
     assert "\n" not in msg and msg.startswith(f"{DEV} did not appear within 2 s after insmod nvmev.ko {PARAMS}")
     assert "insmod said: nvmev: loading out-of-tree module taints kernel." in msg
     assert "the module was unloaded again" in msg
-    assert fake.lines()[-1] == "rmmod nvmev" and fake.now >= 2.0
+    assert fake.lines()[-1] == "rmmod -- nvmev" and fake.now >= 2.0
 
 
 def test_insmod_failing_and_a_module_loaded_already_are_refused(ko: Path, tmp_path: Path) -> None:
@@ -160,7 +172,7 @@ def test_the_module_is_unloaded_when_the_reading_fails(ko: Path, fake: FakeMachi
 
     with pytest.raises(CaptureError), DeviceModule(ko).validate().loaded(DEV):
         check_zoned("/dev/nvme1n1", fake.sysfs)  # not the module's device
-    assert fake.lines()[-1] == "rmmod nvmev" and not fake.present.exists()
+    assert fake.lines()[-1] == "rmmod -- nvmev" and not fake.present.exists()
 
 
 def test_bad_module_options_are_one_line_before_anything_runs(ko: Path, tmp_path: Path,
@@ -222,8 +234,8 @@ def test_capture_host_reads_the_geometry_with_the_module_then_the_script_loads_i
                str(out), "--module", str(ko), "--module-params", PARAMS, "--json"])
     capsys.readouterr()
     assert rc == 0
-    assert fake.lines() == ["modprobe nvme", f"insmod {ko.resolve()} {PARAMS}", f"blkzone report {DEV}",
-                            "rmmod nvmev", "script capture.sh"]
+    assert fake.lines() == ["modprobe -- nvme", f"insmod -- {ko.resolve()} {PARAMS}", f"blkzone report {DEV}",
+                            "rmmod -- nvmev", "script capture.sh"]
     assert seen["ZTBP_KO"] == str(ko.resolve()) and seen["ZTBP_KO_PARAMS"] == PARAMS and seen["ZTBP_DEV"] == DEV
     meta = json.loads((out / "meta.json").read_text())
     assert meta["device_module"] == {"ko": str(ko.resolve()), "params": PARAMS}
@@ -247,8 +259,8 @@ def test_loop_host_reads_the_geometry_with_the_module_and_hands_it_to_loop_sh(
     host_tools(monkeypatch, fake, drive)
     m = DeviceModule(ko, PARAMS).validate()
     assert mod.device_geometry(DEV, fake.sysfs, m) == (4096, 4 << 20, 128, None)
-    assert fake.lines() == ["modprobe nvme", f"insmod {ko.resolve()} {PARAMS}", f"blkzone report {DEV}",
-                            "rmmod nvmev"]
+    assert fake.lines() == ["modprobe -- nvme", f"insmod -- {ko.resolve()} {PARAMS}", f"blkzone report {DEV}",
+                            "rmmod -- nvmev"]
     seen: dict[str, str] = {}
 
     def run_here(script: Path, env: dict[str, str], stop: Path, on_line: Any, after: Any) -> tuple[int, bool]:
@@ -263,8 +275,8 @@ def test_loop_host_reads_the_geometry_with_the_module_and_hands_it_to_loop_sh(
                            backend="host", host_device=DEV, out=str(tmp_path / "loop"), module=m)
     doc = loop.run_loop(req)
     assert doc["interrupted"] is True
-    assert fake.lines()[4:] == ["modprobe nvme", f"insmod {ko.resolve()} {PARAMS}", f"blkzone report {DEV}",
-                                "rmmod nvmev", "script loop.sh"]
+    assert fake.lines()[4:] == ["modprobe -- nvme", f"insmod -- {ko.resolve()} {PARAMS}", f"blkzone report {DEV}",
+                                "rmmod -- nvmev", "script loop.sh"]
     assert seen["ZTBP_KO"] == str(ko.resolve()) and seen["ZTBP_KO_PARAMS"] == PARAMS
     with pytest.raises(loop.LoopError, match="--module is for --host"):
         loop.LoopRequest(workload=WorkloadOptions(name="uniform"), module=m).validate()
@@ -356,11 +368,11 @@ def test_watch_loads_the_module_once_attached_and_unloads_it_before_the_probe_st
                "--module", str(ko), "--module-params", PARAMS])
     out = capsys.readouterr()
     assert rc == 130, out.err
-    insmod = f"insmod {ko.resolve()} {PARAMS}"
-    assert fake.lines() == ["modprobe nvme", insmod, f"blkzone report {DEV}", "rmmod nvmev",  # the geometry
-                            "probe start", "modprobe nvme", insmod,  # attached, then loaded
+    insmod = f"insmod -- {ko.resolve()} {PARAMS}"
+    assert fake.lines() == ["modprobe -- nvme", insmod, f"blkzone report {DEV}", "rmmod -- nvmev",  # the geometry
+                            "probe start", "modprobe -- nvme", insmod,  # attached, then loaded
                             "ctl set",                               # the decision after window 0
-                            "ctl stop", "rmmod nvmev", "probe stop"]  # the end, in this order
+                            "ctl stop", "rmmod -- nvmev", "probe stop"]  # the end, in this order
     assert "device stopped; module nvmev unloaded" in out.out
     recs = read_journal(tmp_path / "j")
     assert recs[0]["meta"]["device_module"] == {"ko": str(ko.resolve()), "params": PARAMS}
@@ -387,8 +399,9 @@ def test_watch_a_module_that_does_not_load_ends_in_one_line_with_the_probe_detac
     assert rc == 2 and len(err) == 1
     assert err[0].startswith(f"ztbp watch: error: {DEV} did not appear within 60 s after insmod nvmev.ko; "
                              "the module was unloaded again")
-    assert fake.lines() == ["modprobe nvme", f"insmod {ko.resolve()}", f"blkzone report {DEV}", "rmmod nvmev",
-                            "probe start", "modprobe nvme", f"insmod {ko.resolve()}", "rmmod nvmev", "probe stop"]
+    insmod = f"insmod -- {ko.resolve()}"
+    assert fake.lines() == ["modprobe -- nvme", insmod, f"blkzone report {DEV}", "rmmod -- nvmev",
+                            "probe start", "modprobe -- nvme", insmod, "rmmod -- nvmev", "probe stop"]
     recs = read_journal(tmp_path / "j")
     assert [r["action"] for r in recs if r["kind"] == "module"] == ["failed"]
     assert recs[-1]["kind"] == "stop" and recs[-1]["why"].startswith(f"error: {DEV} did not appear")

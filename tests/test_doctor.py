@@ -93,6 +93,25 @@ def test_a_zoned_namespace_without_geometry_fails() -> None:
     assert failed(working(namespaces=[replace(ZNS, nr_zones=None)])) == ["namespace"]
 
 
+@pytest.mark.parametrize(("kind", "verdict"), [("folder", OK), ("missing", OK), ("file", FAIL), ("other", FAIL)])
+def test_a_cache_folder_that_is_a_file_fails(kind: str, verdict: str) -> None:
+    f = working(cache_dir="/home/u/.cache/ztbp", cache_kind=kind)
+    assert status(f, "cache") == [verdict] and ready(checks(f)) is (verdict == OK)
+    if verdict == FAIL:
+        assert "set ZTBP_CACHE to a folder" in text(report(f))
+
+
+def test_gather_sees_what_is_at_the_cache_path(tmp_path: Path) -> None:
+    from ztbp.doctor.facts import path_kind
+
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "to-file").symlink_to(tmp_path / "file")
+    assert [path_kind(tmp_path / n) for n in ("file", "dir", "dangling", "to-file", "none")] == \
+        ["file", "folder", "other", "file", "missing"]
+
+
 def test_module_without_btf_fails() -> None:
     assert failed(working(btf_modules={"nvme": False, "nvme_core": True})) == ["nvme-btf"]
 

@@ -191,3 +191,60 @@ def test_fio_v2_waits_that_pass_2_63_ns_are_skipped(tmp_path: Path) -> None:
                    "/dev/nvme0n1 read 4096 4096\n")
     rep = import_trace(src, RunPaths(tmp_path / "r"), "fio-iolog", zone_size_bytes=MIB).as_dict()
     assert rep["rows"] == 1 and rep["skip_reasons"] == {"time (the sum of the waits before it) beyond 2^63 ns": 1}
+
+
+# ---- bounded memory on any input --------------------------------------------------------------------------------
+FORMATS = ("msr", "blkparse", "fio-iolog", "alibaba", "tencent")
+#: a one-line source of zero bytes (sparse: no disk space) far longer than files.MAX_LINE_BYTES
+SPARSE_BYTES = 200 << 20
+RSS_PROBE = ("import resource, sys\nfrom ztbp.cli import main\nrc = main(sys.argv[1:])\n"
+             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, rc)")
+
+
+def _peak_import(src: Path, out: Path, fmt: str) -> tuple[int, int, str]:
+    """`ztbp import` in a process of its own: its peak resident bytes, exit code and stderr."""
+    import os
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "pipelines")}
+    p = subprocess.run([sys.executable, "-c", RSS_PROBE, "import", str(src), str(out), "--format", fmt,
+                        "--zone-size", "64M"], capture_output=True, text=True, env=env, timeout=600)
+    peak, rc = p.stdout.split()[-2:]
+    return int(peak), int(rc), p.stderr
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_200_mb_line_of_zero_bytes_imports_within_the_memory_bound(tmp_path: Path, fmt: str) -> None:
+    from ztbp.files import LONG_LINE
+    from ztbp.io.importers import IMPORT_RSS_BOUND
+
+    src = tmp_path / "one-line.bin"
+    with src.open("wb") as f:
+        f.truncate(SPARSE_BYTES)
+    peak, rc, err = _peak_import(src, tmp_path / "run", fmt)
+    assert peak < IMPORT_RSS_BOUND, f"{fmt}: peak RSS {peak >> 20} MiB"
+    assert rc == 3 and "Traceback" not in err and f"skipped 1: {{'{LONG_LINE}': 1}}" in err, err
+    assert not (tmp_path / "run" / "raw" / "nvme.csv").exists() and list((tmp_path / "run").rglob("*.tmp")) == []
+
+
+def test_twenty_million_empty_lines_import_within_the_memory_bound(tmp_path: Path) -> None:
+    """Short lines: the memory a chunk needs grows with its lines, so a chunk holds at most MAX_CHUNK_LINES."""
+    from ztbp.io.importers import IMPORT_RSS_BOUND
+
+    src = tmp_path / "newlines.bin"
+    src.write_bytes(b"\n" * (20 << 20))
+    peak, rc, err = _peak_import(src, tmp_path / "run", "blkparse")
+    assert peak < IMPORT_RSS_BOUND and rc == 3 and "Traceback" not in err, (peak >> 20, err)
+
+
+@pytest.mark.parametrize("chunk", [1 << 20, 64 << 20], ids=["dropped-while-read", "skipped-inside-a-chunk"])
+def test_a_line_too_long_among_good_ones_is_skipped_and_counted(tmp_path: Path, chunk: int) -> None:
+    from ztbp.files import LONG_LINE, MAX_LINE_BYTES
+
+    good = "128166372003061629,hm,1,Read,3221225472,4096,1000\n"
+    src = tmp_path / "msr.csv"
+    src.write_bytes((good * 3 + "x" * (3 * MAX_LINE_BYTES) + "\n" + good + "y" * (MAX_LINE_BYTES + 5) + "\n" + good
+                     + "z" * (2 * MAX_LINE_BYTES)).encode())
+    rep = import_trace(src, RunPaths(tmp_path / "run"), "msr", zone_size_bytes=64 << 20, chunk_bytes=chunk)
+    assert rep.rows == 5 and rep.lines == 8 and rep.skip_reasons == {LONG_LINE: 3}
+    assert [e["line"] for e in rep.skipped_examples] == [4, 6, 8]

@@ -100,7 +100,7 @@ def test_missing_meta_and_missing_trace(tmp_path: Path, capsys) -> None:
 @pytest.mark.parametrize(("meta", "message"), [
     ({"format": "ztbp-run/2"}, "not supported"),
     ({"format": "something"}, "expected 'ztbp-run/1'"),
-    ({"zone_size_lba": "8192"}, "'zone_size_lba' must be int"),
+    ({"zone_size_lba": "8192"}, "'zone_size_lba' must be an integer"),
     ({"nr_zones": 0}, "'nr_zones' is 0, outside [1, 16777216]"),
 ])
 def test_bad_meta_is_a_clear_error(tmp_path: Path, capsys, meta: dict, message: str) -> None:

@@ -378,8 +378,8 @@ def test_a_module_whose_device_the_driver_gave_up_on_is_loaded_again_at_once(tmp
     res = lib(tmp_path, f'ZTBP_KO=/x/nvmev.ko; ZTBP_KO_PARAMS="cpus=1,2"; module_load "{tmp_path}/nvme0n1"',
               env={"PATH": f"{bindir}:{os.environ['PATH']}", "ZTBP_MODULE_WAIT_S": "3"})
     assert res.returncode == 1
-    assert calls.read_text().splitlines() == ["insmod /x/nvmev.ko cpus=1,2", "rmmod nvmev",
-                                              "insmod /x/nvmev.ko cpus=1,2"]
+    assert calls.read_text().splitlines() == ["insmod -- /x/nvmev.ko cpus=1,2", "rmmod -- nvmev",
+                                              "insmod -- /x/nvmev.ko cpus=1,2"]
     said = [line for line in res.stdout.splitlines() if "gave up" in line or "error" in line]
     assert said == ["ZTBP: stage module the nvme driver gave up on the device before it was ready (1 s after insmod): "
                     "rmmod and insmod again",

@@ -35,7 +35,7 @@ def loop_doc(slow: int, jobs: int, iodepth: int, gain: float, share: float | Non
     return {"format": LOOP_FORMAT, "complete": complete, "rounds": [{"round": 1, "run": "round-01"}],
             "workload": {"name": "paper80", "reads": reads, "jobs": jobs, "iodepth": iodepth},
             "emulator": {"read_service_model": {"profile": "zn540", "slow": slow}},
-            "ab": {"pairs": pairs, "reads_per_block": ab_reads, "effects": ab_effects(ab_blocks(gain, pairs)),
+            "ab": {"pairs": pairs, "reads_per_block": ab_reads, "blocks": ab_blocks(gain, pairs),
                    "service_model": model}}
 
 
@@ -215,9 +215,14 @@ def test_a_tampered_cell_time_is_read_as_untimed(tmp_path: Path, bad: object) ->
     saved = json.loads((req.out / REGIME_FILE).read_text())
     for c in saved["cells"]:
         c["seconds"] = bad
-    (req.out / REGIME_FILE).write_text(json.dumps(saved))
-    again = run_regime(req, run=_no_loop, say=lambda s: None)
+    (req.out / REGIME_FILE).write_text(json.dumps(saved, indent=1))
+    said: list[str] = []
+    again = run_regime(req, run=_no_loop, say=said.append)
     assert [c["how"] for c in again["cells"]] == ["reused"] * 4 and [c["seconds"] for c in again["cells"]] == [None] * 4
+    if bad is not None:  # None is a cell not run: untimed, nothing to say
+        line = next(s for s in said if "not read" in s)
+        assert line.startswith(f"4 cell record(s) of the earlier {REGIME_FILE} not read")
+        assert "'cells[0].seconds'" in line
 
 
 def test_a_finished_cell_of_other_settings_stops_the_sweep_before_any_boot(tmp_path: Path) -> None:
@@ -255,3 +260,46 @@ def test_a_loop_that_recommended_nothing_is_not_measured_with_its_reason(tmp_pat
     doc = run_regime(req, run=plain, say=lambda s: None)
     row = next(r for r in doc["rows"] if r["cell"] == "slow1-4x1")
     assert row["outcome"] == "not measured" and row["error"] == f"no A/B effects (the loop stopped: {stopped})"
+
+
+# ---- a cell's loop.json tampered: its verdict is computed, never read back -----------------------------------------
+NAN_EFFECT = {"mean_a": float("nan"), "mean_b": float("nan"), "change": float("nan"), "change_unit": "%",
+              "ci": [float("nan"), float("nan")], "verdict": "faster", "improved": True}
+CONTRADICTED = {**NAN_EFFECT, "mean_a": 1000.0, "mean_b": 500.0, "change": -50.0, "ci": [-90.0, -10.0]}
+
+
+@pytest.mark.parametrize(("stored", "gain", "outcome"), [
+    ({"effects": {"read_iops": NAN_EFFECT}, "verdict": {"verdict": "faster"}}, 0.0, "vanishes"),
+    ({"effects": {"read_iops": CONTRADICTED}, "verdict": {"verdict": "faster"}}, 0.0, "vanishes"),
+    ({"effects": {"read_iops": CONTRADICTED}, "verdict": {"verdict": "slower"}}, 0.5, "appears"),
+    ({"effects": {"read_iops": "faster"}, "verdict": "appears"}, 0.0, "vanishes"),
+    ("faster", 0.5, "appears"),
+], ids=["nan-effects-said-faster", "minus-50-said-faster", "a-gain-said-slower", "effects-strings",
+        "effects-a-string"])
+def test_a_reused_cell_s_stored_verdict_is_never_printed(tmp_path: Path, stored: Any, gain: float,
+                                                         outcome: str) -> None:
+    req = replace(_request(tmp_path), run_cells=False)
+    doc = loop_doc(10, 4, 1, gain, 0.4)
+    doc["ab"]["effects"] = stored
+    (req.out / "slow10-4x1").mkdir(parents=True)
+    (req.out / "slow10-4x1" / "loop.json").write_text(json.dumps(doc))
+    summary = run_regime(req, run=_no_loop, say=lambda s: None)
+    row = summary["rows"][0]
+    truth = ab_effects(doc["ab"]["blocks"])
+    assert row["outcome"] == outcome and row["verdict"] == truth["verdict"]["verdict"]
+    assert row["read_iops"]["change"] == truth["effects"]["read_iops"]["change"]
+    text = regime_text(summary)
+    assert "-50.0 %" not in text and "nan" not in text
+
+
+def test_a_cell_whose_blocks_are_tampered_is_said_and_not_reused(tmp_path: Path) -> None:
+    req = replace(_request(tmp_path), run_cells=False)
+    doc = loop_doc(10, 4, 1, 0.5, 0.4)
+    doc["ab"]["blocks"][2]["fio"]["read_iops"] = float("nan")
+    (req.out / "slow10-4x1").mkdir(parents=True)
+    (req.out / "slow10-4x1" / "loop.json").write_text(json.dumps(doc, indent=1))
+    said: list[str] = []
+    summary = run_regime(req, run=_no_loop, say=said.append)
+    line = next(s for s in said if s.startswith("cell slow10-4x1: "))
+    assert "loop.json:" in line and "'ab.blocks[2].fio.read_iops' is nan, not a finite number" in line
+    assert summary["rows"] == [] and [c["how"] for c in summary["cells"]][0] == "not run"

@@ -27,7 +27,8 @@ from ztbp.analysis.opcodes import opcode_table
 from ztbp.analysis.params import SWEEP_MIB
 from ztbp.analysis.zones import zone_table
 from ztbp.cli import main
-from ztbp.io.parts import Parts, byte_chunks, ingest_stream, is_fresh
+from ztbp.files import byte_chunks
+from ztbp.io.parts import Parts, ingest_stream, is_fresh
 from ztbp.io.run import load
 from ztbp.paths import TEST_DATA, RunPaths
 from ztbp.stages import streamed
@@ -159,6 +160,24 @@ def test_byte_chunks_cut_at_lines(tmp_path: Path) -> None:
     assert all(c.endswith(b"\n") for c, _ in chunks[:-1]) and chunks[-1][0].endswith(b"tail-no-newline")
     starts = [s for _, s in chunks]
     assert starts[0] == 3 and all(b > a for a, b in zip(starts, starts[1:], strict=False))
+
+
+@pytest.mark.parametrize("max_lines", [1, 7, 1000])
+def test_byte_chunks_hold_at_most_max_lines_and_drop_lines_too_long(tmp_path: Path, max_lines: int) -> None:
+    f = tmp_path / "x.csv"
+    lines = [b"h1", b"h2", *(b"%d,abc" % i for i in range(500)), b"L" * 300, b"" * 3, b"tail"]
+    lines[40:40] = [b"", b"", b"M" * 250]
+    f.write_bytes(b"\n".join(lines))
+    dropped: list[int] = []
+    chunks = list(byte_chunks(f, 64, skip_lines=2, on_long=dropped.append, max_line=200, max_lines=max_lines))
+    assert all(c.count(b"\n") <= max_lines for c, _ in chunks)
+    got = [(first + i, ln) for c, first in chunks for i, ln in enumerate(c.split(b"\n")[: c.count(b"\n") or 1])]
+    body = list(enumerate(lines, start=1))[2:]
+    # every line is given with its number or dropped; a line too long is dropped unless it came whole within one read
+    # (at most max_line + chunk_bytes: the reader skips it by its length)
+    assert sorted(got + [(n, lines[n - 1]) for n in dropped]) == body
+    assert all(len(lines[n - 1]) > 200 for n in dropped) and all(len(ln) <= 200 + 64 for _, ln in got)
+    assert 506 in dropped  # the line of 300 bytes never fits one read
 
 
 def test_cli_stream(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:

@@ -144,6 +144,29 @@ def test_resume_continues_from_the_journal(tmp_path: Path) -> None:
     assert [r["resumed"] for r in starts] == [False, True]
 
 
+def test_a_journal_reached_through_a_symbolic_link_is_refused_unless_asked(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "planted").symlink_to(elsewhere)
+    for folder in (tmp_path / "planted", tmp_path / "planted" / "watch"):
+        with pytest.raises(ZtbpError, match=r"planted is a symbolic link; .*--journal-follow-link"):
+            Session(WatchRequest(META, WatchParams(), folder), FakeDevice())
+    assert list(elsewhere.iterdir()) == []  # nothing written where the link leads
+    s = Session(WatchRequest(META, WatchParams(), tmp_path / "planted", journal_follow_link=True), FakeDevice())
+    s.journal.close()
+    assert (elsewhere / "watch.jsonl").is_file()
+
+
+def test_a_watch_jsonl_that_is_a_symbolic_link_is_never_written_through(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.write_text("")
+    (tmp_path / "j").mkdir()
+    (tmp_path / "j" / "watch.jsonl").symlink_to(target)
+    with pytest.raises(ZtbpError, match=r"watch.jsonl is a symbolic link"):
+        Session(WatchRequest(META, WatchParams(), tmp_path / "j"), FakeDevice())
+    assert target.read_text() == ""
+
+
 def test_a_full_disk_stops_the_journal_with_one_clear_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                               ) -> None:
     calls = {"n": 0}

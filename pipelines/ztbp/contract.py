@@ -4,14 +4,33 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from .errors import FormatError, MissingRunError, ZtbpError
-from .files import make_dir, write_atomic
+from .files import hand_over_tree, make_dir, publish_new, sibling_tmp, write_atomic
 from .paths import RunPaths
-from .units import MAX_ZONES, Bound
+from .schema import (
+    COUNT,
+    IOPS,
+    LATENCY_US,
+    Anything,
+    Flag,
+    Integer,
+    ListOf,
+    MapOf,
+    Number,
+    Record,
+    Text,
+    checked,
+    parse_json,
+    zone_ids,
+    zones_within,
+)
+from .units import MAX_NS, MAX_ZONES, Bound
 
 RUN_FORMAT = "ztbp-run/1"
 CONFIG_FORMAT = "ztbp-cache-config/1"
@@ -29,9 +48,6 @@ OPCODE_OP: dict[int, str] = {
     0x00: "flush", 0x01: "write", 0x02: "read", 0x08: "write_zeroes", 0x09: "dsm",
     0x79: "zone_mgmt_send", 0x7A: "zone_mgmt_recv", 0x7D: "zone_append",
 }
-META_REQUIRED: dict[str, type] = {
-    "format": str, "lba_bytes": int, "zone_size_lba": int, "zone_cap_lba": int, "nr_zones": int,
-}
 #: The geometry a run may have (probes/FORMAT.md): beyond these no device exists, and the analyses would size their
 #: tables by absurd numbers. A zone also stays below MAX_ZONE_BYTES, its capacity within its size.
 META_LIMITS: dict[str, Bound] = {
@@ -41,12 +57,36 @@ META_LIMITS: dict[str, Bound] = {
     "nr_zones": Bound(1, MAX_ZONES, integer=True),
 }
 MAX_ZONE_BYTES = 1 << 48
-#: Optional keys of meta.json the package reads, and the JSON type each must have when present.
-META_OPTIONAL: dict[str, type] = {
-    "device": str, "synthetic": bool, "workload": dict, "lost_events": dict, "probes": dict, "backend": str,
-    "complete": bool, "created": str, "versions": dict, "app": dict, "loop": dict,
-}
-_JSON_NAMES = {str: "a string", bool: "true or false", dict: "an object", list: "a list", int: "an integer"}
+
+
+def _zone_fits(meta: dict[str, Any]) -> tuple[str, str] | None:
+    """A zone's capacity is at most its size, and its size below 2^48 bytes."""
+    if meta["zone_cap_lba"] > meta["zone_size_lba"]:
+        return "zone_cap_lba", (f"is {meta['zone_cap_lba']}, larger than 'zone_size_lba' {meta['zone_size_lba']}: "
+                                "a zone's capacity is at most its size")
+    zone_bytes = meta["zone_size_lba"] * meta["lba_bytes"]
+    if zone_bytes >= MAX_ZONE_BYTES:
+        return "zone_size_lba", (f"is {meta['zone_size_lba']} LBAs of {meta['lba_bytes']} bytes, a zone of "
+                                 f"{zone_bytes} bytes, beyond 2^48 (256 TiB)")
+    return None
+
+
+#: One phase of meta.json's app.phases (ztbp capture-app).
+PHASE = Record({"phase": Text(), "start_ns": Integer(0, MAX_NS - 1), "end_ns": Integer(0, MAX_NS - 1)},
+               {"db_bench": MapOf(Anything())})
+#: fio's totals in meta.json (io/fio.fio_totals): counts, IOPS and latencies, 0 where fio measured none.
+FIO_TOTALS = Record(optional={
+    **{f"{d}_ios": COUNT for d in ("read", "write")}, **{f"{d}_iops": Number(IOPS, or_zero=True) for d in
+                                                        ("read", "write")},
+    "runtime_ms": COUNT, **{f"read_clat_{q}_us": Number(LATENCY_US, or_zero=True) for q in ("p50", "p90", "p99")}})
+#: meta.json (probes/FORMAT.md): the geometry, and the optional keys the package reads with their types.
+META = Record(
+    {"format": Text(), **{k: Number(b) for k, b in META_LIMITS.items()}},
+    {"device": Text(), "synthetic": Flag(), "lost_events": MapOf(COUNT), "probes": MapOf(Anything()),
+     "backend": Text(), "complete": Flag(), "created": Text(), "versions": MapOf(Anything()),
+     "workload": Record(optional={"hot_zones": zone_ids()}), "app": Record(optional={"phases": ListOf(PHASE)}),
+     "loop": Record(optional={"zones_in_force": zone_ids()}), "fio": FIO_TOTALS},
+    (_zone_fits, zones_within("nr_zones", "workload.hot_zones", "loop.zones_in_force")))
 _VERSION_RE = re.compile(r"^# ztbp (?P<probe>[a-z0-9_]+) v(?P<major>\d+)(?:\.(?P<minor>\d+))?\s*$")
 
 
@@ -84,84 +124,20 @@ def read_meta(run: RunPaths) -> dict[str, Any]:
     if not run.meta.is_file():
         raise MissingRunError(f"{run.meta} is missing: every run needs meta.json (see probes/FORMAT.md). "
                               "Was the capture interrupted before it started?")
-    meta = _meta_json(run.meta)
+    meta, text = parse_json(run.meta, FormatError, "fix or re-capture the run")
+    if not isinstance(meta, dict):
+        raise FormatError(f"{run.meta} must hold a JSON object.")
     fmt = meta.get("format")
     if not isinstance(fmt, str) or not fmt.startswith("ztbp-run/"):
         raise FormatError(f"{run.meta}: 'format' is {fmt!r}, expected '{RUN_FORMAT}'.")
     if fmt.split("/", 1)[1].split(".")[0] != RUN_FORMAT.split("/")[1]:
         raise FormatError(f"{run.meta}: run format {fmt!r} is not supported; this ztbp reads '{RUN_FORMAT}'.")
-    for key, typ in META_REQUIRED.items():
-        val = meta.get(key)
-        if not isinstance(val, typ) or isinstance(val, bool):
-            raise FormatError(f"{run.meta}: '{key}' must be {typ.__name__}, found {_shown(val)}.")
-    _check_geometry(run.meta, meta)
-    _check_optional(run.meta, meta)
+    meta = checked(meta, META, run.meta, text, FormatError, "fix meta.json or re-capture the run")
     meta.setdefault("lost_events", {})
     meta.setdefault("synthetic", False)
     meta.setdefault("workload", {})
     meta.setdefault("complete", True)
     return meta
-
-
-def _meta_json(path: Path) -> dict[str, Any]:
-    """meta.json parsed: a JSON object, else a FormatError that says what is wrong with the file."""
-    try:
-        meta = json.loads(path.read_bytes().decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
-        raise FormatError(f"{path} is not valid JSON ({e}). Fix or re-capture the run.") from None
-    except RecursionError:
-        raise FormatError(f"{path}: nested too deep to be a run's meta.json. Fix or re-capture the run.") from None
-    except OSError as e:
-        raise MissingRunError(f"cannot read {path}: {e.strerror}") from None
-    if not isinstance(meta, dict):
-        raise FormatError(f"{path} must hold a JSON object.")
-    return meta
-
-
-def _shown(val: Any) -> str:
-    """A value as an error message shows it: short, its JSON type named."""
-    text = repr(val)
-    return text if len(text) <= 40 else f"{type(val).__name__} {text[:40]}…"
-
-
-def _check_geometry(path: Path, meta: dict[str, Any]) -> None:
-    """The geometry in META_LIMITS: a FormatError naming the key and its range otherwise."""
-    for key, bound in META_LIMITS.items():
-        if not bound.contains(meta[key]):
-            raise FormatError(f"{path}: '{key}' is {meta[key]}, outside {bound}: no zoned device has that; fix "
-                              "meta.json or re-capture the run.")
-    zone_bytes = meta["zone_size_lba"] * meta["lba_bytes"]
-    if zone_bytes >= MAX_ZONE_BYTES:
-        raise FormatError(f"{path}: a zone of {meta['zone_size_lba']} LBAs of {meta['lba_bytes']} bytes is "
-                          f"{zone_bytes} bytes, beyond 2^48 (256 TiB); fix meta.json or re-capture the run.")
-    if meta["zone_cap_lba"] > meta["zone_size_lba"]:
-        raise FormatError(f"{path}: 'zone_cap_lba' {meta['zone_cap_lba']} is larger than 'zone_size_lba' "
-                          f"{meta['zone_size_lba']}; a zone's capacity is at most its size.")
-
-
-def _check_optional(path: Path, meta: dict[str, Any]) -> None:
-    """The optional keys the package reads have their documented types (probes/FORMAT.md)."""
-    for key, typ in META_OPTIONAL.items():
-        if key in meta and not isinstance(meta[key], typ):
-            raise FormatError(f"{path}: '{key}' must be {_JSON_NAMES[typ]}, found {_shown(meta[key])}.")
-    for probe, n in meta.get("lost_events", {}).items():
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise FormatError(f"{path}: 'lost_events' of {probe!r} must be a count (an integer ≥ 0), found "
-                              f"{_shown(n)}.")
-    hot = meta.get("workload", {}).get("hot_zones")
-    if hot is not None and (not isinstance(hot, list) or not all(
-            isinstance(z, int) and not isinstance(z, bool) and 0 <= z < MAX_ZONES for z in hot)):
-        raise FormatError(f"{path}: 'workload.hot_zones' must be a list of zone ids, found {_shown(hot)}.")
-    phases = meta.get("app", {}).get("phases", [])
-    if not isinstance(phases, list) or not all(_is_phase(ph) for ph in phases):
-        raise FormatError(f"{path}: 'app.phases' must be a list of objects with 'phase' (a string), 'start_ns' and "
-                          f"'end_ns' (integers), found {_shown(phases)}.")
-
-
-def _is_phase(ph: Any) -> bool:
-    """One entry of meta.json app.phases (ztbp capture-app)."""
-    return (isinstance(ph, dict) and isinstance(ph.get("phase"), str) and isinstance(ph.get("db_bench", {}), dict)
-            and all(isinstance(ph.get(k), int) and not isinstance(ph.get(k), bool) for k in ("start_ns", "end_ns")))
 
 
 def check_new_run(run: RunPaths, replace: bool) -> None:
@@ -174,9 +150,37 @@ def check_new_run(run: RunPaths, replace: bool) -> None:
         raise ZtbpError(f"{run.root} already holds a run; choose a new directory or pass --force to replace it.")
 
 
+@contextmanager
+def new_run(run: RunPaths, replace: bool) -> Iterator[RunPaths]:
+    """Where a whole run is written (`ztbp synth`, `ztbp import`). With `replace` (--force), the run's own folder,
+    its files replaced. Else a folder beside it that becomes the run when the block ends (files.publish_new: its
+    raw/nvme.csv, then its meta.json, each created new), so a reader never sees half a run and, of two commands
+    that write one new run at the same time, one does and the other gets a ClaimError having written nothing; when
+    the block raises, nothing of it is left."""
+    import shutil
+
+    if replace:
+        yield run
+        return
+    make_dir(run.root.parent)
+    tmp = sibling_tmp(run.root, "new")
+    try:
+        yield RunPaths(tmp)
+        hand_over_tree(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    publish_new(tmp, run.root, ("raw/nvme.csv", "meta.json"))
+
+
+def meta_text(meta: dict[str, Any]) -> str:
+    """meta.json's text, as every writer of it writes it."""
+    return json.dumps(meta, indent=2, sort_keys=False) + "\n"
+
+
 def write_meta(run: RunPaths, meta: dict[str, Any]) -> None:
     make_dir(run.root)
-    write_atomic(run.meta, json.dumps(meta, indent=2, sort_keys=False) + "\n")
+    write_atomic(run.meta, meta_text(meta))
 
 
 def new_meta(*, device: str, lba_bytes: int, zone_size_lba: int, zone_cap_lba: int, nr_zones: int,

@@ -27,6 +27,10 @@ LOCK_NOTICE_S = 3.0
 _HELD: dict[tuple[int, str], int] = {}
 
 
+class ClaimError(ZtbpError):
+    """Another command made the folder first (two commands raced for one name); this one wrote nothing."""
+
+
 # ---- the user behind sudo -----------------------------------------------------------------------------------
 def sudo_owner() -> tuple[int, int] | None:
     """(uid, gid) of the user who ran `sudo` when this process is root under sudo (SUDO_UID set, not 0), else None:
@@ -197,6 +201,28 @@ def locked(lock: Path, what: str, say: Callable[[str], None] = _say) -> Iterator
         os.close(fd)  # drops the flock
 
 
+@contextmanager
+def exclusive(lock: Path, what: str) -> Iterator[None]:
+    """Hold the flock on the file `lock` (made when missing) for the block, or refuse at once with a ClaimError when
+    another process (or thread) holds it: of two commands writing one folder at the same time (a report), the
+    second says so and writes nothing."""
+    import fcntl
+
+    fd = _open_lock(lock)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ClaimError(f"{what} is being written by another command now (it holds {lock}); this one wrote "
+                             "nothing: run it again once that one is done") from None
+        except OSError as e:
+            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP):  # a file system without locks: go on
+                _reraise(e, lock)
+        yield
+    finally:
+        os.close(fd)
+
+
 # ---- whole files --------------------------------------------------------------------------------------------
 def check_target(path: Path) -> Path:
     """`path` as a target an output may replace: missing, or a regular file. A link (even to a regular file) or
@@ -270,6 +296,71 @@ def _swap(new: Path, path: Path, old: Path) -> None:
         raise
 
 
+# ---- names two commands may race for --------------------------------------------------------------------------
+#: the mark a folder claimed with nothing of its own yet holds: a claimed folder is never empty, so no other claim
+#: can take it over (claim_dir)
+CLAIM_MARK = ".ztbp-claimed"
+
+
+def sibling_tmp(path: Path, kind: str = "tmp") -> Path:
+    """A unique, not yet existing name beside `path`: .NAME.<pid>-<random>.KIND."""
+    import secrets
+
+    return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.{kind}")
+
+
+def publish_new(tmp: Path, path: Path, files: tuple[str, ...] = ()) -> None:
+    """Make the folder `tmp` (built beside `path`) appear as `path`, exclusively: in one rename when `path` is
+    missing or an empty folder; when it holds other entries, by linking tmp's `files` (paths inside it, in order)
+    into it, each created new. When another command made `path` (or one of the files) first, a ClaimError and
+    nothing of tmp left in `path`. tmp is removed either way."""
+    import shutil
+
+    try:
+        try:
+            os.rename(tmp, path)
+            return
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                _reraise(e, path, tmp)
+            if not files or not path.is_dir():
+                raise ClaimError(f"{path} was made by another command meanwhile; this one wrote nothing: "
+                                 "choose another name") from None
+        made: list[Path] = []
+        try:
+            for rel in files:
+                make_dir((path / rel).parent)
+                os.link(tmp / rel, path / rel)
+                made.append(path / rel)
+        except FileExistsError:
+            for p in made:
+                p.unlink(missing_ok=True)
+            raise ClaimError(f"{path / rel} was made by another command meanwhile; this one wrote nothing") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def claim_dir(path: Path, first: dict[str, str] | None = None) -> Path:
+    """`path` as a new folder that this command alone owns, holding the files `first` (name -> text) from the moment
+    it appears (CLAIM_MARK when there are none: a claimed folder is never empty); a missing folder or an empty one
+    is taken, one that holds anything is a ClaimError. Of two commands that claim one path at once, exactly one
+    gets it and the other writes nothing."""
+    make_dir(path.parent)
+    tmp = sibling_tmp(path, "claim")
+    try:
+        tmp.mkdir()
+        for name, text in (first or {CLAIM_MARK: ""}).items():
+            (tmp / name).write_text(text)
+        hand_over_tree(tmp)
+    except OSError as e:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        _reraise(e, path, tmp)
+    publish_new(tmp, path)
+    return path
+
+
 def write_atomic(path: Path, data: str | bytes) -> None:
     """Write `path` whole (atomic_writer): a target that exists and is not a regular file (a link, a device, a
     folder) is refused, never replaced."""
@@ -280,6 +371,96 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 def write_json(path: Path, obj: Any) -> None:
     """`obj` as indented JSON, written whole (write_atomic)."""
     write_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")
+
+
+#: The longest line a reader of a trace or a probe file takes (a line of any of them holds under 200 bytes): a longer
+#: one is skipped and counted, never held whole, so the memory a reader needs stays bounded on any input.
+MAX_LINE_BYTES = 1 << 20
+LONG_LINE = f"line longer than {MAX_LINE_BYTES >> 20} MiB"
+#: The most lines one chunk of byte_chunks holds: a reader's memory grows with the lines of a chunk (a frame row, a
+#: regex match per line), so a file of short lines (a gigabyte of newlines) is cut finer than its bytes alone say.
+MAX_CHUNK_LINES = 1 << 20
+
+
+def byte_chunks(path: Path, chunk_bytes: int, skip_lines: int = 0, digest: Any = None,
+                on_long: Callable[[int], None] | None = None, max_line: int = MAX_LINE_BYTES,
+                max_lines: int = MAX_CHUNK_LINES) -> Iterator[tuple[bytes, int]]:
+    """Chunks of whole lines of a file (about chunk_bytes each, at most `max_lines` lines) and the 1-based line
+    number each starts at; `digest` (a hashlib object), when given, is fed every byte of the file read. A line that
+    outgrows `max_line` before its newline arrives is dropped as it is read, never held whole (at most chunk_bytes +
+    max_line of the file are held), and on_long(its line number) is called; a line of that length inside one chunk
+    is left to the reader, which skips it by its length. The `skip_lines` first lines (a header) are read past the
+    same way.
+
+    Only the file's last chunk can lack a trailing newline (a truncated last line)."""
+    feed = digest.update if digest is not None else (lambda _b: None)
+    dropped = on_long or (lambda _n: None)
+    with path.open("rb") as f:
+        line_no = 1
+        for _ in range(skip_lines):
+            got = False
+            while piece := f.readline(max_line):
+                feed(piece)
+                got = True
+                if piece.endswith(b"\n"):
+                    break
+            line_no += got
+        rest, dropping = b"", False
+        while True:
+            buf = f.read(chunk_bytes)
+            feed(buf)
+            if not buf:
+                if dropping:
+                    dropped(line_no)
+                elif rest:
+                    yield rest, line_no
+                return
+            if dropping:  # the rest of a line too long: up to its newline
+                nl = buf.find(b"\n")
+                if nl < 0:
+                    continue
+                dropped(line_no)
+                line_no, dropping, buf = line_no + 1, False, buf[nl + 1:]
+            buf = rest + buf if rest else buf
+            cut = buf.rfind(b"\n")
+            chunk, rest = buf[: cut + 1], buf[cut + 1:]
+            if len(rest) > max_line:
+                rest, dropping = b"", True
+            if chunk:
+                yield from _pieces(chunk, line_no, max_lines)
+                line_no += chunk.count(b"\n")
+
+
+def _pieces(chunk: bytes, first: int, max_lines: int, start: int = 0, end: int | None = None
+            ) -> Iterator[tuple[bytes, int]]:
+    """chunk[start:end] (whole lines starting at line `first`) in pieces of at most `max_lines` lines, halved at a
+    line's end until each holds no more."""
+    end = len(chunk) if end is None else end
+    if chunk.count(b"\n", start, end) <= max_lines:
+        yield (chunk if (start, end) == (0, len(chunk)) else chunk[start:end]), first
+        return
+    mid = chunk.rfind(b"\n", start, (start + end) // 2) + 1
+    if mid <= start:  # the first line reaches past the middle
+        mid = chunk.find(b"\n", start, end) + 1
+    yield from _pieces(chunk, first, max_lines, start, mid)
+    yield from _pieces(chunk, first + chunk.count(b"\n", start, mid), max_lines, mid, end)
+
+
+def bounded_lines(f: BinaryIO, max_bytes: int) -> Iterator[tuple[int, bytes | None]]:
+    """The lines of a binary file as (line number from 1, the line), never more than `max_bytes` of one held: a
+    line longer than that is read past in pieces and given as None (for the reader to skip and count)."""
+    n = 0
+    while True:
+        line = f.readline(max_bytes + 1)
+        if not line:
+            return
+        n += 1
+        if len(line) > max_bytes:
+            while line and not line.endswith(b"\n"):
+                line = f.readline(1 << 20)
+            yield n, None
+        else:
+            yield n, line
 
 
 def read_env(path: Path) -> dict[str, str]:

@@ -217,7 +217,7 @@ module_load() { # DEV: insmod ZTBP_KO with ZTBP_KO_PARAMS, wait until DEV appear
 		gave_up="$(driver_gave_up)"
 		say "stage module insmod $(basename "$ZTBP_KO") ${ZTBP_KO_PARAMS:-}"
 		# shellcheck disable=SC2086  # the parameters are separate words
-		insmod "$ZTBP_KO" ${ZTBP_KO_PARAMS:-} || { say "error insmod failed (see console.log)"; return 1; }
+		insmod -- "$ZTBP_KO" ${ZTBP_KO_PARAMS:-} || { say "error insmod failed (see console.log)"; return 1; }
 		MODULE_LOADED=1
 		failed=""
 		for ((i = 1; i <= wait_s * 10; i++)); do
@@ -232,7 +232,7 @@ module_load() { # DEV: insmod ZTBP_KO with ZTBP_KO_PARAMS, wait until DEV appear
 		[ "$attempt" -eq 1 ] && [ -n "$failed" ] || break
 		say "stage module the nvme driver gave up on the device before it was ready ($((i / 10)) s after insmod):" \
 			"rmmod and insmod again"
-		rmmod "$(basename "$ZTBP_KO" .ko)" || break
+		rmmod -- "$(basename "$ZTBP_KO" .ko)" || break
 		MODULE_LOADED=""
 	done
 	if [ -n "$failed" ]; then
@@ -259,7 +259,7 @@ module_unload() { # rmmod the module loaded by module_load (before any probe is 
 	name="$(basename "$ZTBP_KO" .ko)"
 	say "stage module rmmod $name (before bpftrace stops: its detach needs the module's threads gone)"
 	sync
-	rmmod "$name" || say "error rmmod $name failed"
+	rmmod -- "$name" || say "error rmmod $name failed"
 	MODULE_LOADED=""
 }
 

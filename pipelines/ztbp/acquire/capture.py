@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import devices, paths
-from ..contract import write_meta
+from ..contract import meta_text
 from ..devices import QEMU, Device
 from ..errors import ZtbpError
-from ..files import make_dir
+from ..files import ClaimError, claim_dir
 from ..paths import RunPaths
 from .meta import device_meta, finish_meta
 from .progress import Progress
@@ -38,8 +38,11 @@ class CaptureError(ZtbpError):
 
 
 # ---- run directory ---------------------------------------------------------------------------------------
-def new_run_dir(name: str, out: str | None, error: type[ZtbpError] = CaptureError) -> RunPaths:
-    """`out`, or runs/<UTC timestamp>-<name>: created, and refused (as `error`) when it holds anything."""
+def new_run_dir(name: str, out: str | None, error: type[ZtbpError] = CaptureError,
+                first: dict[str, str] | None = None) -> RunPaths:
+    """`out`, or runs/<UTC timestamp>-<name>: claimed for this command alone (files.claim_dir, holding `first`
+    from the moment it appears), and refused (as `error`) when it holds anything — also when another command
+    claimed it at the same time, in which case this one wrote nothing."""
     if out:
         run = RunPaths(Path(out))
     else:
@@ -47,7 +50,11 @@ def new_run_dir(name: str, out: str | None, error: type[ZtbpError] = CaptureErro
         run = RunPaths(paths.RUNS / f"{stamp}-{name}")
     if run.root.exists() and any(run.root.iterdir()):
         raise error(f"{run.root} already exists and is not empty; choose another --out")
-    make_dir(run.root)
+    try:
+        claim_dir(run.root, first)
+    except ClaimError:
+        raise error(f"{run.root} was made by another command at the same time; this one wrote nothing: choose "
+                    "another --out") from None
     return run
 
 
@@ -55,16 +62,14 @@ def start_run(name: str, out: str | None, meta: dict[str, Any] | None, *, vm: bo
               echo: Callable[[str], None] = print, suite: str | None = None,
               error: type[ZtbpError] = CaptureError) -> RunPaths:
     """The preamble of every capture: the guest image built or reused (`vm`), a new empty run directory (`out`
-    or runs/<stamp>-<name>), and `meta` written first as its meta.json with "complete": false, so an interrupted
-    capture leaves a valid partial run (meta None: a folder of runs, the loop's). Errors are raised as `error`."""
+    or runs/<stamp>-<name>) claimed for this command alone, and `meta` in it from the moment it appears as its
+    meta.json with "complete": false, so an interrupted capture leaves a valid partial run (meta None: a folder
+    of runs, the loop's). Errors are raised as `error`."""
     if vm:
         ensure_image(echo=echo, suite=suite, error=error)
-    run = new_run_dir(name, out, error)
     if meta is not None:
         meta["complete"] = False
-        write_meta(run, meta)
-    return run
-
+    return new_run_dir(name, out, error, None if meta is None else {"meta.json": meta_text(meta)})
 
 
 def write_jobs(wl: Workload, folder: Path) -> tuple[Path, Path | None]:

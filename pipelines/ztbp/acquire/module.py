@@ -126,7 +126,7 @@ class DeviceModule:
         """The nvme driver, loaded before a probe attaches (its functions are the probe's) and before the module
         (nothing else loads it where there is no NVMe drive: it binds the module's device when that appears)."""
         m = m or machine()
-        code, out, err = m.run(["modprobe", "nvme"])
+        code, out, err = m.run(["modprobe", "--", "nvme"])
         if code != 0:
             raise ModuleError(f"modprobe nvme failed ({_said(out, err)}); the module {self.ko.name}'s device needs "
                               "the nvme driver")
@@ -139,7 +139,7 @@ class DeviceModule:
             raise ModuleError(f"the module {self.name} is loaded already: unload it first (rmmod {self.name}); "
                               "--module loads it itself, after the probe has attached")
         self.prepare(m)
-        code, out, err = m.run(["insmod", str(self.ko), *self.words])
+        code, out, err = m.run(["insmod", "--", str(self.ko), *self.words])
         if code != 0:
             raise ModuleError(f"insmod {self.describe()} failed (exit {code}): {_said(out, err)}; {dev} was not "
                               "created")
@@ -153,9 +153,9 @@ class DeviceModule:
             else:
                 return m.clock() - t0
         except KeyboardInterrupt:  # Ctrl-C while waiting: the module does not stay behind
-            m.run(["rmmod", self.name])
+            m.run(["rmmod", "--", self.name])
             raise
-        rc, rout, rerr = m.run(["rmmod", self.name])
+        rc, rout, rerr = m.run(["rmmod", "--", self.name])
         undone = "the module was unloaded again" if rc == 0 else f"rmmod {self.name} failed too: {_said(rout, rerr)}"
         raise ModuleError(f"{dev} did not appear within {timeout_s:g} s after insmod {self.describe()}"
                           f"{f' (insmod said: {said})' if said else ''}; {undone}. Is {dev} the name the module's "
@@ -164,7 +164,7 @@ class DeviceModule:
     def unload(self, m: Machine | None = None) -> None:
         """rmmod NAME; a ModuleError with its message when it fails."""
         m = m or machine()
-        code, out, err = m.run(["rmmod", self.name])
+        code, out, err = m.run(["rmmod", "--", self.name])
         if code != 0:
             raise ModuleError(f"rmmod {self.name} failed (exit {code}): {_said(out, err)}")
 

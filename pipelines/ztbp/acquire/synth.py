@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ..contract import NVME_COLUMNS, NVME_VERSION_LINE, check_new_run, new_meta, write_meta
+from ..contract import NVME_COLUMNS, NVME_VERSION_LINE, check_new_run, new_meta, new_run, write_meta
 from ..errors import ZtbpError
 from ..files import atomic_path, make_dir
 from ..paths import RunPaths
@@ -254,11 +254,20 @@ def add_timing(cmds: pl.DataFrame, seed: int, iops: float = 12_500.0) -> pl.Data
 def write_run(run: Path, pattern: str, reads: int, seed: int, geo: SynthGeometry = SynthGeometry(),
               opts: SynthOptions = SynthOptions(), overwrite: bool = False) -> dict:
     """Write the run: raw/nvme.csv whole, then meta.json. A run already in the directory is refused unless
-    `overwrite` (--force)."""
-    rp = RunPaths(Path(run))
-    check_new_run(rp, overwrite)
+    `overwrite` (--force); without it the run is written beside the directory and appears in it at once, for this
+    command alone (files.publish_new: of two commands that write one new run at the same time, one does and the
+    other writes nothing)."""
+    target = RunPaths(Path(run))
+    check_new_run(target, overwrite)
     p = plan(pattern, geo, opts)
     events = add_timing(synthesize(pattern, reads, seed, geo, opts), seed)
+    with new_run(target, overwrite) as rp:
+        _write(rp, events, pattern, reads, seed, geo, p)
+    return {"run": str(target.root), "pattern": pattern, "commands": events.height, "seed": seed}
+
+
+def _write(rp: RunPaths, events: pl.DataFrame, pattern: str, reads: int, seed: int, geo: SynthGeometry,
+           p: Plan) -> None:
     make_dir(rp.raw)
     # The contract is completion order; synthetic completions keep submission order.
     with atomic_path(rp.nvme_csv) as tmp, tmp.open("x") as f:
@@ -272,4 +281,3 @@ def write_run(run: Path, pattern: str, reads: int, seed: int, geo: SynthGeometry
     )
     meta["lost_events"] = {"nvme": 0}
     write_meta(rp, meta)
-    return {"run": str(rp.root), "pattern": pattern, "commands": events.height, "seed": seed}

@@ -39,6 +39,8 @@ SCALES = ("log", "difference")
 ARMS = ("off", "on")
 #: a time block's latency quantiles of a zone class need this many of its reads; blocks with fewer are left out
 MIN_BLOCK_READS = 10
+#: the largest log ratio whose change in % is a finite float (e^709 is near the largest double)
+MAX_LOG_RATIO = 700.0
 #: the zone classes of the reads, as analysis/loop.latency_split names them
 CLASSES = ("all", "listed", "unlisted")
 
@@ -75,6 +77,9 @@ def _effect(m: Metric, est: float, se: float, df: float, alpha: float, means: tu
             basis: str) -> dict[str, Any]:
     """The effect of `est` (a log ratio or a difference, B - A) with its interval, verdict and line."""
     lo, hi, p = _interval(est, se, df, alpha)
+    if m.scale == "log" and max(abs(lo), abs(hi)) > MAX_LOG_RATIO:
+        raise CompareError(f"{m.label}: the interval of the change spans a factor beyond e^{MAX_LOG_RATIO:g}: the "
+                           "values differ beyond any measure")
     if m.scale == "log":
         change, ci, unit = _pct(est), [_pct(lo), _pct(hi)], "%"
     else:
@@ -126,6 +131,9 @@ def _paired(m: Metric, a: Sequence[Any], b: Sequence[Any], alpha: float) -> dict
     if n < 2:
         raise CompareError(f"{m.label}: {n} pair(s); a paired interval needs at least 2")
     d = [math.log(y / x) if m.scale == "log" else y - x for x, y in zip(xa, xb, strict=True)]
+    if not all(map(math.isfinite, d)):  # finite values whose ratio or difference is not (1e-300 against 1e300)
+        raise CompareError(f"{m.label}: the values of a pair differ beyond any measure (their ratio or difference "
+                           "is not a finite number)")
     on = "log(B/A)" if m.scale == "log" else "B - A"
     means = "geometric" if m.scale == "log" else "arithmetic"
     method = f"paired t interval on {on} per pair, {n - 1} df; {means} means of each arm"

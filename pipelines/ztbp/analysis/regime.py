@@ -3,13 +3,17 @@ queue depth) show the configuration's effect on read IOPS, and how much of the m
 own read model accounts for in each (the regime share: modelled / measured mean device time of a read with the
 configuration off; near 1 the device bounds the run, near 0 queueing and the emulated CPU do).
 
-Pure: each cell's loop.json content in (its A/B effects from analysis/compare.py and its `service_model` from the
-loop's replay of the emulator's model), rows and the cells grouped by outcome out."""
+Pure: each cell's loop.json content in (its A/B blocks, whose effects analysis/compare.py computes here again — a
+verdict stored in the file is never read back —, and its `service_model` from the loop's replay of the emulator's
+model), rows and the cells grouped by outcome out."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from ..errors import CompareError
+from .compare import ab_effects
 
 #: The outcome of a cell by its read IOPS verdict (analysis/compare.py: improved True, None, False).
 APPEARS, VANISHES, OPPOSITE, NOT_MEASURED = "appears", "vanishes", "opposite", "not measured"
@@ -31,10 +35,22 @@ def cell_settings(doc: Mapping[str, Any]) -> dict[str, Any]:
             "profile": model.get("profile"), "slow": model.get("slow")}
 
 
+def cell_effects(doc: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The A/B effects of a cell's loop, computed from its blocks (ab_effects); {"error": why} when there are none
+    to compare (fewer than 2 complete pairs, a block without figures)."""
+    blocks = ((doc or {}).get("ab") or {}).get("blocks")
+    if not blocks:
+        return {"error": "no A/B blocks in its loop.json"}
+    try:
+        res = ab_effects(blocks)
+    except CompareError as e:
+        return {"error": str(e)}
+    return res if res["pairs"] >= 2 else {"error": f"{res['pairs']} complete pair(s) of A/B blocks: 2 are needed"}
+
+
 def cell_finished(doc: Mapping[str, Any]) -> bool:
-    """A loop that ended as asked with its A/B effects computed."""
-    effects = (doc.get("ab") or {}).get("effects")
-    return bool(doc.get("complete")) and isinstance(effects, Mapping) and "error" not in effects
+    """A loop that ended as asked with A/B blocks whose effects can be computed."""
+    return bool(doc.get("complete")) and "error" not in cell_effects(doc)
 
 
 def regime_share(ab: Mapping[str, Any]) -> float | None:
@@ -58,16 +74,15 @@ def cell_row(cell: Mapping[str, Any]) -> dict[str, Any]:
     cell did not finish) or `error` (why)."""
     row: dict[str, Any] = {k: cell.get(k) for k in ("cell", "slow", "jobs", "iodepth")}
     doc = cell.get("loop")
-    res = ((doc or {}).get("ab") or {}).get("effects")
-    if not doc or not isinstance(res, Mapping) or "error" in res:
-        why = cell.get("error") or (res.get("error") if isinstance(res, Mapping) else None)
-        return {**row, "outcome": NOT_MEASURED, "error": why or "no A/B effects in its loop.json"}
-    effects = res.get("effects") or {}
+    res = cell_effects(doc)
+    if not doc or "error" in res:
+        return {**row, "outcome": NOT_MEASURED, "error": cell.get("error") or res["error"]}
+    effects = res["effects"]
     iops = _effect(effects, "read_iops")
     ab = doc["ab"]
     return {**row, "pairs": ab.get("pairs"), "reads_per_block": ab.get("reads_per_block"),
             "read_iops": iops, "device_p50_listed": _effect(effects, "device_p50_listed"),
-            "regime_share": regime_share(ab), "verdict": (res.get("verdict") or {}).get("verdict"),
+            "regime_share": regime_share(ab), "verdict": res["verdict"]["verdict"],
             "outcome": _OUTCOME[iops["improved"]] if iops else NOT_MEASURED}
 
 

@@ -56,9 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def on_sigint(signum: int, frame: Any) -> None:
-    """Ctrl-C: a KeyboardInterrupt, unless one is already on its way. polars passes the signal on to Python after
-    raising its own KeyboardInterrupt for it; raising a second one would break the first's clean-up (a temporary
-    file left) and print a traceback."""
+    """Ctrl-C (or SIGTERM): a KeyboardInterrupt, unless one is already on its way. polars passes the signal on to
+    Python after raising its own KeyboardInterrupt for it; raising a second one would break the first's clean-up (a
+    temporary file left) and print a traceback."""
     if isinstance(sys.exc_info()[1], KeyboardInterrupt):
         return
     raise KeyboardInterrupt
@@ -73,11 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    # Ctrl-C and SIGTERM alike end a command through KeyboardInterrupt, so its clean-up runs (temporary files,
+    # the cache model's trace, locks); a command that needs more sets its own handlers inside
+    previous = {sig: signal.signal(sig, on_sigint) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         return _run(args)
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ from ..analysis.params import COMPARE_BLOCKS, COMPARE_MAX_BLOCKS, RUN_NOISE_CV
 from ..errors import ZtbpError
 
 #: the options of two runs only (a loop's A/B blocks carry their own listed zones and pairs)
-RUN_ONLY = ("listed", "blocks", "noise_cv")
+RUN_ONLY = ("listed", "blocks", "noise_cv", "force")
 
 
 def _number(text: str, flag: str, kind: type, low: float, high: float) -> Any:
@@ -44,6 +44,22 @@ def _listed(args: argparse.Namespace, runs: tuple[Any, Any]) -> tuple[list[int],
     return [], "none given, none in force, no hot zones in meta.json"
 
 
+def _same_geometry(runs: tuple[Any, Any], force: bool) -> None:
+    """Two runs of different zone sizes or LBA sizes: their zone ids and LBAs do not name the same places, so the
+    listed zones of one are other places in the other; refused, or said on stderr with --force."""
+    keys = ("zone_size_lba", "lba_bytes")
+    a, b = ({k: r.meta[k] for k in keys} for r in runs)
+    if a == b:
+        return
+    what = (f"A has zones of {a['zone_size_lba']} LBAs of {a['lba_bytes']} bytes, B of {b['zone_size_lba']} LBAs of "
+            f"{b['lba_bytes']} bytes: a zone id names other blocks in each")
+    if not force:
+        raise ZtbpError(f"{what}; compare runs of one geometry, or pass --force to compare them anyway")
+    import logging
+
+    logging.getLogger("ztbp").warning(f"{what} (compared anyway: --force)")
+
+
 def _two_runs(args: argparse.Namespace) -> dict[str, Any]:
     from ..analysis.compare import run_effect
     from ..io.run import load
@@ -51,6 +67,7 @@ def _two_runs(args: argparse.Namespace) -> dict[str, Any]:
     blocks = COMPARE_BLOCKS if args.blocks is None else _number(args.blocks, "--blocks", int, 2, COMPARE_MAX_BLOCKS)
     noise_cv = RUN_NOISE_CV if args.noise_cv is None else _number(args.noise_cv, "--noise-cv", float, 0.0, 1.0)
     runs = (load(args.a), load(args.b))
+    _same_geometry(runs, args.force)
     listed, source = _listed(args, runs)
     res = run_effect(runs[0].events, runs[1].events, runs[0].meta.get("fio"), runs[1].meta.get("fio"),
                      listed=listed, blocks=blocks, noise_cv=noise_cv)
@@ -59,9 +76,10 @@ def _two_runs(args: argparse.Namespace) -> dict[str, Any]:
 
 def _loop_blocks(path: str, repeats: int | None = None) -> dict[str, Any]:
     from ..analysis.compare import ab_effects, ab_repeats
-    from ..io.loop import is_loop_dir, read_loop
+    from ..io.loop import LOOP_FILE, read_loop
+    from ..paths import resolve_run
 
-    if not is_loop_dir(path):
+    if not (resolve_run(path).root / LOOP_FILE).is_file():  # a loop.json that does not check: read_loop says why
         raise ZtbpError(f"{path} is not a loop directory: give two runs (ztbp compare A B), or one loop directory "
                         "whose loop.json has A/B blocks")
     doc = read_loop(path)
@@ -122,5 +140,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", default=None, metavar="N",
                    help="a loop directory only: cut its pairs into N consecutive groups and compare each on its own "
                         "(repeats of one experiment, e.g. a negative control), with how often each verdict came out")
+    p.add_argument("--force", action="store_true", default=None,
+                   help="two runs only: compare them even when their zone sizes or LBA sizes differ (a zone id then "
+                        "names other blocks in each)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_compare)

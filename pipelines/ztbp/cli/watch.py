@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import time
 from pathlib import Path
@@ -19,23 +18,19 @@ if TYPE_CHECKING:
 
 def _watch(args: argparse.Namespace) -> int:
     from ..control.probe_process import start_stream
-    from . import on_sigint
+    from ..io.journal import journal_dir
 
     module = device_module(args)  # a bad --module / --module-params: one line, before anything is touched
-    # SIGTERM while the analysis loads and warms up (a minute under emulation): an interruption like Ctrl-C, so the
-    # finally below detaches bpftrace (its own session: it outlives a process killed by the default action);
-    # watch_device has handlers of its own from then on
-    previous = signal.signal(signal.SIGTERM, on_sigint)
+    journal_dir(Path(args.journal), args.journal_follow_link, make=False)  # a link where the journal goes: refused
+    # SIGTERM while the analysis loads and warms up (a minute under emulation) is an interruption like Ctrl-C (the
+    # CLI's handler), so the finally below detaches bpftrace (its own session: it outlives a process killed by the
+    # default action); watch_device has handlers of its own from then on.
+    # The device checked and bpftrace started before the analysis loads (numpy, polars, numba): it compiles meanwhile
+    started = start_stream(args.device, module)
     try:
-        # the device checked and bpftrace started before the analysis loads (numpy, polars, numba): it compiles
-        # meanwhile
-        started = start_stream(args.device, module)
-        try:
-            return _session(args, started)
-        finally:
-            started.probe.close()  # whatever happened (watch_device closes it too): never leave bpftrace running
+        return _session(args, started)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        started.probe.close()  # whatever happened (watch_device closes it too): never leave bpftrace running
 
 
 def _session(args: argparse.Namespace, started: Started) -> int:
@@ -49,7 +44,8 @@ def _session(args: argparse.Namespace, started: Started) -> int:
                          page_kib=args.page_kib)
     req = WatchRequest(meta={}, params=params, journal_dir=Path(args.journal), journal_cap_bytes=args.journal_cap,
                        window_commands=args.window_commands, window_s=args.window_s, resume=args.resume,
-                       on_exit=args.on_exit, order_max_s=args.order_max_s)
+                       on_exit=args.on_exit, order_max_s=args.order_max_s,
+                       journal_follow_link=args.journal_follow_link)
 
     def on_window(s: Session) -> None:
         now = time.time()
@@ -106,6 +102,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the journal's folder (default: %(default)s)")
     p.add_argument("--journal-cap", type=BoundedSize("journal-cap"), default=1 << 30, metavar="SIZE",
                    help="size cap of the rolling Parquet journal of raw rows (default: 1G)")
+    p.add_argument("--journal-follow-link", action="store_true",
+                   help="write the journal even where DIR, a folder above it or its watch.jsonl is a symbolic link "
+                        "(refused by default: a planted link would send the journal's writes elsewhere)")
     p.add_argument("--resume", action="store_true", help="continue the session of the journal DIR")
     p.add_argument("--on-exit", choices=("keep", "stop"), default="keep",
                    help="on exit leave the device as it is (keep) or STOP its configuration (default: %(default)s)")

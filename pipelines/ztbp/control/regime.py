@@ -10,7 +10,6 @@ whole after every cell.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -26,6 +25,7 @@ from ..contract import utc_now
 from ..errors import ZtbpError
 from ..files import make_dir, write_json
 from ..io.loop import LOOP_FILE, LoopFileError, read_loop
+from ..schema import Invalid, Maybe, Number, Record, Text, parse_json, refusal, shown
 from ..units import LIMITS, Bound
 from .loop import LoopRequest, run_loop
 
@@ -117,15 +117,18 @@ def plan(req: RegimeRequest) -> list[Cell]:
     return cells
 
 
-def reusable(cell: Cell, root: Path) -> dict[str, Any] | None:
+def reusable(cell: Cell, root: Path, unread: list[str] | None = None) -> dict[str, Any] | None:
     """The cell's finished loop (loop.json's content) when `root` holds one of the same settings; None when there is
-    nothing or a loop left half done; a RegimeError when it holds a finished loop of other settings (a sweep of
-    other settings in the same folder)."""
+    nothing, a loop left half done or a loop.json that cannot be read or does not check (its one line appended to
+    `unread`: the cell is run again, or, summary only, not shown); a RegimeError when it holds a finished loop of
+    other settings (a sweep of other settings in the same folder)."""
     if not (root / LOOP_FILE).is_file():
         return None
     try:
         doc = read_loop(root)
-    except LoopFileError:
+    except LoopFileError as e:
+        if unread is not None:
+            unread.append(f"cell {cell.name}: {e}")
         return None
     if not cell_finished(doc):
         return None
@@ -161,16 +164,35 @@ def _doc(req: RegimeRequest, cells: list[Cell], done: list[dict[str, Any]], runs
 CELL_SECONDS = Bound(0, LIMITS["timeout"].hi, integer=True)
 
 
-def _earlier_runs(path: Path) -> dict[str, int]:
+#: One cell of an earlier regime.json as _doc writes it: its name and the seconds its loop took (None: not run).
+CELL_RECORD = Record({"cell": Text()}, {"seconds": Maybe(Number(CELL_SECONDS))})
+
+
+def _earlier_runs(path: Path) -> tuple[dict[str, int], list[str]]:
     """How many seconds each cell's loop took when an earlier sweep in the same folder ran it, from its
-    regime.json's `seconds` ({} when there is none or it cannot be read; a cell of a regime.json without
-    `seconds`, or with one that is not a whole number of seconds in CELL_SECONDS, counts as not timed)."""
+    regime.json's `seconds`, and a line for each cell record that could not be read (its cell counts as not timed:
+    a time that is not a whole number of seconds in CELL_SECONDS, a record that is not one). A regime.json that is
+    missing gives nothing; one that cannot be read at all, one line."""
+    if not path.exists():
+        return {}, []
     try:
-        cells = json.loads(path.read_text()).get("cells") or []
-        return {c["cell"]: int(c["seconds"]) for c in cells
-                if isinstance(c.get("cell"), str) and CELL_SECONDS.contains(c.get("seconds"))}
-    except (OSError, ValueError, AttributeError, KeyError, TypeError):
-        return {}
+        doc, text = parse_json(path)
+    except ZtbpError as e:
+        return {}, [str(e)]
+    cells = doc.get("cells") if isinstance(doc, dict) else None
+    if not isinstance(cells, list):
+        return {}, [f"{path}: 'cells' must be a list, found {shown(cells)}"]
+    out: dict[str, int] = {}
+    bad: list[str] = []
+    for i, c in enumerate(cells):
+        try:
+            rec = CELL_RECORD.check(c, ("cells", i))
+        except Invalid as e:
+            bad.append(refusal(path, e, text))
+            continue
+        if rec.get("seconds") is not None:
+            out[rec["cell"]] = rec["seconds"]
+    return out, bad
 
 
 def run_regime(req: RegimeRequest, run: Callable[[LoopRequest], dict[str, Any]] = run_loop,
@@ -179,8 +201,13 @@ def run_regime(req: RegimeRequest, run: Callable[[LoopRequest], dict[str, Any]] 
     loop (control.loop.run_loop; a test passes its own)."""
     cells = plan(req)
     make_dir(req.out)
-    found = {c.name: reusable(c, req.out / c.name) for c in cells}  # a conflicting folder stops before any boot
-    before = _earlier_runs(req.out / REGIME_FILE)
+    bad_cells: list[str] = []
+    found = {c.name: reusable(c, req.out / c.name, bad_cells) for c in cells}  # other settings: stop before a boot
+    for line in bad_cells:
+        say(f"{line} (not reused)")
+    before, unread = _earlier_runs(req.out / REGIME_FILE)
+    if unread:
+        say(f"{len(unread)} cell record(s) of the earlier {REGIME_FILE} not read, their cells untimed: {unread[0]}")
     done: list[dict[str, Any]] = []
     how: dict[str, str] = {}
     seconds: dict[str, int] = {}

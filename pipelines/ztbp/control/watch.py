@@ -12,6 +12,7 @@ verifies an apply on the window after it. `--resume` rebuilds the state from the
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -38,21 +39,44 @@ from ..analysis.watch import (
     zone_counts,
 )
 from ..errors import FileSystemError, ZtbpError
-from ..io.journal import APPLY, DECISION, ROLLBACK, START, STOP, VERIFY, WINDOW, Journal, read_journal
+from ..io.journal import (
+    APPLY,
+    DECISION,
+    ROLLBACK,
+    START,
+    STOP,
+    VERIFY,
+    WINDOW,
+    Journal,
+    resume_path,
+    scan_numbered,
+    state_spec,
+)
 from ..io.probe_lines import Batch
+from ..schema import Invalid, refusal
 from .watch_device import Device, answered_ns, sent_zones, status_counters
 
 #: no STATUS answer (yet)
 NO_ANSWER = Counters(None, None, "no STATUS answer")
 
 
-def resumed_state(records: list[dict[str, Any]]) -> tuple[WatchState, int]:
-    """The state the last decision left and the next window's index."""
-    decisions = [r for r in records if r.get("kind") == DECISION]
+def resumed_state(path: Path, meta: dict[str, Any]) -> tuple[WatchState, int, list[int]]:
+    """From a session's watch.jsonl (io/journal.scan_numbered: records that do not check are skipped): the state the
+    last decision left, the next window's index (after the last window a record names) and the lines skipped. A
+    state whose zones lie outside this device's geometry (a journal of another device, or edited) is refused with
+    one line naming the file, its line and the field."""
+    numbered, skipped = scan_numbered(path)
+    seen = [r["window"] for _, r in numbered if r["kind"] in (WINDOW, DECISION)]
+    decisions = [(n, r) for n, r in numbered if r["kind"] == DECISION]
     if not decisions:
-        return WatchState(), 0
-    last = decisions[-1]
-    return WatchState.from_dict(last["state"]), int(last["window"]) + 1
+        return WatchState(), (max(seen) + 1 if seen else 0), skipped
+    n, last = decisions[-1]
+    try:
+        state = state_spec(meta["nr_zones"]).check(last["state"], ("state",))
+    except Invalid as e:
+        raise ZtbpError(refusal(path, e, line=n, what="the journal of another device, or edited: start a new "
+                                "one (--journal)")) from None
+    return WatchState.from_dict(state), max(seen) + 1, skipped
 
 
 # ---- the session -----------------------------------------------------------------------------------------------
@@ -62,6 +86,8 @@ class WatchRequest:
     params: WatchParams = field(default_factory=WatchParams)
     journal_dir: Path = Path("watch")
     journal_cap_bytes: int = 1 << 30
+    #: write the journal through symbolic links (its folder, a folder above it, watch.jsonl): off, a link is refused
+    journal_follow_link: bool = False
     window_commands: int = 100_000
     window_s: float | None = None
     resume: bool = False
@@ -146,10 +172,19 @@ class Session:
         self.cell_lba = meta["zone_size_lba"] // self.params.cells_per_zone
         self.n_cells = meta["nr_zones"] * self.params.cells_per_zone
         self.state, self.window = WatchState(), 0
+        #: the lines of the journal resumed that were skipped (not records, or records that do not check)
+        self.resume_skipped: list[int] = []
         if req.resume:
-            self.state, self.window = resumed_state(read_journal(req.journal_dir))
-        self.journal = Journal(req.journal_dir, req.journal_cap_bytes)
+            path = resume_path(req.journal_dir)
+            self.state, self.window, self.resume_skipped = resumed_state(path, meta)
+            if self.resume_skipped:
+                lines = ", ".join(map(str, self.resume_skipped[:5])) + (", …" if len(self.resume_skipped) > 5 else "")
+                logging.getLogger("ztbp").warning(
+                    f"--resume: {len(self.resume_skipped)} line(s) of {path} skipped (not records, or records "
+                    f"that do not check: line {lines}); resumed from the last decision that does")
+        self.journal = Journal(req.journal_dir, req.journal_cap_bytes, req.journal_follow_link)
         self.journal.write(START, resumed=req.resume, window=self.window, meta=meta,
+                           resume_skipped_lines=len(self.resume_skipped),
                            params=self.params.__dict__, window_commands=req.window_commands, window_s=req.window_s,
                            state=self.state.as_dict(), warm_up_s=req.warm_up_s,
                            order={"min_s": ORDER_MIN_S, "max_s": req.order_max_s, "max_rows": ORDER_MAX_ROWS}

@@ -88,6 +88,10 @@ class Facts:
     cpu_avx: tuple[str, ...] = ()
     #: the polars runtime the analysis will load: "compat", "64", "32", or "" when polars is not installed
     polars_runtime: str = ""
+    #: the project's cache folder (ZTBP_CACHE, else ~/.cache/ztbp) and what is there: "folder", "missing" (made when
+    #: first needed), "file" (a regular file, or a link to one) or "other" (a device, a pipe, a dangling link)
+    cache_dir: str = ""
+    cache_kind: str = "folder"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -201,6 +205,15 @@ AVX_FLAGS = ("avx", "avx2", "fma")
 POLARS_RUNTIMES = (("compat", "_polars_runtime_compat"), ("64", "_polars_runtime_64"), ("32", "_polars_runtime_32"))
 
 
+def path_kind(path: Path) -> str:
+    """What is at `path`: "folder", "missing", "file" or "other" (Facts.cache_kind)."""
+    if path.is_dir():
+        return "folder"
+    if path.is_file():
+        return "file"
+    return "other" if path.is_symlink() or path.exists() else "missing"
+
+
 def cpu(cpuinfo: str | None) -> tuple[str, tuple[str, ...]]:
     """The first CPU's model name and the AVX-family flags it has, from /proc/cpuinfo's text."""
     model, flags = "", set()
@@ -229,7 +242,7 @@ def polars_runtime(find: Callable[[str], object] | None = None) -> str:
 
 def gather(sysfs: Path = Path("/sys"), proc: Path = Path("/proc"), dev_dir: Path = Path("/dev"),
            run: Runner = run_command, which: Which = shutil.which, euid: int | None = None,
-           runs_dir: Path | None = None, ctl: Path | None = None) -> Facts:
+           runs_dir: Path | None = None, ctl: Path | None = None, cache_dir: Path | None = None) -> Facts:
     """The facts of this machine (or of the fake one the arguments describe)."""
     from .. import paths
     from ..writeback.ctl import CTL, missing_tools
@@ -248,6 +261,7 @@ def gather(sysfs: Path = Path("/sys"), proc: Path = Path("/proc"), dev_dir: Path
                   for ns in nvme_namespaces(sysfs)]
     runs = runs_dir if runs_dir is not None else paths.RUNS
     model, avx = cpu(read_text(proc / "cpuinfo"))
+    cache = cache_dir if cache_dir is not None else paths.CACHE
     return Facts(
         kernel=read_text(proc / "sys" / "kernel" / "osrelease") or os.uname().release,
         btf_vmlinux=(sysfs / "kernel" / "btf" / "vmlinux").is_file(),
@@ -261,4 +275,5 @@ def gather(sysfs: Path = Path("/sys"), proc: Path = Path("/proc"), dev_dir: Path
         cap_eff=cap_eff(read_text(proc / "self" / "status")),
         namespaces=namespaces, ctl=ctl_path, ctl_build_missing=missing_tools(which),
         runs_dir=str(runs), free_bytes=free_space(runs),
-        cpu_model=model, cpu_avx=avx, polars_runtime=polars_runtime())
+        cpu_model=model, cpu_avx=avx, polars_runtime=polars_runtime(), cache_dir=str(cache),
+        cache_kind=path_kind(cache))

@@ -193,10 +193,22 @@ def space(f: Facts) -> Check:
     return Check("space", OK, line)
 
 
+def cache(f: Facts) -> Check:
+    """The project's cache folder (ZTBP_CACHE): the guest image, the kernels, ztbp-ctl and numba's compiled
+    functions go there, so a file in its place fails every command that builds or compiles."""
+    if f.cache_kind in ("folder", "missing"):
+        return Check("cache", OK, f"cache folder {f.cache_dir}" + (" (made when first needed)"
+                                                                    if f.cache_kind == "missing" else ""))
+    what = "a file" if f.cache_kind == "file" else "not a folder (a device, a pipe or a dangling link)"
+    return Check("cache", FAIL, f"the cache folder {f.cache_dir} (ZTBP_CACHE, else ~/.cache/ztbp) is {what}: "
+                 "the guest image, ztbp-ctl and numba's compiled functions cannot be kept there",
+                 "set ZTBP_CACHE to a folder, or move that file away")
+
+
 def checks(f: Facts) -> list[Check]:
     """Every verdict on the facts, in the order a person reads them."""
     return [*kernel(f), *bpftrace(f), kprobes(f), *nvme_driver(f), *zoned(f), *protocol(f), ctl(f),
-            permissions(f), *tools(f), space(f), cpu(f)]
+            permissions(f), *tools(f), space(f), cache(f), cpu(f)]
 
 
 #: QEMU names the CPU it emulates (TCG) so in /proc/cpuinfo ("QEMU TCG CPU version 2.5+")

@@ -11,7 +11,7 @@ import polars as pl
 from ..contract import NVME_COLUMNS, OPS, PROBE_FILES, ZONE_ACTIONS
 from ..errors import FormatError, MissingRunError
 from ..paths import RunPaths
-from .rows import RowSpec, RowsReport, read_header, read_rows
+from .rows import RowSpec, RowsReport, file_rows, read_header
 
 _STRINGS = ("op", "path", "flags", "zone_action")
 CAPTURE_APP = "capture an application run with `ztbp capture-app rocksdb`"
@@ -27,19 +27,13 @@ def _read(run: RunPaths, probe: str, spec: RowSpec, what_makes_it: str, file: st
     path = run.probe_csv(file or probe)
     if not path.is_file():
         raise MissingRunError(f"{path} is missing: {what_makes_it}")
-    header, offset = read_header(path, probe, 1, PROBE_FILES[probe][1])
+    header, _ = read_header(path, probe, 1, PROBE_FILES[probe][1])
     if any(c not in header for c in spec.columns):
         raise FormatError(f"{path} has no {spec.columns[-1]} column: operations cannot be attributed by thread. "
                           "Capture with `ztbp capture-app` (its NVMe probe, nvme_zone_stream.bt, records the "
                           "submitting thread).")
-    try:
-        body = path.read_bytes()[offset:]
-    except OSError as e:
-        raise MissingRunError(f"cannot read {path}: {e.strerror}") from None
-    rows = read_rows(body, header, spec, 3)
     report = RowsReport(file=f"raw/{path.name}")
-    report.add(rows)
-    return rows.frame, report
+    return file_rows(path, header, spec, report), report
 
 
 def load_appops(run: RunPaths) -> tuple[pl.DataFrame, RowsReport]:

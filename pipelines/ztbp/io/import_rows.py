@@ -19,6 +19,7 @@ from typing import Any
 import polars as pl
 
 from ..contract import NVME_COLUMNS
+from ..files import LONG_LINE, MAX_LINE_BYTES
 from ..units import MAX_NS
 
 SHOW_SKIPPED = 5
@@ -56,6 +57,11 @@ class ImportReport:
         for line_no, line in bad.select("line_no", "line").head(max(0, room)).iter_rows():
             self.skipped_examples.append({"line": int(line_no), "reason": reason, "text": str(line)[:120]})
 
+    def skip_line(self, line_no: int, reason: str) -> None:
+        """Count one line skipped for `reason` that was never held (a line too long: files.byte_chunks)."""
+        self.lines += 1
+        self.skip_rows(pl.DataFrame({"line_no": [line_no], "line": [""]}), reason)
+
     def ignore(self, what: str, n: int) -> None:
         if n:
             self.ignored[what] = self.ignored.get(what, 0) + int(n)
@@ -83,11 +89,14 @@ class Devices:
                                .alias("nsid"))
 
 
-def split_lines(chunk: bytes, first_line_no: int) -> pl.DataFrame:
+def split_lines(chunk: bytes, first_line_no: int, report: ImportReport) -> pl.DataFrame:
+    """The chunk's lines (line_no, line); a line longer than files.MAX_LINE_BYTES is skipped and counted."""
     text = chunk.decode("utf-8", "replace").split("\n")
     if text and text[-1] == "":
         text.pop()
-    return pl.DataFrame({"line": [t.rstrip("\r") for t in text]}).with_row_index("line_no", offset=first_line_no)
+    lines = pl.DataFrame({"line": [t.rstrip("\r") for t in text]}).with_row_index("line_no", offset=first_line_no)
+    report.lines += lines.height
+    return keep(lines, pl.col("line").str.len_bytes() <= MAX_LINE_BYTES, report, LONG_LINE)
 
 
 def extract(lines: pl.DataFrame, pattern: str, names: list[str]) -> pl.DataFrame:

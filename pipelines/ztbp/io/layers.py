@@ -15,7 +15,7 @@ import polars as pl
 from ..contract import LAYER_MODES, LAYER_OPS, LAYERS_COLUMNS
 from ..errors import FormatError, MissingRunError
 from ..paths import RunPaths
-from .rows import RowSpec, RowsReport, read_header, read_rows
+from .rows import RowSpec, RowsReport, file_rows, read_header
 
 #: What reading raw/layers.csv kept and skipped.
 LayersReadReport = RowsReport
@@ -26,15 +26,9 @@ SPEC = RowSpec(LAYERS_COLUMNS, {c: pl.Int64() for c in LAYERS_COLUMNS if c not i
 
 def read_layers(path: Path) -> tuple[pl.DataFrame, RowsReport]:
     """Read a `# ztbp layers v1` file: typed rows, and a report of the lines that were skipped."""
-    header, offset = read_header(path, "layers", 1, LAYERS_COLUMNS)
-    try:
-        body = path.read_bytes()[offset:]
-    except OSError as e:
-        raise MissingRunError(f"cannot read {path}: {e.strerror}") from None
-    rows = read_rows(body, header, SPEC, 3)
+    header, _ = read_header(path, "layers", 1, LAYERS_COLUMNS)
     rep = RowsReport(file="raw/layers.csv")
-    rep.add(rows)
-    return rows.frame, rep
+    return file_rows(path, header, SPEC, rep), rep
 
 
 def load_layers(run: RunPaths) -> tuple[pl.DataFrame, LayersReadReport]:

@@ -25,16 +25,52 @@ MIN_PAGES: dict[str, int] = dict.fromkeys(("ARC", "LIRS", "S3FIFO", "TwoQ", "WTi
 ORACLE_GENERAL = np.dtype([("time", "<u4"), ("obj_id", "<u8"), ("obj_size", "<u4"), ("next_access", "<i8")])
 
 
+#: the temporary folders of the traces: ztbp-lcs-<pid of the process that made it>-<random>
+TRACE_DIR_PREFIX = "ztbp-lcs-"
+
+
+def sweep_leftovers(root: Path | None = None) -> list[Path]:
+    """Remove the trace folders (TRACE_DIR_PREFIX) in the temporary folder `root` (default: tempfile's) that this
+    user's processes left when they were killed (SIGKILL, a crash: no clean-up ran): those whose process is gone.
+    What was removed."""
+    import shutil
+
+    root = Path(tempfile.gettempdir()) if root is None else root
+    gone = []
+    for d in root.glob(f"{TRACE_DIR_PREFIX}*-*"):
+        pid = d.name.removeprefix(TRACE_DIR_PREFIX).split("-", 1)[0]
+        try:
+            if not pid.isdigit() or d.is_symlink() or d.stat().st_uid != os.getuid() or _alive(int(pid)):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        gone.append(d)
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 @contextmanager
 def oracle_trace(ids: np.ndarray) -> Iterator[Path]:
     """The page ids as a libCacheSim oracleGeneral trace in a temporary file, every page an object of size 1;
-    removed afterwards."""
+    removed afterwards — on an exception, Ctrl-C and SIGTERM alike (the CLI turns both into KeyboardInterrupt) —,
+    and by the next trace made when its process was killed outright (sweep_leftovers)."""
+    sweep_leftovers()
     rows = np.zeros(ids.size, dtype=ORACLE_GENERAL)
     rows["time"] = np.arange(ids.size) // 1000
     rows["obj_id"] = ids.astype(np.uint64) + 1
     rows["obj_size"] = 1
     rows["next_access"] = -1
-    with tempfile.TemporaryDirectory(prefix="ztbp-lcs-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{TRACE_DIR_PREFIX}{os.getpid()}-") as tmp:
         path = Path(tmp) / "pages.oracleGeneral.bin"
         rows.tofile(path)
         yield path

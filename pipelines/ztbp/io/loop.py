@@ -15,9 +15,84 @@ from ..contract import LOOP_FORMAT
 from ..errors import ZtbpError
 from ..files import env_int, hand_over_tree, write_json
 from ..paths import resolve_run
+from ..schema import (
+    COUNT,
+    IOPS,
+    LATENCY_US,
+    RATIO,
+    Anything,
+    Flag,
+    Integer,
+    ListOf,
+    MapOf,
+    Maybe,
+    Number,
+    Record,
+    Text,
+    at_most,
+    checked,
+    parse_json,
+    zone_ids,
+)
+from ..units import LIMITS, Bound
 from .mailbox import Mailbox
 
 LOOP_FILE = "loop.json"
+#: The most rounds a loop runs: round 1 and two blocks per A/B pair (--ab), or --rounds.
+MAX_ROUNDS = int(max(1 + 2 * LIMITS["ab"].hi, LIMITS["rounds"].hi))
+
+# ---- loop.json's shape (schema.py): every figure a reader computes with, checked before it is used -------------
+_LAT = Maybe(Number(LATENCY_US, or_zero=True))
+_RATIO = Maybe(Number(RATIO))
+#: fio's figures of a round or a block (None where fio measured nothing)
+FIO = Record(optional={"read_iops": Maybe(Number(IOPS, or_zero=True)), "p50_us": _LAT, "p99_us": _LAT,
+                       "runtime_ms": Maybe(COUNT)})
+#: the device latency of a round's or a block's reads, all and by zone class (analysis/loop.latency_split)
+LATENCY = MapOf(Maybe(Record(optional={"reads": COUNT, "p50_us": _LAT, "p99_us": _LAT, "mean_us": _LAT})), 8)
+MODEL = Record(optional={"lru": _RATIO, "zone_lru": _RATIO, "sent_zones": zone_ids(), "sent_hit_ratio": _RATIO,
+                         "warm_hit_ratio": _RATIO, "hit_ratio": _RATIO})
+_STATUS = Maybe(Integer(-1, 2**32))
+#: the device's side of a round or a block (analysis/loop.device_figures, with_replay): STATUS's counters, the
+#: reads and hits between two answers and their ratio, the replay of its cache beside them
+DEVICE = Record(optional={"status_before": _STATUS, "status_after": _STATUS, "hits_before": _STATUS,
+                          "hits_after": _STATUS, "status_reads": Maybe(COUNT), "status_hits": Maybe(COUNT),
+                          "hit_ratio": _RATIO, "hit_ratio_note": Maybe(Text()), "replay_reads": Maybe(COUNT),
+                          "replay_hits": Maybe(COUNT), "replay_hit_ratio": _RATIO,
+                          "device_minus_replay": Maybe(Number(Bound(-1, 1))),
+                          "kernel_log_counters": Maybe(Record(optional={
+                              "hits": COUNT, "misses": COUNT, "reads": COUNT, "prints": COUNT,
+                              "hit_ratio": Number(RATIO)}, rules=(at_most("hits", "reads"),)))},
+                rules=(at_most("status_hits", "status_reads"), at_most("replay_hits", "replay_reads")))
+ROUND = Record({"round": Integer(1, MAX_ROUNDS), "run": Text()}, {
+    "complete": Flag(), "zones_in_force": zone_ids(), "rows": COUNT, "read_rows": COUNT, "fio_reads": COUNT,
+    "lost": Maybe(COUNT), "fio": FIO, "latency": LATENCY, "device": DEVICE, "model": MODEL,
+    "measured_gain": Maybe(Number(Bound(-1, 1))),
+    "config": Record(optional={"hot_zones": zone_ids(), "hot_zones_found": zone_ids(), "recommend": Flag(),
+                               "recommend_reason": Text(), "file": Text()}),
+    "decision": Record(optional={"action": Text(), "detail": Text()})})
+#: one A/B block (control/round.py): its pair and arm, and its figures
+BLOCK = Record({"pair": Integer(1, LIMITS["ab"].hi), "arm": Text(("off", "on"))}, {
+    "round": Integer(1, MAX_ROUNDS), "run": Text(), "block": Integer(1, MAX_ROUNDS), "device_holds": Flag(),
+    "trace_complete": Flag(), "fio": FIO, "latency": LATENCY, "device": DEVICE, "model": MODEL})
+_SERVICE_CLASS = Record(optional={"reads": COUNT, "hit_ratio": _RATIO, "mean_us": _LAT, "measured_mean_us": _LAT})
+SERVICE_MODEL = Record(optional={"profile": Text(), "slow": Integer(1, 10**6), "cache_entries": COUNT,
+                                 "off": MapOf(_SERVICE_CLASS, 8), "on": MapOf(_SERVICE_CLASS, 8),
+                                 "decomposition": Record(optional={"statement": Text()})})
+#: loop.json's "ab" section; its stored effects are never read: every reader recomputes them from the blocks
+AB = Record(optional={
+    "pairs": Number(LIMITS["ab"]), "reads_per_block": Number(LIMITS["ab-reads"]), "listed": zone_ids(),
+    "config": Maybe(Text()), "order": ListOf(Text(("off", "on")), MAX_ROUNDS), "device_acted": Flag(),
+    "blocks": ListOf(BLOCK, MAX_ROUNDS), "effects": Anything(), "service_model": Maybe(SERVICE_MODEL)})
+_OPT_INT = Maybe(Integer(0, LIMITS["iodepth"].hi))
+LOOP = Record({"format": Text((LOOP_FORMAT,)), "rounds": ListOf(ROUND, MAX_ROUNDS)}, {
+    "backend": Text(), "rounds_asked": Integer(1, MAX_ROUNDS), "min_gain": Number(LIMITS["min-gain"]),
+    "cache_mib": Number(LIMITS["cache-mib"]), "page_kib": Number(LIMITS["page-kib"]), "stopped": Maybe(Text()),
+    "complete": Flag(), "interrupted": Flag(), "guest_status": Maybe(Integer(-255, 255)),
+    "workload": Record(optional={"name": Text(), "reads": Maybe(Number(LIMITS["reads"])), "jobs": _OPT_INT,
+                                 "iodepth": _OPT_INT}),
+    "emulator": Maybe(Record(optional={"read_service_model": Maybe(Record(optional={
+        "profile": Maybe(Text()), "slow": Maybe(Integer(1, 10**6))}))})),
+    "session": Maybe(MapOf(Maybe(Number(Bound(0, 2**63))), 16)), "ab": AB})
 
 
 class LoopFileError(ZtbpError):
@@ -30,9 +105,10 @@ def is_loop_dir(path: str | os.PathLike[str]) -> bool:
     if not f.is_file():
         return False
     try:
-        return json.loads(f.read_text()).get("format") == LOOP_FORMAT
-    except (OSError, ValueError, AttributeError, RecursionError):
+        doc, _ = parse_json(f)
+    except ZtbpError:
         return False
+    return isinstance(doc, dict) and doc.get("format") == LOOP_FORMAT
 
 
 def is_plain_name(name: object) -> bool:
@@ -59,26 +135,22 @@ def read_loop(path: str | os.PathLike[str]) -> dict[str, Any]:
         hint = (" (it is one round of a loop: give its parent folder)" if (root.parent / LOOP_FILE).is_file()
                 else " (make one with `ztbp loop` / `just loop`)")
         raise LoopFileError(f"{root} is not a loop directory: no {LOOP_FILE}{hint}")
-    try:
-        doc = json.loads(f.read_text())
-    except (ValueError, RecursionError) as e:
-        raise LoopFileError(f"{f} is not valid JSON ({type(e).__name__}); a loop writes it whole after each round: "
-                            "rerun the loop") from None
+    doc, text = parse_json(f, LoopFileError, "a loop writes it whole after each round: rerun the loop")
     if not isinstance(doc, dict) or doc.get("format") != LOOP_FORMAT:
         got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
         raise LoopFileError(f"{f} has format {got!r}, not {LOOP_FORMAT!r}: it was not written by this "
                             "version's `ztbp loop`")
     rounds = doc.get("rounds")
     if not isinstance(rounds, list) or not rounds:
-        raise LoopFileError(f"{f} holds no finished round (stopped: {doc.get('stopped')!r}); see console.log "
-                            "in that folder for what the guest did")
+        raise LoopFileError(f"{f}: 'rounds' holds no finished round (stopped: {doc.get('stopped')!r}); see "
+                            "console.log in that folder for what the guest did")
     for i, e in enumerate(rounds, start=1):
         if not isinstance(e, dict) or e.get("round") != i:
             raise LoopFileError(f"{f}: entry {i} of `rounds` is not round {i}; the file was edited by hand?")
         if not is_plain_name(e.get("run")):
             raise LoopFileError(f"{f}: round {i} names its run {e.get('run')!r}, not the plain name of a folder in "
                                 f"{root} (e.g. round-{i:02d}); fix or remove loop.json")
-    doc = dict(doc)
+    doc = checked(doc, LOOP, f, text, LoopFileError, "a loop writes it whole after each round: rerun the loop")
     doc["dir"] = str(Path(root))
     return doc
 

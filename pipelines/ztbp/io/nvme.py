@@ -20,7 +20,6 @@ import json
 import logging
 import os
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,13 +29,15 @@ import polars as pl
 
 from ..contract import NVME_COLUMNS, OPS, ZONE_ACTIONS, read_meta
 from ..errors import MissingRunError
-from ..files import atomic_writer, locked, make_dir, write_atomic
+from ..files import atomic_writer, byte_chunks, locked, make_dir, write_atomic
 from ..paths import RunPaths, resolve_run
 from ..units import MAX_NS, MAX_ZONES
 from . import stamp as stamps
-from .rows import SHOW_SKIPPED, Rows, RowSpec, examples, read_header, read_rows, reason_counts
+from .rows import SHOW_SKIPPED, Rows, RowSpec, examples, long_lines, read_header, read_rows, reason_counts
 
 log = logging.getLogger("ztbp")
+#: the bytes of raw/nvme.csv parsed at a time (its rows are kept; the text of one chunk at a time)
+CHUNK_BYTES = 128 << 20
 OP_DTYPE = pl.Enum(list(OPS))
 ACTION_DTYPE = pl.Enum([a + s for a in ZONE_ACTIONS if a for s in ("", "_all")] + [""])
 #: Column -> polars type in events.parquet (the op / zone_action enums are applied after validation).
@@ -95,6 +96,10 @@ class IngestReport:
         if rows.careful:
             self.path = "careful"
 
+    def long_line(self, line_no: int) -> None:
+        """Count a line dropped for its length (files.byte_chunks' on_long)."""
+        self.add(Rows(pl.DataFrame(schema=dict.fromkeys(NVME_COLUMNS, pl.String)), long_lines([line_no])))
+
 
 def _validate(df: pl.DataFrame) -> pl.DataFrame:
     """Apply the enum types (the rows are checked: every op and zone_action is in the contract)."""
@@ -150,13 +155,21 @@ def derived_lock(run: RunPaths) -> Iterator[bool]:
         yield waited
 
 
-def _read_source(src: Path) -> tuple[bytes, os.stat_result]:
-    """raw/nvme.csv's bytes and its stat, taken before the read (a file changed meanwhile is ingested again)."""
+def _read_body(src: Path, header: list[str], zone_size_lba: int, report: IngestReport
+               ) -> tuple[pl.DataFrame, os.stat_result, str]:
+    """raw/nvme.csv's rows read chunk by chunk (files.byte_chunks: a line longer than MAX_LINE_BYTES is skipped and
+    counted, never held), its stat taken before the read (a file changed meanwhile is ingested again) and the digest
+    of every byte read."""
+    digest = stamps.hasher()
+    frames = []
     try:
         st = src.stat()
-        return src.read_bytes(), st
+        for chunk, first in byte_chunks(src, CHUNK_BYTES, skip_lines=2, digest=digest, on_long=report.long_line):
+            frames.append(body_rows(chunk, header, zone_size_lba, first, report))
     except OSError as e:
         raise MissingRunError(f"cannot read {src}: {e.strerror}") from None
+    df = pl.concat(frames) if frames else body_rows(b"", header, zone_size_lba, 3, report)
+    return df, st, str(digest.hexdigest())
 
 
 def ingest(run: RunPaths, why: str | None = None) -> IngestReport:
@@ -182,11 +195,9 @@ def _ingest(run: RunPaths, why: str | None) -> IngestReport:
     why = stale_reason(run) if why is None else why
     meta, header, offset, report = open_source(run)
     report.reingest = "" if why == "first ingest" else why
-    data, st = _read_source(run.nvme_csv)
-    with ThreadPoolExecutor(1) as pool:  # the digest (it releases the GIL) while polars parses the same bytes
-        digest = pool.submit(stamps.digest_bytes, data)
-        df = with_zone(body_rows(data[offset:], header, meta["zone_size_lba"], 3, report), meta["zone_size_lba"])
-        set_source_stamp(report, stamps.Stamp.of(st, digest.result()))
+    df, st, digest = _read_body(run.nvme_csv, header, meta["zone_size_lba"], report)
+    df = with_zone(df, meta["zone_size_lba"])
+    set_source_stamp(report, stamps.Stamp.of(st, digest))
     # Probes print in completion order; the contract of events.parquet is submission order.
     df = df.set_sorted("ts_ns") if df["ts_ns"].is_sorted() else df.sort("ts_ns", maintain_order=True)
     report.rows = df.height

@@ -32,7 +32,7 @@ import polars as pl
 
 from ..contract import read_meta
 from ..errors import MissingRunError
-from ..files import atomic_dir
+from ..files import atomic_dir, byte_chunks
 from ..paths import RunPaths, resolve_run
 from . import stamp as stamps
 from .layout import DATASET_FORMAT, DEFAULT_CHUNK_BYTES, DEFAULT_WINDOW_S, DEFAULT_ZONE_PARTS, Layout
@@ -44,38 +44,6 @@ from .nvme import (
     set_source_stamp,
     with_zone,
 )
-
-
-def byte_chunks(path: Path, chunk_bytes: int, skip_lines: int = 0, digest: Any = None
-                ) -> Iterator[tuple[bytes, int]]:
-    """Chunks of whole lines of a file (about chunk_bytes each) and the 1-based line number each starts at;
-    `digest` (a hashlib object), when given, is fed every byte of the file read.
-
-    Only the file's last chunk can lack a trailing newline (a truncated last line)."""
-    feed = digest.update if digest is not None else (lambda _b: None)
-    with path.open("rb") as f:
-        line_no = 1
-        for _ in range(skip_lines):
-            line = f.readline()
-            feed(line)
-            if line:
-                line_no += 1
-        rest = b""
-        while True:
-            buf = f.read(chunk_bytes)
-            feed(buf)
-            if not buf:
-                if rest:
-                    yield rest, line_no
-                return
-            buf = rest + buf if rest else buf
-            cut = buf.rfind(b"\n")
-            if cut < 0:
-                rest = buf
-                continue
-            chunk, rest = buf[: cut + 1], buf[cut + 1:]
-            yield chunk, line_no
-            line_no += chunk.count(b"\n")
 
 
 @dataclass
@@ -140,7 +108,7 @@ def ingest_stream(run: RunPaths, window_s: float = DEFAULT_WINDOW_S, zone_parts:
         st = src.stat()
         digest = stamps.hasher()
         writer = PartsWriter(root, layout, compression)
-        for chunk, first_line in byte_chunks(src, chunk_bytes, skip_lines=2, digest=digest):
+        for chunk, first_line in byte_chunks(src, chunk_bytes, skip_lines=2, digest=digest, on_long=report.long_line):
             df = body_rows(chunk, header, layout.zone_size_lba, first_line, report)
             if df.height:
                 writer.write(df)

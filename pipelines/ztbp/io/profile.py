@@ -8,13 +8,33 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..contract import META_LIMITS
 from ..errors import ProfileError
-from ..files import write_atomic
+from ..files import bounded_lines, write_atomic
 from ..paths import resolve_run
-from ..units import MAX_ZONES
+from ..schema import (
+    COUNT,
+    Flag,
+    Integer,
+    Invalid,
+    ListOf,
+    MapOf,
+    Maybe,
+    Number,
+    Record,
+    Text,
+    Tuple,
+    checked,
+    parse_json,
+    shown,
+    zone_ids,
+)
+from ..units import LIMITS, MAX_ZONES, Bound
 
 PROFILE_FORMAT = "ztbp-profile/1"
 Z2C_FORMAT = "ztbp-z2c/1"
+#: the most zones a profile measures (--max-zones), its matrix one row and one column per zone
+MAX_PROFILE_ZONES = int(LIMITS["max-zones"].hi)
 
 
 def write_profile(out: Path, doc: dict[str, Any]) -> None:
@@ -34,18 +54,47 @@ def write_profile(out: Path, doc: dict[str, Any]) -> None:
     write_atomic(out / "matrix.csv", "\n".join(rows) + "\n")
 
 
+def _square(doc: dict[str, Any]) -> tuple[str, str] | None:
+    """The pair matrix has one row and one column per zone profiled."""
+    n = len(doc["zones"])
+    if len(doc["matrix"]) != n or any(len(row) != n for row in doc["matrix"]):
+        return "matrix", f"is not {n} x {n}: one row and one column per zone of 'zones'"
+    return None
+
+
+_GROUP = Integer(-1, 2**31 - 1)  # -1: unclassified
+_SECONDS = Number(Bound(0, 1e9))
+#: profile.json as control/profile.py writes it: the fields its readers (present/device_study.profile_text) show and
+#: compute with
+PROFILE = Record(
+    {"format": Text((PROFILE_FORMAT,)), "zones": zone_ids(), "groups": MapOf(_GROUP, MAX_ZONES, zone_keys=True),
+     "matrix": ListOf(ListOf(Maybe(Number(Bound(0, 1000))), MAX_PROFILE_ZONES), MAX_PROFILE_ZONES),
+     "device": Record({"name": Text(), "backend": Text(), "nr_zones": Number(META_LIMITS["nr_zones"]),
+                       "zone_bytes": Integer(1, 2**48)}),
+     "spec": Record({"rw": Text(), "block_bytes": Integer(512, 1 << 30), "iodepth": Number(LIMITS["profile-iodepth"]),
+                     "seconds": Number(LIMITS["seconds"])}, {"fresh": Flag()}),
+     "timing": Record({**{k: _SECONDS for k in ("boot_s", "fill_s", "measure_s", "total_s")}, "measurements": COUNT},
+                      {"fresh_wraps": COUNT, "budget_exhausted": Flag()}),
+     "verdict": Record(optional={"structure": Flag(), "reason": Text()}),
+     "threshold": Maybe(Number(LIMITS["threshold"])), "solo": MapOf(Number(Bound(0, 1e7)), MAX_ZONES, zone_keys=True)},
+    {"threshold_mib": Maybe(Number(LIMITS["threshold-mib"])), "reference": Text(),
+     "key": Record({"name": Text(), "ari_channel": Maybe(Number(Bound(-1, 1))),
+                    "ari_die": Maybe(Number(Bound(-1, 1)))})},
+    (_square,))
+#: a zone-to-group table (z2c.json, or the groups of a z2c.csv line by line): zones and non-negative groups
+Z2C = Record({"groups": MapOf(Integer(0, 2**31 - 1), MAX_ZONES, zone_keys=True)})
+Z2C_ROW = Tuple((Integer(0, MAX_ZONES - 1), Integer(0, 2**31 - 1)))
+
+
 def read_profile(folder: str | os.PathLike[str]) -> dict[str, Any]:
-    """profile.json of a `ztbp profile` output folder (or the file itself)."""
+    """profile.json of a `ztbp profile` output folder (or the file itself), checked against PROFILE."""
     path = resolve_run(folder).root
     path = path / "profile.json" if path.is_dir() else path
-    try:
-        doc = json.loads(path.read_bytes())
-    except (OSError, ValueError, RecursionError) as e:
-        raise ProfileError(f"{path}: cannot read a profile ({type(e).__name__}); give the folder `ztbp profile` "
-                           "wrote") from None
+    what = "give the folder `ztbp profile` wrote"
+    doc, text = parse_json(path, ProfileError, what)
     if not isinstance(doc, dict) or doc.get("format") != PROFILE_FORMAT:
         raise ProfileError(f"{path} is not a {PROFILE_FORMAT} document")
-    return doc
+    return checked(doc, PROFILE, path, text, ProfileError, what)
 
 
 def read_z2c(path: str | os.PathLike[str]) -> dict[int, int]:
@@ -55,27 +104,33 @@ def read_z2c(path: str | os.PathLike[str]) -> dict[int, int]:
         path = path / "z2c.json"
     if not path.is_file():
         raise ProfileError(f"{path}: no such file; give the z2c.json (or z2c.csv) a `ztbp profile` wrote")
-    text = path.read_text(errors="replace")
     if path.suffix == ".csv":
-        out: dict[int, int] = {}
-        for n, line in enumerate(text.splitlines()[1:], start=2):
-            parts = line.split(",")
+        return _z2c_csv(path)
+    doc, text = parse_json(path, ProfileError, "give the z2c.json a `ztbp profile` wrote")
+    if not isinstance(doc, dict) or not isinstance(doc.get("groups"), dict):
+        raise ProfileError(f"{path} is not a zone-to-group table (z2c.json with a 'groups' object)")
+    doc = checked(doc, Z2C, path, text, ProfileError, "give the z2c.json a `ztbp profile` wrote")
+    return {int(k): v for k, v in doc["groups"].items()}
+
+
+def _z2c_csv(path: Path) -> dict[int, int]:
+    """A zone,group CSV with a header line, each row checked (Z2C_ROW): one line naming the file and the line."""
+    out: dict[int, int] = {}
+    with path.open("rb") as f:
+        for n, raw in bounded_lines(f, 4096):
+            if n == 1 or (raw is not None and not raw.strip()):
+                continue
+            parts = (raw or b"").decode("utf-8", "replace").strip().split(",")
             try:
-                out[int(parts[0])] = int(parts[1])
-            except (ValueError, IndexError):
-                raise ProfileError(f"{path}:{n}: expected 'zone,group' integers, found {line!r}") from None
-        return _checked_groups(path, out)
-    try:
-        data = json.loads(text)
-        return _checked_groups(path, {int(k): int(v) for k, v in data["groups"].items()})
-    except (KeyError, TypeError, ValueError, AttributeError, RecursionError):
-        raise ProfileError(f"{path} is not a zone-to-group table (z2c.json with a 'groups' object)") from None
+                zone, group = Z2C_ROW.check([_int(p) for p in parts])
+            except Invalid:
+                raise ProfileError(f"{path}:{n}: expected 'zone,group' integers (zones in [0, {MAX_ZONES - 1}], groups "
+                                   f"in [0, {2**31 - 1}]), found {shown((raw or b'(a line too long)')[:80])}") from None
+            out[zone] = group
+    return out
 
 
-def _checked_groups(path: Path, groups: dict[int, int]) -> dict[int, int]:
-    """A zone-to-group table whose zone ids are below MAX_ZONES and groups non-negative 32-bit numbers."""
-    bad = next(((z, g) for z, g in groups.items() if not (0 <= z < MAX_ZONES and 0 <= g < 2**31)), None)
-    if bad is not None:
-        raise ProfileError(f"{path}: zone {bad[0]} -> group {bad[1]}: zones are in [0, {MAX_ZONES - 1}], groups in "
-                           f"[0, {2**31 - 1}]")
-    return groups
+def _int(text: str) -> int | str:
+    """A CSV field as an integer where it is one (else the text, which the row's spec refuses)."""
+    t = text.strip()
+    return int(t) if t.lstrip("-").isdigit() and len(t) < 30 else t

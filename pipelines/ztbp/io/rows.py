@@ -5,7 +5,8 @@ The first two lines are checked: a wrong version line or header is refused with 
 line that does not parse is skipped and counted with its line number and reason — a wrong field count, a field that
 does not fit its column's type (a u64 beyond 2^64, text in a number), an unknown value of an enum column, a line that
 is not UTF-8, a row the reader's own checks refuse, and the file's last line when it has no newline (cut while it
-was written: its last field may be cut too, so it is never taken). Blank lines are counted apart.
+was written: its last field may be cut too, so it is never taken), a line longer than files.MAX_LINE_BYTES (read past,
+never held whole: a file is read in chunks of whole lines). Blank lines are counted apart.
 
 Two paths, one result: polars parses the whole body with the column types (fast); anything it cannot take as it is
 sends the body line by line through the same checks (careful), which keeps every row that parses.
@@ -22,6 +23,7 @@ import polars as pl
 
 from ..contract import parse_version_line
 from ..errors import FormatError, MissingRunError
+from ..files import LONG_LINE, MAX_LINE_BYTES, byte_chunks
 
 #: Skipped lines shown with their number and reason (all of them are counted).
 SHOW_SKIPPED = 5
@@ -80,9 +82,41 @@ class RowsReport:
         room = SHOW_SKIPPED - len(self.first_skipped_lines)
         self.first_skipped_lines += examples(rows.bad, room)
 
+    def long_line(self, line_no: int) -> None:
+        """Count a line dropped for its length (files.byte_chunks' on_long)."""
+        self.add(Rows(pl.DataFrame(), long_lines([line_no])))
+
     def as_dict(self) -> dict[str, Any]:
         return {"file": self.file, "rows": self.rows, "skipped": self.skipped, "blank_lines": self.blank_lines,
                 "reasons": self.reasons, "first_skipped_lines": self.first_skipped_lines}
+
+
+#: the bytes of a probe file parsed at a time (its rows are kept; the text of one chunk at a time)
+CHUNK_BYTES = 128 << 20
+
+
+def long_lines(line_nos: list[int]) -> pl.DataFrame:
+    """Skipped lines (line_no, why) for lines dropped for their length."""
+    return pl.DataFrame({"line_no": line_nos, "why": [LONG_LINE] * len(line_nos)},
+                        schema={"line_no": pl.UInt32, "why": pl.String})
+
+
+def file_rows(path: Path, header: list[str], spec: RowSpec, report: RowsReport) -> pl.DataFrame:
+    """The rows of a probe file's data lines (after its two header lines) under `spec`, read chunk by chunk (a line
+    longer than MAX_LINE_BYTES skipped and counted, never held whole); what is skipped goes to `report`."""
+    frames = []
+    try:
+        for chunk, first in byte_chunks(path, CHUNK_BYTES, skip_lines=2, on_long=report.long_line):
+            rows = read_rows(chunk, header, spec, first)
+            report.add(rows)
+            frames.append(rows.frame)
+    except OSError as e:
+        raise MissingRunError(f"cannot read {path}: {e.strerror}") from None
+    if not frames:
+        rows = read_rows(b"", header, spec, 3)
+        report.add(rows)
+        return rows.frame
+    return pl.concat(frames, how="vertical_relaxed")
 
 
 def reason_counts(bad: pl.DataFrame) -> dict[str, int]:
@@ -101,7 +135,7 @@ def read_header(path: Path, probe: str, version: int, columns: tuple[str, ...], 
     """Check the version line and the header of a probe file; its column names and the byte offset of its body."""
     try:
         with path.open("rb") as f:
-            first, second = f.readline(), f.readline()
+            first, second = f.readline(MAX_LINE_BYTES), f.readline(MAX_LINE_BYTES)
     except OSError as e:
         raise MissingRunError(f"cannot read {path}: {e.strerror}") from None
     if not first:

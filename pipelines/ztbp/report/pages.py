@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import html
 import re
+from contextlib import AbstractContextManager
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ..files import write_atomic
+from ..files import exclusive, make_dir, write_atomic
 
 PLOTLY_JS = "plotly.min.js"
 #: The report's templates: package data (pyproject.toml's package-data), beside this module.
@@ -69,3 +70,9 @@ def write_plotlyjs(out: Path) -> Path:
     if path.is_symlink() or not path.is_file() or path.stat().st_size != len(js.encode()):
         write_atomic(path, js)
     return path
+
+
+def writing(out: Path) -> AbstractContextManager[None]:
+    """The report folder `out` (made when missing) held by this command while it writes there: a second report into
+    the same folder at the same time says so (a ClaimError) and writes nothing."""
+    return exclusive(make_dir(out) / ".lock", f"the report folder {out}")

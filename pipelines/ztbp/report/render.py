@@ -38,7 +38,7 @@ from .notebooks import (
     summary_text,
     title_of,
 )
-from .pages import TEMPLATES, write_plotlyjs
+from .pages import TEMPLATES, write_plotlyjs, writing
 
 
 @contextmanager
@@ -236,12 +236,13 @@ def render(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | No
     nbs = notebooks(only, inputs)
     declared = check_parameters(nbs, parameters, allow_send)
     out = Path(out_dir) if out_dir else REPORTS / rp.run_id
-    pages = _run_pages(nbs, declared, parameters, {"run_dir": str(rp.root.resolve())}, out, f"run {rp.run_id}",
-                       timeout, log, source_prefix + run_source(rp.run_id, meta),
-                       default_jobs() if jobs is None else jobs)
-    trace = timeline_trace(run, out, log) if perfetto else None
-    index = out / "index.html"
-    write_atomic(index, index_html(rp, meta, pages, trace, run_headline(run)))
+    with writing(out):
+        pages = _run_pages(nbs, declared, parameters, {"run_dir": str(rp.root.resolve())}, out, f"run {rp.run_id}",
+                           timeout, log, source_prefix + run_source(rp.run_id, meta),
+                           default_jobs() if jobs is None else jobs)
+        trace = timeline_trace(run, out, log) if perfetto else None
+        index = out / "index.html"
+        write_atomic(index, index_html(rp, meta, pages, trace, run_headline(run)))
     return {"run": rp.run_id, "out": str(out), "index": str(index), "ok": all(p.ok for p in pages), "trace": trace,
             "pages": _pages_json(pages)}
 
@@ -252,7 +253,7 @@ def render_loop(loop_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str
     """The report of a loop directory: the loop notebook(s) and an index with the loop's rounds; with `rounds`,
     each round's run report too (the run notebooks, in round-NN/ of the report folder, linked from the index).
     `only` picks among both: its loop notebooks for the loop's pages, its run notebooks for the rounds'."""
-    from ..io.loop import read_loop, round_dir
+    from ..io.loop import read_loop
 
     doc = read_loop(loop_dir)  # checked before any kernel starts
     root = Path(doc["dir"]).resolve()
@@ -261,8 +262,18 @@ def render_loop(loop_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str
     nbs = [] if loop_only == [] else notebooks(loop_only, (INPUT_LOOP,))
     declared = check_parameters(nbs, parameters, False)
     out = Path(out_dir) if out_dir else REPORTS / root.name
+    with writing(out):
+        return _loop_pages(doc, root, out, nbs, declared, parameters, timeout, log, rounds, round_only,
+                           default_jobs() if jobs is None else max(1, jobs))
+
+
+def _loop_pages(doc: dict[str, Any], root: Path, out: Path, nbs: list[Path], declared: dict[Path, set[str]],
+                parameters: dict[str, Any], timeout: int, log: Callable[[str], None], rounds: bool,
+                round_only: list[str] | None, jobs: int) -> dict[str, Any]:
+    """render_loop's pages, its rounds' reports and its index, written into `out`."""
+    from ..io.loop import round_dir
+
     round_reports = []
-    jobs = default_jobs() if jobs is None else max(1, jobs)
     if rounds:
         from concurrent.futures import ThreadPoolExecutor
 

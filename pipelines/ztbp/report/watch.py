@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ZtbpError
-from ..files import make_dir, write_atomic
+from ..files import write_atomic
 from ..io.journal import JOURNAL, ROWS, part_stats, read_records
 from ..paths import REPORTS
 from ..units import MIB
-from .pages import render_page, write_plotlyjs
+from .pages import render_page, write_plotlyjs, writing
 
 #: skipped line numbers named on the page, at most
 SHOW_SKIPPED = 20
@@ -113,8 +113,9 @@ def render_watch(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str]
     if skipped:
         shown = ", ".join(map(str, skipped[:SHOW_SKIPPED])) + (", …" if len(skipped) > SHOW_SKIPPED else "")
         notes.append(f"{len(skipped)} line{'' if len(skipped) == 1 else 's'} of {JOURNAL} skipped: not a JSON record "
-                     f"(line {shown}); the page reads the {len(records)} others")
-        log(f"report: watch {src.name}: {len(skipped)} line(s) of {JOURNAL} are not JSON records and were skipped")
+                     f"that checks (line {shown}); the page reads the {len(records)} others")
+        log(f"report: watch {src.name}: {len(skipped)} line(s) of {JOURNAL} are not JSON records that check and were "
+            "skipped")
     if bad_parts:
         notes.append(f"{len(bad_parts)} Parquet part{'' if len(bad_parts) == 1 else 's'} of {ROWS}/ could not be "
                      f"read ({', '.join(bad_parts[:SHOW_SKIPPED])}): those windows' commands/s come from the "
@@ -129,13 +130,13 @@ def render_watch(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str]
                pw.latency_figure(windows, events), pw.rate_figure(rates), pw.lost_figure(windows)]
     name = src.resolve().name
     out = Path(out_dir) if out_dir else REPORTS / f"watch-{name}"
-    make_dir(out)
-    write_plotlyjs(out)
     index = out / "index.html"
     page = watch_page(name, meta_line(src, summary, recs), pw.watch_headline(summary, rates, len(skipped), phases),
                       [figure_item(f) for f in figures], list(events.iter_rows(named=True)), notes,
                       pw.phase_rows(phases))
-    write_atomic(index, page)
+    with writing(out):
+        write_plotlyjs(out)
+        write_atomic(index, page)
     return {"run": f"watch-{name}", "out": str(out), "index": str(index), "ok": True, "trace": None, "pages": [],
             "skipped_lines": skipped, "unread_parts": bad_parts,
             "summary": {k: v for k, v in summary.items() if k not in ("meta", "rollback_records")}}

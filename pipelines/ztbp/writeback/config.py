@@ -13,9 +13,27 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.params import ClusterParams
-from ..contract import CONFIG_FORMAT, utc_now
+from ..contract import CONFIG_FORMAT, META_LIMITS, utc_now
 from ..errors import FormatError, ZtbpError
 from ..files import check_target, make_dir, write_atomic
+from ..schema import (
+    COUNT,
+    RATIO,
+    Anything,
+    Flag,
+    Integer,
+    ListOf,
+    MapOf,
+    Maybe,
+    Number,
+    Record,
+    Text,
+    checked,
+    parse_json,
+    zone_ids,
+    zones_within,
+)
+from ..units import LIMITS, MAX_ZONES, Bound
 
 #: The device protocol takes at most this many zones per SET (cdw11..cdw15).
 DEVICE_MAX_ZONES = 5
@@ -91,20 +109,25 @@ def write_config(cfg: dict[str, Any], out: Path) -> Path:
     return out
 
 
+#: cache-config.json (probes/FORMAT.md) as make_config writes it; a hand-made one may hold the format and the zones
+#: alone. Its `recommend` is shown, never trusted: the loop decides from the run's own model.
+CONFIG = Record({"format": Text((CONFIG_FORMAT,)), "hot_zones": ListOf(Integer(0, 2**32 - 1), MAX_ZONES, True)}, {
+    **{k: Number(b) for k, b in META_LIMITS.items() if k != "zone_cap_lba"},
+    "zone_scores": ListOf(Record({"zone": Integer(0, MAX_ZONES - 1)}, {"share": Number(RATIO), "reads": COUNT}),
+                          DEVICE_MAX_ZONES),
+    "hot_zones_found": zone_ids(), "cache_mib": Number(LIMITS["cache-mib"]), "recommend": Flag(),
+    "recommend_reason": Text(), "min_gain": Number(LIMITS["min-gain"]), "source_run": Text(),
+    "held_out": Record(optional={"gain": Maybe(Number(Bound(-1, 1))), "train_share": Number(LIMITS["train-share"]),
+                                 "train_reads": COUNT, "test_reads": COUNT}),
+    "predicted": MapOf(Anything()), "cluster": MapOf(Anything())},
+    (zones_within("nr_zones", "hot_zones", "hot_zones_found"),))
+
+
 def read_config(path: Path) -> dict[str, Any]:
-    """Read a cache-config.json (probes/FORMAT.md)."""
-    try:
-        cfg = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ZtbpError(f"config {path} does not exist; make one with `ztbp config RUN -o {path}`") from None
-    except OSError as e:
-        raise ZtbpError(f"config {path} cannot be read ({e.strerror}); give a cache-config.json file") from None
-    except (ValueError, RecursionError) as e:  # not JSON, not UTF-8, or nested too deep
-        raise FormatError(f"config {path} is not valid JSON ({type(e).__name__}: {str(e)[:80]})") from None
+    """Read a cache-config.json (probes/FORMAT.md), checked against CONFIG."""
+    if not path.exists():
+        raise ZtbpError(f"config {path} does not exist; make one with `ztbp config RUN -o {path}`")
+    cfg, text = parse_json(path, FormatError, "give a cache-config.json that `ztbp config` wrote")
     if not isinstance(cfg, dict) or cfg.get("format") != CONFIG_FORMAT:
         raise FormatError(f"config {path}: 'format' must be '{CONFIG_FORMAT}'")
-    zones = cfg.get("hot_zones")
-    if not isinstance(zones, list) or not all(isinstance(z, int) and not isinstance(z, bool) and 0 <= z < 2**32
-                                              for z in zones):
-        raise FormatError(f"config {path}: 'hot_zones' must be a list of zone ids (non-negative integers)")
-    return cfg
+    return checked(cfg, CONFIG, path, text, FormatError, "give a cache-config.json that `ztbp config` wrote")
