@@ -270,11 +270,12 @@ def _fit(x: np.ndarray, xs: np.ndarray, w: np.ndarray, eps: float, min_samples: 
                 if acc >= min_samples:
                     break
             core[i] = acc >= min_samples
-    # 2. components of the core points (union-find over points): a square's core points at once, then pairs of
-    #    squares — the adjacent ones first, so that most squares two steps apart are already joined
-    parent = np.arange(n)
+    # 2. components of the core points: all core points of a square are within eps of each other, so the
+    #    union-find runs over the squares that hold any; pairs of squares are joined by a pair of their core points
+    #    within eps — the adjacent ones first, so that most squares two steps apart are already joined
+    parent = np.arange(ns)
     ncore = np.zeros(ns, dtype=np.int64)
-    first = np.full(ns, -1, dtype=np.int64)
+    least = np.full(ns, n, dtype=np.int64)  # the smallest index of a core point in each square
     lo = np.full((ns, 2), np.inf)
     hi = np.full((ns, 2), -np.inf)
     for s in range(ns):
@@ -282,10 +283,7 @@ def _fit(x: np.ndarray, xs: np.ndarray, w: np.ndarray, eps: float, min_samples: 
             i = order[a]
             if core[i]:
                 ncore[s] += 1
-                if first[s] < 0:
-                    first[s] = i
-                else:
-                    parent[_find(parent, i)] = _find(parent, first[s])
+                least[s] = min(least[s], i)
                 for d in range(2):
                     lo[s, d] = min(lo[s, d], x[i, d])
                     hi[s, d] = max(hi[s, d], x[i, d])
@@ -299,7 +297,7 @@ def _fit(x: np.ndarray, xs: np.ndarray, w: np.ndarray, eps: float, min_samples: 
                     if (dx == 0 and dy <= 0) or max(dx, abs(dy)) != reach:
                         continue  # each pair of squares once, at its own reach
                     t = _square(keys, (kx + dx) * ny + ky + dy)
-                    if t < 0 or ncore[t] == 0 or _find(parent, first[s]) == _find(parent, first[t]):
+                    if t < 0 or ncore[t] == 0 or _find(parent, s) == _find(parent, t):
                         continue
                     if _gap2(lo, hi, s, 0.0, 0.0, t) > eps2:
                         continue  # the bounding boxes of their core points are too far apart
@@ -317,26 +315,29 @@ def _fit(x: np.ndarray, xs: np.ndarray, w: np.ndarray, eps: float, min_samples: 
                             ddx = x[i, 0] - x[j, 0]
                             ddy = x[i, 1] - x[j, 1]
                             if ddx * ddx + ddy * ddy <= eps2:
-                                parent[_find(parent, i)] = _find(parent, j)
+                                parent[_find(parent, s)] = _find(parent, t)
                                 linked = True
                                 break
                         if linked:
                             break
-    # 3. cluster ids in order of each component's smallest point index
-    labels = np.full(n, -1, dtype=np.int64)
-    root_id = np.full(n, -1, dtype=np.int64)
-    nxt = 0
-    for i in range(n):
-        if core[i]:
-            r = _find(parent, i)
-            if root_id[r] < 0:
-                root_id[r] = nxt
-                nxt += 1
-            labels[i] = root_id[r]
-    sq_label = np.full(ns, -1, dtype=np.int64)
+    # 3. cluster ids in order of each component's smallest core point index (scikit-learn's scan order)
+    low = np.full(ns, n, dtype=np.int64)  # per component (at its root): its smallest core point index
     for s in range(ns):
-        if first[s] >= 0:
-            sq_label[s] = labels[first[s]]
+        if ncore[s]:
+            r = _find(parent, s)
+            low[r] = min(low[r], least[s])
+    roots = np.array([r for r in range(ns) if ncore[r] and _find(parent, r) == r], dtype=np.int64)
+    root_id = np.full(ns, -1, dtype=np.int64)
+    for k, r in enumerate(roots[np.argsort(low[roots])]):
+        root_id[r] = k
+    sq_label = np.full(ns, -1, dtype=np.int64)
+    labels = np.full(n, -1, dtype=np.int64)
+    for s in range(ns):
+        if ncore[s]:
+            sq_label[s] = root_id[_find(parent, s)]
+            for a in range(start[s], start[s + 1]):
+                if core[order[a]]:
+                    labels[order[a]] = sq_label[s]
     # 4. border points: the smallest cluster id among the core points within eps (in square order, as queries)
     m = n - int(ncore.sum())
     if m:

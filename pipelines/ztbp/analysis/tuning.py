@@ -1,10 +1,10 @@
 """Tuning DBSCAN on a run's read cells (ZTBP Alg. 3): every (eps, min_samples) of the grid scored by the two
 validations of analysis/cluster.py's docstring ("Tuning"), the grid widened while the winner sits on its edge.
 
-At drive scale (16,384 zones of 32 cells: 524,288 cells) each split's points are made once per tuning, the grid and
-the held-out cells' places on it once per eps, and the ten splits of one eps are fitted on several threads; the
-scores are taken in the loops' order, so the answer is the one a single thread gives (tests/test_cluster_scale.py
-checks it against a plain reference).
+At drive scale (16,384 zones of 32 cells: 524,288 cells) each split's points are made once per clustering (the
+tuning and its widenings), the grid and the held-out cells' places on it once per eps, and the ten splits of one
+eps are fitted on several threads; the scores are taken in the loops' order, so the answer is the one a single
+thread gives (tests/test_cluster_scale.py checks it against a plain reference).
 """
 
 from __future__ import annotations
@@ -163,20 +163,27 @@ def workers() -> int:
     return max(1, min(int(numba.config.NUMBA_NUM_THREADS), N_SPLITS * len(VALIDATIONS)))
 
 
+def split_points(c: Cells) -> dict[tuple[str, int], tuple[Any, ...]]:
+    """Every split's points (_split_points), by (validation, k): made once for a tuning and its widenings."""
+    n_total = c.counts.sum()
+    return {(v, k): _split_points(c, v, k, n_total) for v in ("kfold", "time") for k in range(N_SPLITS)}
+
+
 def tune(c: Cells, eps_values: list[float], ms_values: list[int], seed: int,
-         on_fit: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
-    """Score every (eps, min_samples) pair by both validations; on_fit(done, total) is called after every fit.
+         on_fit: Callable[[int, int], None] | None = None,
+         splits: dict[tuple[str, int], tuple[Any, ...]] | None = None) -> list[dict[str, Any]]:
+    """Score every (eps, min_samples) pair by both validations; on_fit(done, total) is called after every fit;
+    splits: split_points(c), when made already.
 
     The ten splits of one eps are fitted side by side (workers(): numba's kernels and numpy's large operations
     let go of the GIL), then scored one after the other in the order of the loops, so the silhouette's sampled
     accesses come from the same random numbers as when everything ran in turn."""
     rng = np.random.default_rng(seed)
-    n_total = c.counts.sum()
     acc: dict[tuple[float, int], dict[str, list]] = {(e, m): {"kfold": [], "time": [], "clusters": []}
                                                      for e in eps_values for m in ms_values}
     total, done = len(acc) * N_SPLITS * len(VALIDATIONS), 0
     order = [(v, k) for v in ("kfold", "time") for k in range(N_SPLITS)]
-    splits = {vk: _split_points(c, *vk, n_total) for vk in order}
+    splits = split_points(c) if splits is None else splits
     with ThreadPoolExecutor(workers()) as pool:
         for eps in eps_values:
             fitted = pool.map(lambda vk, e=eps: _fits(c, splits[vk], e, ms_values), order)
@@ -235,7 +242,8 @@ def tune_widening(c: Cells, params: ClusterParams, on_fit: Callable[[int, int], 
                   ) -> tuple[list[dict[str, Any]], list[str]]:
     """tune() over the parameter grid, widened one step at a time while the winner sits on an edge."""
     eps, ms = list(params.eps), list(params.min_samples)
-    grid = tune(c, eps, ms, params.seed, on_fit)
+    splits = split_points(c)
+    grid = tune(c, eps, ms, params.seed, on_fit, splits)
     notes: list[str] = []
     for _ in range(MAX_WIDEN if params.widen else 0):
         best = best_pair(grid, params.validation)
@@ -253,9 +261,9 @@ def tune_widening(c: Cells, params: ClusterParams, on_fit: Callable[[int, int], 
             break
         seed = params.seed + len(notes)
         if new_eps:
-            grid += tune(c, new_eps, ms, seed, on_fit)
+            grid += tune(c, new_eps, ms, seed, on_fit, splits)
             eps += new_eps
         if new_ms:
-            grid += tune(c, eps, new_ms, seed, on_fit)
+            grid += tune(c, eps, new_ms, seed, on_fit, splits)
             ms += new_ms
     return grid, notes

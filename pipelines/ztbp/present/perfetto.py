@@ -178,6 +178,8 @@ class LayerRequests:
         if hi <= lo:
             return
         which = np.sort(self.by_time[lo:hi])
+        w.uses(self.tracks[(t, ln)] for t, ln in set(zip(self.tids[which].tolist(), self.lanes[which].tolist(),
+                                                           strict=True)))
         info = self.rows[which].select(*REQUEST_ARGS[:-1], pl.col("op").cast(pl.Utf8)).to_dicts()
         for r, meta in zip(which.tolist(), info, strict=True):
             part = self.slices.slice(int(self.first[r]), int(self.first[r + 1] - self.first[r]))
@@ -200,6 +202,7 @@ class LayerRequests:
 
 
 def _commands(w: Writer, cmds: pl.DataFrame, tracks: dict[tuple[int, int], int], flows: dict[int, list[int]]) -> None:
+    w.uses(tracks[(z, ln)] for z, ln in cmds.select("zone", "lane").unique().iter_rows())
     cols = ["event", "ts_ns", "lat_ns", "zone", "lane", "name", "op", "slba", "nlb", "status"]
     for ev, ts, lat, z, ln, name, op, slba, nlb, st in _rows(cmds, cols):
         track = tracks[(z, ln)]
@@ -224,6 +227,7 @@ class Counters:
         self.t = points["t_ns"].to_numpy()
         self.value = points["value"].to_numpy()
         self.kind = dict(points.select("track", "kind").unique().iter_rows())
+        self.is_wp = (points["kind"] == "wp").to_numpy()
         self.written = {"wp": 0, "qd": 0}
         self.state: dict[int, int] = {}
         self.prev: dict[int, int | None] = {}  # each track's value before the chunk being written
@@ -233,14 +237,20 @@ class Counters:
 
     def _take(self, end: int, w: Writer | None) -> None:
         """The values up to position `end` into the state (and written, with a writer)."""
-        tracks, ts, values = (a[self.pos:end].tolist() for a in (self.track, self.t, self.value))
-        for track, t, v in zip(tracks, ts, values, strict=True):
-            if w is not None:
+        tracks = self.track[self.pos:end]
+        if w is not None and tracks.size:
+            ids, first = np.unique(tracks, return_index=True)
+            self.prev = {int(k): self.state.get(int(k)) for k in ids}
+            w.uses(ids)
+            for track, t, v in zip(tracks.tolist(), self.t[self.pos:end].tolist(), self.value[self.pos:end].tolist(),
+                                   strict=True):
                 w.counter(t, track, v)
-                self.written[self.kind[track]] += 1
-                if track not in self.prev:
-                    self.prev[track] = self.state.get(track)
-            self.state[track] = v
+            wp = int(np.count_nonzero(self.is_wp[self.pos:end]))
+            self.written["wp"] += wp
+            self.written["qd"] += tracks.size - wp
+        if tracks.size:  # each track's last value in the range
+            ids, last = np.unique(tracks[::-1], return_index=True)
+            self.state.update(zip(ids.tolist(), self.value[self.pos:end][::-1][last].tolist(), strict=True))
         self.pos = end
 
     def write(self, w: Writer, t1: int | None) -> None:
@@ -380,7 +390,7 @@ def verify(run: Run, paths: str | os.PathLike[str] | list[str], *,
     packets = flows = overlapping = undeclared = 0
     both_ends = True
     for path in files:
-        rb = read_trace(path)
+        rb = read_trace(path, keep_counters=False)
         packets += rb.packets
         for z, n in rb.slices_per_zone().items():
             got[z] = got.get(z, 0) + n

@@ -47,7 +47,8 @@ class TrackSpec:
 class Writer:
     """TracePackets on one sequence, serialized in chunks through TraceProtoBuilder; strings interned on demand.
     Its first packet clears the sequence's interning state, so what one Writer writes stands on its own (with the
-    tracks it uses declared): `used` holds those tracks."""
+    tracks it uses declared): `used` holds those tracks, as its callers say them (`uses`: per chunk, not per
+    event)."""
 
     def __init__(self, f: IO[bytes], intern: bool = True) -> None:
         self.f, self.intern = f, intern
@@ -72,6 +73,10 @@ class Writer:
     def flush(self) -> None:
         self.f.write(self.builder.serialize())
         self.builder = TraceProtoBuilder()
+
+    def uses(self, tracks: Any) -> None:
+        """The tracks (an iterable of uuids) the events written use."""
+        self.used.update(int(t) for t in tracks)
 
     def declare(self, spec: TrackSpec) -> None:
         d = self.packet().track_descriptor
@@ -107,7 +112,6 @@ class Writer:
         p.timestamp = ts
         te = p.track_event
         te.type, te.track_uuid = kind, track
-        self.used.add(track)
         if name is not None:
             if self.intern:
                 p.sequence_flags = NEEDS_STATE
@@ -187,6 +191,8 @@ class TraceReadback:
     nesting: dict[tuple[str, int, str], int] = field(default_factory=dict)
     max_depth: dict[int, int] = field(default_factory=dict)
     counters: dict[int, list[tuple[int, int, float]]] = field(default_factory=dict)
+    #: each counter track's last value (time, packet, value), kept whether or not `counters` keeps them all
+    counter_last: dict[int, tuple[int, int, float]] = field(default_factory=dict)
     flows_out: list[int] = field(default_factory=list)
     flows_in: list[int] = field(default_factory=list)
     args: list[dict[str, Any]] = field(default_factory=list)
@@ -213,8 +219,8 @@ class TraceReadback:
         return {z: n for z, n in sorted(out.items()) if n}
 
     def counter_finals(self, suffix: str) -> dict[str, float]:
-        return {t["name"]: max(self.counters[u])[2] for u, t in self.tracks.items()
-                if t["name"].endswith(suffix) and self.counters.get(u)}
+        return {t["name"]: self.counter_last[u][2] for u, t in self.tracks.items()
+                if t["name"].endswith(suffix) and u in self.counter_last}
 
 
 class _Marks:
@@ -236,10 +242,11 @@ class _Marks:
         return zip(kinds[order].tolist(), names[order].tolist(), strict=True)
 
 
-def read_trace(path: str | os.PathLike[str], keep_args: int = 0) -> TraceReadback:
+def read_trace(path: str | os.PathLike[str], keep_args: int = 0, keep_counters: bool = True) -> TraceReadback:
     """Parse a trace with the package's protos: every track, the slices per track and how they nest (name, depth,
-    parent name), counter values, flow ends, the tracks events use without the file declaring them; with keep_args
-    > 0 also the first slices' names and arguments."""
+    parent name), counter values (each track's last only, without keep_counters: a trace's worth of them is
+    large), flow ends, the tracks events use without the file declaring them; with keep_args > 0 also the first
+    slices' names and arguments."""
     rb = TraceReadback()
     names: dict[int, str] = {}
     arg_names: dict[int, str] = {}
@@ -267,7 +274,12 @@ def read_trace(path: str | os.PathLike[str], keep_args: int = 0) -> TraceReadbac
         if te.track_uuid not in rb.tracks:
             rb.undeclared.add(te.track_uuid)
         if te.type == COUNTER:
-            rb.counters.setdefault(te.track_uuid, []).append((p.timestamp, i, te.counter_value))
+            value = (p.timestamp, i, te.counter_value)
+            if keep_counters:
+                rb.counters.setdefault(te.track_uuid, []).append(value)
+            last = rb.counter_last.get(te.track_uuid)
+            if last is None or value > last:
+                rb.counter_last[te.track_uuid] = value
             continue
         name = te.name or names.get(te.name_iid, "")
         marks.setdefault(te.track_uuid, _Marks()).add(p.timestamp, i, te.type,
