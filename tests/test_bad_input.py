@@ -652,7 +652,11 @@ PROFILE_DOC = {"format": "ztbp-profile/1", "zones": [0, 1, 2], "groups": {"0": 0
                           "fresh_wraps": 0, "budget_exhausted": False},
                "verdict": {"structure": True, "reason": "x"}, "threshold": 0.9, "threshold_mib": None,
                "reference": "median", "solo": {"0": 100.0, "1": 100.0, "2": 100.0},
-               "key": {"name": "zn540", "ari_channel": 0.5, "ari_die": 0.5}}
+               "key": {"name": "zn540", "ari_channel": 0.5, "ari_die": 0.5},
+               "pairs": [{"a": 0, "b": 1, "ratio": 0.5, "bw_a": 25.0, "bw_b": 25.0, "interferes": True, "measured": 2},
+                         {"a": 1, "b": 2, "ratio": 0.9, "bw_a": 45.0, "bw_b": 45.0, "interferes": False}],
+               "noise": {"sd": 0.05, "drift": 0.01, "repeats": 4},
+               "request": {"full_matrix": False, "min_separation": 0.15}, "full_matrix": False}
 GROUPS_DOC = {"groups": {"0": 0, "1": 2}}
 
 
@@ -916,3 +920,31 @@ def test_a_tampered_zone_to_group_table(base: Path, tmp_path: Path, capsys: pyte
         assert_names_the_field(assert_refused(rc, err, "z2c.json"), "z2c.json", case)
     else:
         assert_ok_or_refused(rc, err)
+
+
+def test_a_profiles_stored_verdict_is_never_shown(tmp_path: Path) -> None:
+    """The committed profile's verdict is computed again from its pairs (the same answer); its stored verdict set to
+    the opposite, or a pair's interference flag contradicting its ratio, changes nothing the notebook shows."""
+    from ztbp.present.device_study import profile_for_run, profile_text
+
+    src = Path(__file__).parent / "data" / "profiles" / "sample-nvmevirt" / "profile.json"
+    doc = json.loads(src.read_text())
+    meta = {"backend": doc["device"]["backend"], "nr_zones": doc["device"]["nr_zones"],
+            "zone_size_lba": doc["device"]["zone_bytes"] // 4096, "lba_bytes": 4096}
+    (tmp_path / "profile.json").write_text(json.dumps(doc))
+    honest, why = profile_for_run(str(tmp_path), meta)
+    assert honest is not None, why
+    assert honest["verdict"]["recomputed"] and honest["verdict"]["structure"] is doc["verdict"]["structure"] is True
+    assert honest["verdict"]["reason"] == doc["verdict"]["reason"]
+    lied = {**doc, "verdict": {"structure": False, "reason": "no structure: planted"},
+            "pairs": [{**p, "interferes": not p["interferes"]} for p in doc["pairs"]]}
+    (tmp_path / "profile.json").write_text(json.dumps(lied))
+    got, why = profile_for_run(str(tmp_path), meta)
+    assert got is not None, why
+    assert got["verdict"] == honest["verdict"] and "planted" not in profile_text(got)
+    # the same pairs with ratios that say nothing interferes: no structure, whatever the file claims
+    flat = {**doc, "pairs": [{**p, "ratio": 1.0} for p in doc["pairs"]]}
+    (tmp_path / "profile.json").write_text(json.dumps(flat))
+    got, _ = profile_for_run(str(tmp_path), meta)
+    assert got is not None and got["verdict"]["structure"] is False
+    assert "NO STRUCTURE" in profile_text(got)

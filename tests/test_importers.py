@@ -248,3 +248,25 @@ def test_a_line_too_long_among_good_ones_is_skipped_and_counted(tmp_path: Path, 
     rep = import_trace(src, RunPaths(tmp_path / "run"), "msr", zone_size_bytes=64 << 20, chunk_bytes=chunk)
     assert rep.rows == 5 and rep.lines == 8 and rep.skip_reasons == {LONG_LINE: 3}
     assert [e["line"] for e in rep.skipped_examples] == [4, 6, 8]
+
+
+@pytest.mark.parametrize("chunk", [1 << 20, 64 << 20], ids=["dropped-while-read", "skipped-inside-a-chunk"])
+def test_a_probe_files_line_too_long_is_counted_as_such(tmp_path: Path, chunk: int,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """raw/nvme.csv with a line over MAX_LINE_BYTES among its rows: skipped under the one reason "line longer than
+    1 MiB", whether the reader drops it as it reads (a chunk smaller than the line) or finds it inside a chunk."""
+    import shutil
+
+    from ztbp.files import LONG_LINE, MAX_LINE_BYTES
+    from ztbp.io import nvme
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent / "data" / "runs" / "sample-paper80", run)
+    lines = (run / "raw" / "nvme.csv").read_bytes().splitlines(keepends=True)
+    good = lines[5]
+    long = b"123," + b"9" * (MAX_LINE_BYTES + 10) + b",0,1,1,1,2,read,0,1,none,0\n"
+    (run / "raw" / "nvme.csv").write_bytes(b"".join([*lines[:2], good, long, good]))
+    monkeypatch.setattr(nvme, "CHUNK_BYTES", chunk)
+    rep = nvme.ingest(RunPaths(run))
+    assert rep.skip_reasons == {LONG_LINE: 1} and rep.skipped == 1
+    assert [e["line"] for e in rep.skipped_examples] == [4]

@@ -20,6 +20,7 @@ from ztbp.analysis.conflict_groups import (
     nvmevirt_layout,
     pair_matrix,
     profile_zones,
+    verdict_of_profile,
 )
 from ztbp.analysis.dispatch import DispatchModel, collision_table, dispatch_whatif
 from ztbp.cli import main
@@ -219,6 +220,39 @@ def test_profile_files_round_trip(tmp_path: Path) -> None:
     assert read_z2c(tmp_path / "z2c.csv") == {0: 0, 1: 1, 2: 0, 3: 1}
     assert (tmp_path / "matrix.csv").read_text().splitlines()[0] == "zone,0,1,2,3"
     assert json.loads((tmp_path / "profile.json").read_text())["verdict"]["structure"] is True
+
+
+@pytest.mark.parametrize(("key", "kw"), [
+    (lambda z: z % 4, {}),  # structure
+    (lambda z: 0, {"same": 0.5}),  # one shared bottleneck
+    (lambda z: z, {}),  # independent
+    (lambda z: 0, {"same": 0.8, "noise": 0.06, "seed": 3, "threshold": 0.8}),  # the threshold cuts noise
+    (lambda z: z % 3, {"full_matrix": True, "noise": 0.0}),  # every pair: contradictions counted
+    (lambda z: z % 4, {"threshold_mib": 70.0}),
+    (lambda z: z % 4, {"min_separation": 0.9}),  # a separation asked for that the pairs do not reach
+], ids=["structure", "bottleneck", "independent", "noise", "full-matrix", "mib", "min-separation"])
+def test_a_profiles_verdict_is_the_same_computed_again_from_its_file(tmp_path: Path, key: Callable[[int], int],
+                                                                     kw: dict[str, Any]) -> None:
+    """profile.json as control/profile.py writes it, read back and judged again (verdict_of_profile): the verdict
+    made at measurement, field for field, on profiles with and without structure."""
+    from ztbp.io.profile import read_profile
+
+    gen = {k: kw.pop(k) for k in ("same", "noise", "seed") if k in kw}
+    measure, _ = synthetic(key, **gen)
+    res = profile_zones(range(12), measure, confirm=1, **kw)
+    doc = {"format": "ztbp-profile/1", "device": {"name": "nvme0n1", "backend": "test", "nr_zones": 64,
+                                                  "zone_bytes": 1 << 20},
+           "spec": {"rw": "read", "block_bytes": 4096, "iodepth": 1, "seconds": 1.0},
+           "timing": {"boot_s": 0, "fill_s": 0, "measure_s": 0, "total_s": 0, "measurements": res.measurements},
+           "request": {"full_matrix": res.full_matrix, "min_separation": kw.get("min_separation", 0.15)},
+           **res.as_dict(), "matrix": pair_matrix(res.zones, res.pairs)}
+    write_profile(tmp_path, doc)
+    again = verdict_of_profile(read_profile(tmp_path))
+    assert again.pop("recomputed") is True
+    first = json.loads(json.dumps(res.verdict))
+    assert again.keys() == first.keys() and again["structure"] is first["structure"]
+    for k, v in first.items():  # the file keeps each ratio to 4 decimals: medians and spreads move in the 4th
+        assert again[k] == (pytest.approx(v, abs=3e-4) if isinstance(v, float) else v), k
 
 
 def test_bad_zone_to_group_tables_say_what_to_give(tmp_path: Path) -> None:

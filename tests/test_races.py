@@ -184,3 +184,26 @@ def test_two_reports_into_one_folder(tmp_path: Path, monkeypatch: pytest.MonkeyP
     one_winner(results, ClaimError)
     assert sorted(p.name for p in out.iterdir()) == [".lock", "index.html", "plotly.min.js"]
     assert "being written by another command now" in str(next(r for r in results if isinstance(r, Exception)))
+
+
+def test_the_journals_parts_follow_no_planted_name(tmp_path: Path) -> None:
+    """A watch journal's Parquet part is written under a name no one can guess and renamed into place: a link
+    planted at the name a part was once written under first (rows-00000.tmp) is not followed, and a link planted at
+    the part's own name is refused, its target untouched."""
+    import polars as pl
+
+    from ztbp.errors import FileSystemError
+    from ztbp.io.journal import ROWS, Journal, part_name
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    folder = tmp_path / "watch"
+    j = Journal(folder, 1 << 30)
+    (folder / ROWS / part_name(0)).with_suffix(".tmp").symlink_to(victim)
+    j.rows(pl.DataFrame({"ts_ns": [1, 2], "zone": [0, 1]}))
+    assert pl.read_parquet(folder / ROWS / part_name(0))["zone"].to_list() == [0, 1]
+    (folder / ROWS / part_name(1)).symlink_to(victim)
+    with pytest.raises((ZtbpError, FileSystemError), match="not a regular file"):
+        j.rows(pl.DataFrame({"ts_ns": [3], "zone": [2]}))
+    assert victim.read_text() == "keep me"
+    assert not [p for p in (folder / ROWS).iterdir() if p.name.startswith(".")]  # no temporary left

@@ -26,6 +26,7 @@ PACKAGES=(
 	fio                  # tests/test_workload.py runs the workloads' job files on a null engine (seeds)
 	chromium             # headless browser test of the HTML reports (tests/test_report_browser.py)
 	chromium-driver      # chromedriver, driven by selenium in that test
+	strace               # tests/test_ztbp_ctl.py: no ioctl reaches a device that is not NVMe (strace -f -e trace=ioctl)
 )
 # QEMU 10 or newer where the distribution only has an older one: on Debian 12 (bookworm), from bookworm-backports.
 # Against bookworm's QEMU 7.2 on the project's 2-core test machine, the test suite's guests took 19 % less CPU

@@ -157,8 +157,8 @@ class ProfileResult:
         d["repeats"] = [{"what": r.what, "first": round(r.first, 4), "again": round(r.again, 4)}
                         for r in self.repeats]
         d["groups"] = {str(k): v for k, v in self.groups.items()}
-        d["pairs"] = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(p).items()}
-                      for p in self.pairs]
+        d["pairs"] = [{k: ((round(v, 4) if math.isfinite(v) else None) if isinstance(v, float) else v)
+                       for k, v in asdict(p).items()} for p in self.pairs]
         return d
 
 
@@ -407,6 +407,33 @@ def structure_verdict(pairs: Sequence[Pair], groups: Mapping[int, int],
     return {**out, "structure": True,
             "reason": f"{n_groups} conflict groups: interfering pairs reach {np.median(lo):.2f} of their solo "
                       f"bandwidth, independent pairs {np.median(hi):.2f}"}
+
+
+def verdict_of_profile(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The structure verdict of a profile read back (profile.json, checked by io/profile.PROFILE), computed again
+    from its numbers: each pair's interference from its ratio (or its total MiB/s) against the profile's threshold,
+    then structure_verdict over its groups, its noise and its request's min_separation; the verdict stored in the
+    file is never shown as it stands. A profile from before its pairs were kept keeps its stored verdict, said so."""
+    stored = dict(doc.get("verdict") or {})
+    if not doc.get("pairs"):
+        return {**stored, "recomputed": False}
+    threshold, mib = doc.get("threshold") or INTERFERENCE_THRESHOLD, doc.get("threshold_mib")
+    pairs = []
+    for p in doc["pairs"]:
+        ratio = math.nan if p.get("ratio") is None else float(p["ratio"])
+        total = (p.get("bw_a") or 0.0) + (p.get("bw_b") or 0.0)
+        hit = total < mib if mib is not None else ratio < threshold
+        pairs.append(Pair(p["a"], p["b"], p.get("bw_a") or math.nan, p.get("bw_b") or math.nan, ratio, math.nan,
+                          math.nan, bool(hit), p.get("measured", 1)))
+    groups = {int(z): int(g) for z, g in doc["groups"].items()}
+    n = len(doc["zones"])
+    request = doc.get("request") or {}
+    full = bool(request.get("full_matrix", doc.get("full_matrix", False)))
+    out = structure_verdict(pairs, groups, request.get("min_separation", MIN_SEPARATION), noise=doc.get("noise"),
+                            every_pair=full and len(pairs) == n * (n - 1) // 2)
+    if "zero_bandwidth_zones" in stored:
+        out["zero_bandwidth_zones"] = stored["zero_bandwidth_zones"]
+    return {**out, "recomputed": True}
 
 
 def pair_matrix(zones: Sequence[int], pairs: Sequence[Pair]) -> list[list[float | None]]:

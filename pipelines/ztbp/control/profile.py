@@ -115,8 +115,8 @@ def run_profile(req: ProfileRequest, runner: GuestRunner | HostRunner, out: Path
         "format": PROFILE_FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "device": asdict(dev), "spec": asdict(req.spec), "request": {
             "threshold": req.threshold, "threshold_mib": req.threshold_mib, "reference": req.reference,
-            "full_matrix": req.full_matrix, "confirm": req.confirm, "recheck": req.recheck,
-            "budget_s": req.budget_s, "fill": req.fill, "key": req.key},
+            "full_matrix": req.full_matrix, "min_separation": req.min_separation, "confirm": req.confirm,
+            "recheck": req.recheck, "budget_s": req.budget_s, "fill": req.fill, "key": req.key},
         "versions": versions,
         "timing": {"boot_s": round(boot_s, 1), "fill_s": round(fill_s, 1), "measure_s": round(measure_s, 1),
                    "total_s": round(time.monotonic() - rep.t0, 1), "measurements": res.measurements,

@@ -35,7 +35,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..contract import META_LIMITS
 from ..errors import FileSystemError, ZtbpError
-from ..files import bounded_lines, fs_error, make_dir
+from ..files import atomic_writer, bounded_lines, fs_error, make_dir
 from ..schema import (
     COUNT,
     LATENCY_US,
@@ -203,13 +203,14 @@ class Journal:
         if frame.height == 0 or self.f is None:
             return
         path = self.folder / ROWS / part_name(self.next_part)
-        tmp = path.with_suffix(".tmp")
-        try:
-            frame.write_parquet(tmp)
-            tmp.replace(path)
+        try:  # under a name no one can guess, created new, renamed into place whole
+            with atomic_writer(path) as f:
+                frame.write_parquet(f)
         except OSError as e:
-            tmp.unlink(missing_ok=True)
             raise self._full(e, path) from None
+        except FileSystemError as e:
+            self.close()
+            raise FileSystemError(f"the journal stopped, and the session with it: {e}") from None
         self.next_part += 1
         self.parts.append(path)
         sizes = [p.stat().st_size for p in self.parts]

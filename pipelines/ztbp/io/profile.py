@@ -64,6 +64,7 @@ def _square(doc: dict[str, Any]) -> tuple[str, str] | None:
 
 _GROUP = Integer(-1, 2**31 - 1)  # -1: unclassified
 _SECONDS = Number(Bound(0, 1e9))
+_BW = Maybe(Number(Bound(0, 1e7)))  # MiB/s
 #: profile.json as control/profile.py writes it: the fields its readers (present/device_study.profile_text) show and
 #: compute with
 PROFILE = Record(
@@ -78,6 +79,14 @@ PROFILE = Record(
      "verdict": Record(optional={"structure": Flag(), "reason": Text()}),
      "threshold": Maybe(Number(LIMITS["threshold"])), "solo": MapOf(Number(Bound(0, 1e7)), MAX_ZONES, zone_keys=True)},
     {"threshold_mib": Maybe(Number(LIMITS["threshold-mib"])), "reference": Text(),
+     # what the verdict is computed from again (analysis/conflict_groups.verdict_of_profile)
+     "pairs": ListOf(Record({"a": Integer(0, MAX_ZONES - 1), "b": Integer(0, MAX_ZONES - 1), "interferes": Flag()},
+                            {"ratio": Maybe(Number(Bound(0, 1000))), "bw_a": _BW, "bw_b": _BW,
+                             "measured": Integer(1, 10**6)}), MAX_PROFILE_ZONES**2),
+     "noise": Record(optional={"sd": Maybe(Number(Bound(0, 100))), "drift": Maybe(Number(Bound(-1, 1e6))),
+                               "repeats": COUNT}),
+     "request": Record(optional={"full_matrix": Flag(), "min_separation": Number(LIMITS["min-separation"])}),
+     "full_matrix": Flag(),
      "key": Record({"name": Text(), "ari_channel": Maybe(Number(Bound(-1, 1))),
                     "ari_die": Maybe(Number(Bound(-1, 1)))})},
     (_square,))

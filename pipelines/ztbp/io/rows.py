@@ -226,7 +226,8 @@ def _field(i: int, column: str, spec: RowSpec) -> pl.Expr:
 def _reason(spec: RowSpec, n: int, truncated_last: bool, last_no: int) -> pl.Expr:
     """Why a line is skipped (null: it is kept), the first reason that applies; a line needs n fields."""
     cut = pl.lit(truncated_last) & (pl.col("line_no") == last_no)
-    why = (pl.when(~pl.col("_utf8")).then(pl.lit("not UTF-8: the line holds bytes that are no text"))
+    why = (pl.when(pl.col("line").str.len_bytes() > MAX_LINE_BYTES).then(pl.lit(LONG_LINE))  # as byte_chunks says
+           .when(~pl.col("_utf8")).then(pl.lit("not UTF-8: the line holds bytes that are no text"))
            .when(pl.col("_n") < n)
            .then(pl.when(cut).then(pl.format("truncated last line: {} of {} fields", pl.col("_n"), pl.lit(n)))
                  .otherwise(pl.format("wrong field count: {} of {}", pl.col("_n"), pl.lit(n))))

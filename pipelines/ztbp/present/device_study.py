@@ -43,6 +43,9 @@ def profile_for_run(profile_dir: str, meta: dict[str, Any]) -> tuple[dict[str, A
         profile = read_profile(profile_dir)
     except ZtbpError as e:
         return None, f"no interference profile for this device, {here}: {e}; {make}"
+    from ..analysis.conflict_groups import verdict_of_profile
+
+    profile["verdict"] = verdict_of_profile(profile)  # from its numbers, never the verdict stored
     why = profile_mismatch(profile, meta)
     if why:
         return None, (f"no interference profile exists for this device, {here}: the profile in {profile_dir} is of "
@@ -95,7 +98,8 @@ def profile_text(doc: dict[str, Any], out: str | None = None) -> str:
            if tm.get("fresh_wraps") else ""),
         "",
         "verdict: " + ("STRUCTURE — " if v.get("structure") else "NO STRUCTURE — ")
-        + str(v.get("reason")).removeprefix("no structure: "),
+        + str(v.get("reason")).removeprefix("no structure: ")
+        + (" (as the file says: it keeps no pairs to judge again)" if v.get("recomputed") is False else ""),
     ]
     if doc.get("key"):
         k = doc["key"]
