@@ -269,4 +269,26 @@ def test_a_probe_files_line_too_long_is_counted_as_such(tmp_path: Path, chunk: i
     monkeypatch.setattr(nvme, "CHUNK_BYTES", chunk)
     rep = nvme.ingest(RunPaths(run))
     assert rep.skip_reasons == {LONG_LINE: 1} and rep.skipped == 1
+    # the digest made while the chunks were parsed is the file's, every byte (the line dropped too)
+    from ztbp.io.stamp import digest_file
+
+    assert rep.source_stamp["digest"] == digest_file(run / "raw" / "nvme.csv")
     assert [e["line"] for e in rep.skipped_examples] == [4]
+
+
+def test_the_digest_made_beside_the_parse_is_the_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvme.csv ingested in hundreds of chunks, each digested on a worker thread while the next is parsed: the
+    stamp's digest is the whole file's, in order, and the rows are those of one chunk."""
+    import shutil
+
+    from ztbp.io import nvme
+    from ztbp.io.stamp import digest_file
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent / "data" / "runs" / "sample-paper80", run)
+    whole = nvme.ingest(RunPaths(run))
+    monkeypatch.setattr(nvme, "CHUNK_BYTES", 4096)
+    again = nvme.ingest(RunPaths(run), why="a test")
+    assert (run / "raw" / "nvme.csv").stat().st_size > 200 * 4096
+    assert again.source_stamp["digest"] == whole.source_stamp["digest"] == digest_file(run / "raw" / "nvme.csv")
+    assert again.rows == whole.rows and again.skipped == whole.skipped

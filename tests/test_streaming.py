@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
 from polars.testing import assert_frame_equal
 
 from conftest import make_run, row
@@ -178,6 +180,26 @@ def test_byte_chunks_hold_at_most_max_lines_and_drop_lines_too_long(tmp_path: Pa
     assert sorted(got + [(n, lines[n - 1]) for n in dropped]) == body
     assert all(len(lines[n - 1]) > 200 for n in dropped) and all(len(ln) <= 200 + 64 for _, ln in got)
     assert 506 in dropped  # the line of 300 bytes never fits one read
+
+
+@given(st_lines=hst.lists(hst.binary(max_size=12).filter(lambda b: b"\n" not in b), max_size=60),
+       max_lines=hst.integers(1, 9), tail=hst.booleans())
+@settings(max_examples=200, deadline=None)
+def test_byte_chunks_cut_a_large_chunk_into_pieces_of_max_lines(tmp_path_factory: pytest.TempPathFactory,
+                                                                st_lines: list[bytes], max_lines: int,
+                                                                tail: bool) -> None:
+    """One read holds the whole file: its lines come in pieces of at most max_lines lines, in order, each with
+    the number of its first line, nothing lost (a last line without a newline included)."""
+    f = tmp_path_factory.mktemp("pieces") / "x.csv"
+    data = b"".join(ln + b"\n" for ln in st_lines) + (b"end" if tail else b"")
+    f.write_bytes(data)
+    chunks = list(byte_chunks(f, 1 << 20, max_lines=max_lines))
+    assert b"".join(c for c, _ in chunks) == data
+    assert all(c.count(b"\n") <= max_lines for c, _ in chunks[:-1] if c.endswith(b"\n"))
+    first = 1
+    for c, at in chunks:
+        assert at == first
+        first += c.count(b"\n")
 
 
 def test_cli_stream(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:

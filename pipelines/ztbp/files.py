@@ -11,7 +11,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, BinaryIO, NoReturn
@@ -427,23 +427,33 @@ def byte_chunks(path: Path, chunk_bytes: int, skip_lines: int = 0, digest: Any =
             if len(rest) > max_line:
                 rest, dropping = b"", True
             if chunk:
-                yield from _pieces(chunk, line_no, max_lines)
-                line_no += chunk.count(b"\n")
+                line_no += yield from _pieces(chunk, line_no, max_lines)
 
 
 def _pieces(chunk: bytes, first: int, max_lines: int, start: int = 0, end: int | None = None
-            ) -> Iterator[tuple[bytes, int]]:
-    """chunk[start:end] (whole lines starting at line `first`) in pieces of at most `max_lines` lines, halved at a
-    line's end until each holds no more."""
+            ) -> Generator[tuple[bytes, int], None, int]:
+    """chunk[start:end] (whole lines starting at line `first`) in pieces of at most `max_lines` lines; returns its
+    number of lines. A part with more is cut at lines' ends into as many equal parts by bytes as its lines ask
+    for, each counted once (each byte is counted about twice in all, once for a chunk within the bound)."""
     end = len(chunk) if end is None else end
-    if chunk.count(b"\n", start, end) <= max_lines:
+    n = chunk.count(b"\n", start, end)
+    if n <= max_lines:
         yield (chunk if (start, end) == (0, len(chunk)) else chunk[start:end]), first
-        return
-    mid = chunk.rfind(b"\n", start, (start + end) // 2) + 1
-    if mid <= start:  # the first line reaches past the middle
-        mid = chunk.find(b"\n", start, end) + 1
-    yield from _pieces(chunk, first, max_lines, start, mid)
-    yield from _pieces(chunk, first + chunk.count(b"\n", start, mid), max_lines, mid, end)
+        return n
+    parts = -(-n // max_lines) + 1
+    cuts = [start]
+    for k in range(1, parts):
+        at = chunk.rfind(b"\n", cuts[-1], start + (end - start) * k // parts) + 1
+        if at > cuts[-1]:
+            cuts.append(at)
+    if len(cuts) == 1:  # one line reaches past every cut: at its end
+        cuts.append(chunk.find(b"\n", start, end) + 1)
+    cuts.append(end)
+    seen = 0
+    for a, b in zip(cuts, cuts[1:], strict=False):
+        if b > a:
+            seen += yield from _pieces(chunk, first + seen, max_lines, a, b)
+    return seen
 
 
 def bounded_lines(f: BinaryIO, max_bytes: int) -> Iterator[tuple[int, bytes | None]]:

@@ -160,16 +160,17 @@ def _read_body(src: Path, header: list[str], zone_size_lba: int, report: IngestR
     """raw/nvme.csv's rows read chunk by chunk (files.byte_chunks: a line longer than MAX_LINE_BYTES is skipped and
     counted, never held), its stat taken before the read (a file changed meanwhile is ingested again) and the digest
     of every byte read."""
-    digest = stamps.hasher()
     frames = []
-    try:
-        st = src.stat()
-        for chunk, first in byte_chunks(src, CHUNK_BYTES, skip_lines=2, digest=digest, on_long=report.long_line):
-            frames.append(body_rows(chunk, header, zone_size_lba, first, report))
-    except OSError as e:
-        raise MissingRunError(f"cannot read {src}: {e.strerror}") from None
-    df = pl.concat(frames) if frames else body_rows(b"", header, zone_size_lba, 3, report)
-    return df, st, str(digest.hexdigest())
+    with stamps.BackgroundDigest() as digest:  # digested while the next chunk is parsed
+        try:
+            st = src.stat()
+            for chunk, first in byte_chunks(src, CHUNK_BYTES, skip_lines=2, digest=digest,
+                                            on_long=report.long_line):
+                frames.append(body_rows(chunk, header, zone_size_lba, first, report))
+        except OSError as e:
+            raise MissingRunError(f"cannot read {src}: {e.strerror}") from None
+        df = pl.concat(frames) if frames else body_rows(b"", header, zone_size_lba, 3, report)
+        return df, st, digest.hexdigest()
 
 
 def ingest(run: RunPaths, why: str | None = None) -> IngestReport:

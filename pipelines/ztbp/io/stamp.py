@@ -22,6 +22,34 @@ def hasher() -> Any:
     return hashlib.blake2b(digest_size=16)
 
 
+class BackgroundDigest:
+    """hasher() fed on one worker thread, in the order given: BLAKE2b lets go of the interpreter for inputs over
+    2 KiB, so a reader's parse of one chunk runs while the chunk before it is digested. `hexdigest` waits for
+    every update."""
+
+    def __init__(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._h = hasher()
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="digest")
+        self._last: Any = None
+
+    def update(self, data: bytes) -> None:
+        self._last = self._pool.submit(self._h.update, data)
+
+    def hexdigest(self) -> str:
+        if self._last is not None:
+            self._last.result()
+        self._pool.shutdown()
+        return str(self._h.hexdigest())
+
+    def __enter__(self) -> BackgroundDigest:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.shutdown(cancel_futures=True)
+
+
 def digest_bytes(data: bytes) -> str:
     h = hasher()
     h.update(data)
