@@ -125,6 +125,11 @@ bench-cli ROUNDS="5": setup
 bench-analysis N="10000000": setup
     {{PY}} pipelines/benchmarks/bench.py --events {{quote(N)}}
 
+# `ztbp ingest` of READS synthetic commands against polars reading the same CSV, each a whole process, ROUNDS pairs side by side (target: ingest ≤ 1.5× the bare read), and where an ingest's time goes
+[group('test')]
+bench-ingest READS="3000000" ROUNDS="5": setup
+    {{PY}} pipelines/benchmarks/bench_ingest.py --reads {{quote(READS)}} --rounds {{quote(ROUNDS)}}
+
 # hot-zone clustering time on ZONES devices of 32 MiB zones read all over (READS reads each, comma-separated; above 20 M counted on the fly as `ztbp stream` counts; target: 16,384 zones in ≤ 10 s, e.g. READS=1000000,100000000) and the cache policies' speed, the project's LRU and Belady against libCacheSim's
 [group('test')]
 bench-cluster ZONES="1024,4096,16384" READS="1000000": setup
