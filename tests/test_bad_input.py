@@ -738,14 +738,17 @@ def journal_records() -> list[dict[str, Any]]:
         wall = JOURNAL_T0 + 600.0 * (w + 1)
         recs.append({"kind": "window", "wall": wall, "window": w, "t_end": wall, "commands": 10_000, "reads": 9000,
                      "lost": 0, "late_rows": 0, "hot": [3, 17], "previous_hot": [3, 17], "held_out_gain": 0.05,
-                     "in_force_gain": 0.04, "order_hold_s": 0.5, "read_lat": lat})
+                     "in_force_gain": 0.04, "order_hold_s": 0.5, "read_lat": lat,
+                     "device": {"reads": 9000, "hits": 2700, "hit_ratio": 0.3, "note": None,
+                                "status_reads": 9000 * (w + 1), "status_hits": 2700 * (w + 1)}})
         recs.append({"kind": "decision", "wall": wall, "window": w, "action": action, "reason": "x",
                      "zones": [3, 17], "state": state(in_force, [JOURNAL_T0 + 1200.0] if in_force else [])})
         if action == "apply":
             recs.append({"kind": "apply", "wall": wall, "window": w, "zones": [3, 17], "sent": [3, 17], "ok": True,
                          "exit_code": 0, "message": None})
     recs.insert(-1, {"kind": "verify", "wall": JOURNAL_T0 + 1800.0, "window": 2, "zones": [3, 17],
-                     "measured_gain": 0.04, "status_reads_delta": 9000, "reads_traced": 9000, "span_s": 600.0,
+                     "measured_gain": 0.04, "status_reads_delta": 9000, "status_hits_delta": 2700,
+                     "device_hit_ratio": 0.3, "device_note": None, "reads_traced": 9000, "span_s": 600.0,
                      "status_matches": True})
     recs.append({"kind": "rollback", "wall": JOURNAL_T0 + 1900.0, "window": 2, "zones": [3, 17], "reason": "x",
                  "ok": True, "message": None})
