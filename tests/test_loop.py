@@ -282,3 +282,18 @@ def test_a_rounds_device_figures_with_the_replay_beside() -> None:
     none = with_replay({**dev, "hit_ratio": None}, {"reads": 2000, "hits": 660, "hit_ratio": 0.33})
     assert none["device_minus_replay"] is None and none["replay_hit_ratio"] == 0.33
     assert with_replay(dev, None)["replay_hit_ratio"] is None
+
+
+@pytest.mark.parametrize(("block_reads", "at_least"), [(0, 80_000), (5_000, 80_000), (300_000, 300_000)])
+def test_the_probes_map_holds_an_ab_block_longer_than_round_one(tmp_path: Path, block_reads: int,
+                                                                at_least: int) -> None:
+    """ZTBP_EXPECTED (the probe's map size, probe-lib.sh MAP SIZE) covers the set-up with round 1 and each A/B block:
+    blocks of 300,000 reads after a round of 80,000 once lost 117,665 rows a block (counted) to a map sized for
+    round 1."""
+    from ztbp.acquire.loop import LoopCapture, set_up_loop
+
+    req = LoopCapture(workload=WorkloadOptions(reads=80_000), out=str(tmp_path / "loop"))
+    setup = set_up_loop(req, 9, tmp_path, lambda _s: None, lambda: tmp_path / "ztbp-ctl", block_reads=block_reads)
+    expected = int(setup.env["ZTBP_EXPECTED"])
+    assert expected >= at_least and expected >= setup.workload.expected_commands
+    assert expected == max(setup.workload.expected_commands, block_reads)

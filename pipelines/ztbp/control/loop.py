@@ -40,7 +40,8 @@ def run_loop(req: LoopRequest) -> dict[str, Any]:
     req.check_settings()
     progress = Progress(0, req.verbose)
     with tempfile.TemporaryDirectory(prefix="ztbp-loop.") as tmp:
-        setup = set_up_loop(req, req.total_rounds, Path(tmp), progress.say, ensure_ctl)
+        setup = set_up_loop(req, req.total_rounds, Path(tmp), progress.say, ensure_ctl,
+                            block_reads=req.ab_reads if req.ab_pairs else 0)
         st = open_loop(req, setup, progress)
         on_line = line_handler(st)
         place = setup.place
