@@ -243,11 +243,14 @@ capture-host DEV WORKLOAD="paper80" *ARGS: setup
 loop WORKLOAD="paper80" ROUNDS="3" READS="20000" CACHE_MIB="16" *ARGS: setup deps build
     {{ZTBP}} loop {{quote(WORKLOAD)}} --rounds {{quote(ROUNDS)}} --reads {{quote(READS)}} --cache-mib {{quote(CACHE_MIB)}} "${@:5}"
 
-# what the paper's cache alone is worth (docs/metrics.md): `ztbp loop --ab` on paper80, paper60 and a random hot set for three NVMeVirt devices built for the guest kernel from ../shared/nvmevirt at --slow SLOW — the fork as it is, and the project's read model (vm/read-model) with zone-priority LRU and with plain LRU (the negative control), its charges x SCALE so its 4 KiB miss costs what the fork's does — PAIRS pairs of A/B blocks of BLOCK reads after a round of READS, JOBS x QD outstanding; one loop directory per cell in OUT, then `ztbp compare` of each
+# what the paper's cache alone is worth (docs/metrics.md): `ztbp loop --ab` on paper80, paper60 and a random hot set for three NVMeVirt devices built for the guest kernel from ../shared/nvmevirt at --slow SLOW — the fork as it is, and the project's read model (vm/read-model) with zone-priority LRU and with plain LRU (the negative control), its charges x SCALE so its 4 KiB miss costs what the fork's does — PAIRS pairs of A/B blocks of BLOCK reads (300,000: what zone-priority LRU needs to turn over, `just bench-turnover`) after a round of READS, JOBS x QD outstanding; one loop directory per cell and block length in OUT (a finished one is kept), then `ztbp compare` of each
 [group('capture')]
-cache-worth OUT="runs/cache-worth" SLOW="4" SCALE="60" PAIRS="4" BLOCK="50000" READS="80000" JOBS="16" QD="4": setup deps image build
+cache-worth OUT="runs/cache-worth" SLOW="4" SCALE="60" PAIRS="4" BLOCK="300000" READS="80000" JOBS="16" QD="4": setup deps image build
     #!/usr/bin/env bash
     set -euo pipefail
+    for v in {{quote(OUT)}} {{quote(SLOW)}} {{quote(SCALE)}} {{quote(PAIRS)}} {{quote(BLOCK)}} {{quote(READS)}} {{quote(JOBS)}} {{quote(QD)}}; do
+        case "$v" in [A-Z]*=*) echo "cache-worth: '$v': give the parameters by place (just cache-worth OUT SLOW SCALE PAIRS BLOCK READS JOBS QD), not NAME=VALUE; nothing was run" >&2; exit 2 ;; esac
+    done
     [ -x ../shared/nvmevirt/build.sh ] || [ -f ../shared/nvmevirt/build.sh ] || { echo "cache-worth: ../shared/nvmevirt/build.sh is missing: NVMeVirt is built from it (vm/README.md)" >&2; exit 2; }
     rel="$(cat "$({{PY}} -c 'from ztbp.acquire.vm import image_dir; print(image_dir("bookworm"))')/kernel-release")"
     fork="$(bash ../shared/nvmevirt/build.sh "$rel" --slow {{quote(SLOW)}} | tail -n1)"
@@ -261,13 +264,13 @@ cache-worth OUT="runs/cache-worth" SLOW="4" SCALE="60" PAIRS="4" BLOCK="50000" R
                 fork) args=(--nvmevirt-ko "$fork") ;;
                 *) args=(--nvmevirt-ko "$model" --nvmevirt-params "policy=$dev $charges") ;;
             esac
-            cell={{quote(OUT)}}/"$dev-$name"
+            cell={{quote(OUT)}}/"$dev-$name-block"{{quote(BLOCK)}}
             if {{PY}} -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1])).get("complete") else 1)' "$cell/loop.json" 2>/dev/null; then
                 echo "cache-worth: $cell done, kept" >&2; continue
             fi
             rm -rf "$cell"
             # shellcheck disable=SC2086
-            {{ZTBP}} loop $wl --backend nvmevirt "${args[@]}" --jobs {{quote(JOBS)}} --iodepth {{quote(QD)}} --reads {{quote(READS)}} --ab {{quote(PAIRS)}} --ab-reads {{quote(BLOCK)}} -o "$cell" --timeout 3600 > "$cell.log" 2>&1 || echo "cache-worth: $cell failed (see $cell.log)" >&2
+            {{ZTBP}} loop $wl --backend nvmevirt "${args[@]}" --jobs {{quote(JOBS)}} --iodepth {{quote(QD)}} --reads {{quote(READS)}} --ab {{quote(PAIRS)}} --ab-reads {{quote(BLOCK)}} -o "$cell" --timeout 7200 > "$cell.log" 2>&1 || echo "cache-worth: $cell failed (see $cell.log)" >&2
             {{ZTBP}} compare "$cell" > "$cell.compare.txt" 2>&1 || true
             echo "cache-worth: $cell: $(grep -m1 -i 'hit ratio, device' "$cell.compare.txt" || tail -n1 "$cell.compare.txt")" >&2
         done
