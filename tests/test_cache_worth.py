@@ -41,6 +41,22 @@ def test_the_sentence_names_the_device_and_its_own_hit_ratio() -> None:
     assert item and item[0]["detail"] == text
 
 
+def test_the_forks_own_build_is_named_by_its_build_record() -> None:
+    """A loop on the fork's own build: its A/B replay names the fork's cache in the read model's words
+    (control/ab.py writes the model's parameters for every device), its build record has no read model; a build
+    with the read model set as the fork has one."""
+    fork_words = ReadModel.fork_as_is().params()
+    own = {**_doc(fork_words), "emulator": {"read_service_model": {"profile": "zn540", "slow": 4}}}
+    assert device_name(own) == "NVMeVirt (ZTBP fork) as it is"
+    text = cache_worth(own, speed(own))
+    assert text is not None and text.startswith("What the configuration's cache alone is worth on NVMeVirt (ZTBP "
+                                                "fork) as it is:")
+    as_fork = {**_doc(fork_words), "emulator": {"read_service_model": {"profile": "zn540", "read_model": fork_words}}}
+    assert device_name(as_fork) == "NVMeVirt with the project's read model set as the fork"
+    lru = ReadModel(policy="lru").params()
+    assert "plain LRU" in device_name({**_doc(fork_words), "emulator": {"read_service_model": {"read_model": lru}}})
+
+
 def test_each_device_by_name() -> None:
     assert device_name(_doc(None)) == "NVMeVirt (ZTBP fork) as it is"
     assert device_name(_doc(ReadModel.fork_as_is().params())) == ("NVMeVirt with the project's read model set as "

@@ -107,8 +107,15 @@ def _effect_words(e: dict[str, Any] | None, what: str) -> str:
 
 
 def device_name(doc: dict[str, Any]) -> str:
-    """The device of an A/B loop in words: the fork as it is, or the project's read model with its policy."""
-    meta_model = (((doc.get("ab") or {}).get("service_model")) or {}).get("read_model")
+    """The device of an A/B loop in words: the fork as it is, or the project's read model with its policy. The
+    module's build record (loop.json's emulator.read_service_model: `read_model` only for a build with the
+    project's read model) decides; the A/B replay's model (ab.service_model.read_model) names the fork's own cache
+    in the model's words too, so it is read only where the loop has no build record."""
+    built = (doc.get("emulator") or {}).get("read_service_model")
+    if isinstance(built, dict):
+        meta_model = built.get("read_model")
+    else:
+        meta_model = (((doc.get("ab") or {}).get("service_model")) or {}).get("read_model")
     if not isinstance(meta_model, str):
         dev = devices.find(str(doc.get("backend") or ""))
         if dev is None:
