@@ -295,3 +295,8 @@ def test_the_digest_made_beside_the_parse_is_the_files(tmp_path: Path, monkeypat
     assert (run / "raw" / "nvme.csv").stat().st_size > 200 * 4096
     assert again.source_stamp["digest"] == whole.source_stamp["digest"] == digest_file(run / "raw" / "nvme.csv")
     assert again.rows == whole.rows and again.skipped == whole.skipped
+    # the streamed ingest (derived/events-parts/) digests the same way
+    from ztbp.io.parts import ingest_stream
+
+    streamed = ingest_stream(RunPaths(run), chunk_bytes=4096)
+    assert streamed["ingest"]["source_stamp"]["digest"] == whole.source_stamp["digest"]

@@ -106,13 +106,14 @@ def ingest_stream(run: RunPaths, window_s: float = DEFAULT_WINDOW_S, zone_parts:
     layout = Layout.for_meta(meta, window_s, zone_parts)
     with derived_lock(run), atomic_dir(run.events_parts) as root:
         st = src.stat()
-        digest = stamps.hasher()
         writer = PartsWriter(root, layout, compression)
-        for chunk, first_line in byte_chunks(src, chunk_bytes, skip_lines=2, digest=digest, on_long=report.long_line):
-            df = body_rows(chunk, header, layout.zone_size_lba, first_line, report)
-            if df.height:
-                writer.write(df)
-        set_source_stamp(report, stamps.Stamp.of(st, digest.hexdigest()))
+        with stamps.BackgroundDigest() as digest:  # digested while each chunk is parsed, as the in-memory ingest
+            for chunk, first_line in byte_chunks(src, chunk_bytes, skip_lines=2, digest=digest,
+                                                 on_long=report.long_line):
+                df = body_rows(chunk, header, layout.zone_size_lba, first_line, report)
+                if df.height:
+                    writer.write(df)
+            set_source_stamp(report, stamps.Stamp.of(st, digest.hexdigest()))
         report.rows = writer.rows
         report.out_of_range_zones = writer.out_of_range_zones
         report.path = "stream-careful" if report.path == "careful" else "stream-fast"  # careful: some chunk needed it

@@ -24,8 +24,9 @@ def hasher() -> Any:
 
 class BackgroundDigest:
     """hasher() fed on one worker thread, in the order given: BLAKE2b lets go of the interpreter for inputs over
-    2 KiB, so a reader's parse of one chunk runs while the chunk before it is digested. `hexdigest` waits for
-    every update."""
+    2 KiB, so a reader parses a chunk while that chunk is digested (files.byte_chunks feeds each read before it
+    gives its lines). One update at a time is in flight: the next waits for it, so no more than one chunk is held
+    for the digest however slow it is. `hexdigest` waits for the last."""
 
     def __init__(self) -> None:
         from concurrent.futures import ThreadPoolExecutor
@@ -34,13 +35,17 @@ class BackgroundDigest:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="digest")
         self._last: Any = None
 
+    def _wait(self) -> None:
+        if self._last is not None:
+            self._last.result()
+            self._last = None
+
     def update(self, data: bytes) -> None:
+        self._wait()
         self._last = self._pool.submit(self._h.update, data)
 
     def hexdigest(self) -> str:
-        if self._last is not None:
-            self._last.result()
-        self._pool.shutdown()
+        self._wait()
         return str(self._h.hexdigest())
 
     def __enter__(self) -> BackgroundDigest:
