@@ -199,7 +199,8 @@ class Session:
         #: the traced machine's clock (CLOCK_MONOTONIC, as the probe's ts_ns): verification counts the reads issued
         #: between two STATUS answers by their own time, not by the window they arrived in
         self.mono: Callable[[], int] = time.monotonic_ns
-        self.verifying: Verification | None = None  # the last apply, until the window after it closed
+        #: the last apply, until the window after it closes (then it moves to `pending`)
+        self.verifying: Verification | None = None
         #: applies whose second STATUS is taken, each until the rows' time passes it (the probe can lag the device by
         #: more than the time between two applies: measured 65 s on NVMeVirt under emulation)
         self.pending: list[Verification] = []
@@ -275,7 +276,7 @@ class Session:
             self._next_window(reads, s.hot)
             return
         step = window_step(self.state, s, self.params, now, zone_counts(self.counts, self.params.cells_per_zone),
-                           self.verifying is not None and self.verifying.window is None)
+                           self.verifying is not None)
         # STATUS once a window, just before acting on it: the device's reads and hits since the last window's
         # close, all under the set in force while this window ran (SET and STOP follow a close's STATUS); the
         # same answer starts (or ends) an apply's verification
@@ -346,8 +347,7 @@ class Session:
         res = self.device.stop()
         self.journal.write(ROLLBACK, window=self.window, zones=list(d.zones), reason=d.reason,
                            ok=res.get("ok"), message=res.get("message"))
-        if self.verifying is not None and self.verifying.window is None:
-            self.verifying = None  # rolled back before the window after the apply closed: nothing to verify
+        self.verifying = None  # rolled back before the window after an apply closed: nothing of it to verify
 
     def run(self, source: Iterable[Batch], stopped: Callable[[], str | None] = lambda: None) -> dict[str, Any]:
         """Feed the source until it ends (stopped(): why it was made to end, e.g. a signal) or an interruption;
