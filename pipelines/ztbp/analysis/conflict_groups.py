@@ -418,13 +418,14 @@ def verdict_of_profile(doc: Mapping[str, Any]) -> dict[str, Any]:
     if not doc.get("pairs"):
         return {**stored, "recomputed": False}
     threshold, mib = doc.get("threshold") or INTERFERENCE_THRESHOLD, doc.get("threshold_mib")
+    def num(v: Any) -> float:  # a figure the file holds as null (it was not finite: pair_of's NaN)
+        return math.nan if v is None else float(v)
+
     pairs = []
     for p in doc["pairs"]:
-        ratio = math.nan if p.get("ratio") is None else float(p["ratio"])
-        total = (p.get("bw_a") or 0.0) + (p.get("bw_b") or 0.0)
-        hit = total < mib if mib is not None else ratio < threshold
-        pairs.append(Pair(p["a"], p["b"], p.get("bw_a") or math.nan, p.get("bw_b") or math.nan, ratio, math.nan,
-                          math.nan, bool(hit), p.get("measured", 1)))
+        ba, bb, ratio = num(p.get("bw_a")), num(p.get("bw_b")), num(p.get("ratio"))
+        hit = (ba + bb) < mib if mib is not None else ratio < threshold  # pair_of's rule, NaN never interferes
+        pairs.append(Pair(p["a"], p["b"], ba, bb, ratio, math.nan, math.nan, bool(hit), p.get("measured", 1)))
     groups = {int(z): int(g) for z, g in doc["groups"].items()}
     n = len(doc["zones"])
     request = doc.get("request") or {}
