@@ -239,10 +239,8 @@ def atomic_path(path: Path) -> Iterator[Path]:
     needs a path (a Parquet file, a CSV written in pieces); renamed over `path` when the block ends normally,
     removed when it raises (an error of the file system, such as a full disk, becomes one FileSystemError). The
     target is checked with check_target before and after; under sudo the file is handed to the user first."""
-    import secrets  # here, not at the top: building the CLI's parser imports this module (start-up time)
-
     check_target(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    tmp = sibling_tmp(path)
     try:
         yield tmp
         check_target(path)
@@ -267,12 +265,11 @@ def atomic_dir(path: Path) -> Iterator[Path]:
     """A temporary folder path beside `path` (not yet created) for a writer of many files; when the block ends
     normally it replaces `path` (a folder, or missing) in two renames, when it raises it is removed. A reader
     sees the old folder or the new one, never one half written (between the renames: none)."""
-    import secrets
     import shutil
 
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise ZtbpError(f"{path} exists and is not a folder; move it away")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    tmp = sibling_tmp(path)
     old = tmp.with_name(tmp.name.removesuffix(".tmp") + ".old")
     try:
         yield tmp
@@ -304,7 +301,7 @@ CLAIM_MARK = ".ztbp-claimed"
 
 def sibling_tmp(path: Path, kind: str = "tmp") -> Path:
     """A unique, not yet existing name beside `path`: .NAME.<pid>-<random>.KIND."""
-    import secrets
+    import secrets  # here, not at the top: building the CLI's parser imports this module (start-up time)
 
     return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.{kind}")
 
