@@ -33,11 +33,19 @@ from ..files import atomic_writer, byte_chunks, locked, make_dir, write_atomic
 from ..paths import RunPaths, resolve_run
 from ..units import MAX_NS, MAX_ZONES
 from . import stamp as stamps
-from .rows import SHOW_SKIPPED, Rows, RowSpec, examples, long_lines, read_header, read_rows, reason_counts
+from .rows import (
+    CHUNK_BYTES,
+    SHOW_SKIPPED,
+    Rows,
+    RowSpec,
+    examples,
+    long_lines,
+    read_header,
+    read_rows,
+    reason_counts,
+)
 
 log = logging.getLogger("ztbp")
-#: the bytes of raw/nvme.csv parsed at a time (its rows are kept; the text of one chunk at a time)
-CHUNK_BYTES = 128 << 20
 OP_DTYPE = pl.Enum(list(OPS))
 ACTION_DTYPE = pl.Enum([a + s for a in ZONE_ACTIONS if a for s in ("", "_all")] + [""])
 #: Column -> polars type in events.parquet (the op / zone_action enums are applied after validation).
@@ -161,7 +169,7 @@ def _read_body(src: Path, header: list[str], zone_size_lba: int, report: IngestR
     counted, never held), its stat taken before the read (a file changed meanwhile is ingested again) and the digest
     of every byte read."""
     frames = []
-    with stamps.BackgroundDigest() as digest:  # digested while the next chunk is parsed
+    with stamps.BackgroundDigest() as digest:  # each chunk digested while it is parsed
         try:
             st = src.stat()
             for chunk, first in byte_chunks(src, CHUNK_BYTES, skip_lines=2, digest=digest,
