@@ -38,12 +38,11 @@ def phases(run: Path) -> list[tuple[str, float]]:
     from ztbp.paths import RunPaths
 
     paths = RunPaths(run)
-    meta, header, _, report = nvme.open_source(paths)
+    meta, header, report = nvme.open_source(paths)
     t0 = time.perf_counter()
     df, _, _ = nvme._read_body(paths.nvme_csv, header, meta["zone_size_lba"], report)
     t1 = time.perf_counter()
-    df = nvme.with_zone(df, meta["zone_size_lba"])
-    df = df.set_sorted("ts_ns") if df["ts_ns"].is_sorted() else df.sort("ts_ns", maintain_order=True)
+    df = nvme.submission_order(nvme.with_zone(df, meta["zone_size_lba"]))
     t2 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         nvme._write_events(df, Path(tmp) / "events.parquet")

@@ -130,17 +130,18 @@ def with_zone(df: pl.DataFrame, zone_size_lba: int) -> pl.DataFrame:
     return df.with_columns((pl.col("slba") // zone_size_lba).cast(pl.UInt32).alias("zone"))
 
 
-def open_source(run: RunPaths) -> tuple[dict[str, Any], list[str], int, IngestReport]:
-    """meta.json, the header of raw/nvme.csv (checked), the byte offset of its data lines, and an empty report."""
+def open_source(run: RunPaths) -> tuple[dict[str, Any], list[str], IngestReport]:
+    """meta.json, the header of raw/nvme.csv (checked) and an empty report; the body is read after its two header
+    lines (files.byte_chunks' skip_lines)."""
     meta = read_meta(run)
     src = run.nvme_csv
     if not src.is_file():
         raise MissingRunError(f"{src} is missing: this run has no NVMe trace. Was the nvme probe attached? "
                               "See console.log of the run.")
-    header, offset = read_header(src, "nvme", 1, NVME_COLUMNS, "The probe wrote nothing — was it attached? Check "
+    header, _ = read_header(src, "nvme", 1, NVME_COLUMNS, "The probe wrote nothing — was it attached? Check "
                                  "console.log of the run.")
     report = IngestReport(source=str(src), lost_events=dict(meta.get("lost_events", {})), geometry=geometry_of(meta))
-    return meta, header, offset, report
+    return meta, header, report
 
 
 def set_source_stamp(report: IngestReport, stamp: stamps.Stamp) -> None:
@@ -202,19 +203,23 @@ def _fresh_report(run: RunPaths) -> IngestReport | None:
 
 def _ingest(run: RunPaths, why: str | None) -> IngestReport:
     why = stale_reason(run) if why is None else why
-    meta, header, offset, report = open_source(run)
+    meta, header, report = open_source(run)
     report.reingest = "" if why == "first ingest" else why
     df, st, digest = _read_body(run.nvme_csv, header, meta["zone_size_lba"], report)
     df = with_zone(df, meta["zone_size_lba"])
     set_source_stamp(report, stamps.Stamp.of(st, digest))
-    # Probes print in completion order; the contract of events.parquet is submission order.
-    df = df.set_sorted("ts_ns") if df["ts_ns"].is_sorted() else df.sort("ts_ns", maintain_order=True)
+    df = submission_order(df)
     report.rows = df.height
     report.out_of_range_zones = int(df.select((pl.col("zone") >= meta["nr_zones"]).sum()).item())
     make_dir(run.derived)
     report.events_stamp = _write_events(df, run.events).as_dict()
     write_atomic(run.ingest_report, json.dumps(asdict(report), indent=2) + "\n")
     return report
+
+
+def submission_order(df: pl.DataFrame) -> pl.DataFrame:
+    """Probes print in completion order; the contract of events.parquet is submission order (stable in ts_ns)."""
+    return df.set_sorted("ts_ns") if df["ts_ns"].is_sorted() else df.sort("ts_ns", maintain_order=True)
 
 
 def _write_events(df: pl.DataFrame, path: Path) -> stamps.Stamp:

@@ -101,7 +101,7 @@ def ingest_stream(run: RunPaths, window_s: float = DEFAULT_WINDOW_S, zone_parts:
 
     The dataset is written into a temporary folder that replaces derived/events-parts/ when it is whole, under the
     run's derived_lock: an interrupted or failed ingest leaves the earlier dataset (or none), never a part of one."""
-    meta, header, _, report = open_source(run)
+    meta, header, report = open_source(run)
     src = run.nvme_csv
     layout = Layout.for_meta(meta, window_s, zone_parts)
     with derived_lock(run), atomic_dir(run.events_parts) as root:
