@@ -628,13 +628,15 @@ META_DOC = {"format": "ztbp-run/1", "device": "nvme0n1", "lba_bytes": 4096, "zon
             "fio": {"read_ios": 1500, "write_ios": 0, "read_iops": 12_500.0, "write_iops": 0.0, "runtime_ms": 120,
                     "read_clat_p50_us": 80.0, "read_clat_p90_us": 90.0, "read_clat_p99_us": 120.0}}
 _ROUND = round_entry(1, "nvmevirt", 20_000, [], 16_000.0)
-_SERVICE = {"profile": "zn540", "slow": 10, "cache_entries": 4096, "decomposition": {"statement": "x"},
+_MODEL = "policy=zone_lru entries=16384 hit_ns=372000 miss_ns=3900000 shortcut=0 skip_nand=1"
+_SERVICE = {"profile": "zn540", "slow": 10, "cache_entries": 4096, "read_model": _MODEL,
+            "decomposition": {"statement": "x"},
             **{arm: {c: {"reads": 100, "hit_ratio": 0.3, "mean_us": 900.0, "measured_mean_us": 1000.0}
                      for c in ("all", "listed", "other")} for arm in ("off", "on")}}
 LOOP_DOC = {"format": "ztbp-loop/1", "backend": "nvmevirt", "rounds_asked": 9, "min_gain": 0.01, "cache_mib": 64,
             "page_kib": 4, "stopped": "A/B done", "complete": True, "interrupted": False, "guest_status": 0,
             "workload": {"name": "paper80", "reads": 20_000, "jobs": 4, "iodepth": 1},
-            "emulator": {"read_service_model": {"profile": "zn540", "slow": 10}},
+            "emulator": {"read_service_model": {"profile": "zn540", "slow": 10, "read_model": _MODEL}},
             "session": {"setups": 1, "lost": 0}, "rounds": [_ROUND],
             "ab": {"pairs": 4, "reads_per_block": 3000, "listed": [1, 7], "config": "round-01/c.json",
                    "order": ["on", "off"], "device_acted": True, "blocks": ab_blocks(0.3), "effects": None,

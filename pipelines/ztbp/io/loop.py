@@ -76,6 +76,7 @@ BLOCK = Record({"pair": Integer(1, LIMITS["ab"].hi), "arm": Text(("off", "on"))}
     "trace_complete": Flag(), "fio": FIO, "latency": LATENCY, "device": DEVICE, "model": MODEL})
 _SERVICE_CLASS = Record(optional={"reads": COUNT, "hit_ratio": _RATIO, "mean_us": _LAT, "measured_mean_us": _LAT})
 SERVICE_MODEL = Record(optional={"profile": Text(), "slow": Integer(1, 10**6), "cache_entries": COUNT,
+                                 "read_model": Maybe(Text()),
                                  "off": MapOf(_SERVICE_CLASS, 8), "on": MapOf(_SERVICE_CLASS, 8),
                                  "decomposition": Record(optional={"statement": Text()})})
 #: loop.json's "ab" section; its stored effects are never read: every reader recomputes them from the blocks
@@ -91,7 +92,7 @@ LOOP = Record({"format": Text((LOOP_FORMAT,)), "rounds": ListOf(ROUND, MAX_ROUND
     "workload": Record(optional={"name": Text(), "reads": Maybe(Number(LIMITS["reads"])), "jobs": _OPT_INT,
                                  "iodepth": _OPT_INT}),
     "emulator": Maybe(Record(optional={"read_service_model": Maybe(Record(optional={
-        "profile": Maybe(Text()), "slow": Maybe(Integer(1, 10**6))}))})),
+        "profile": Maybe(Text()), "slow": Maybe(Integer(1, 10**6)), "read_model": Maybe(Text())}))})),
     "session": Maybe(MapOf(Maybe(Number(Bound(0, 2**63))), 16)), "ab": AB})
 
 
